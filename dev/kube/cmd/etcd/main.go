@@ -1,0 +1,12 @@
+// etcd, built from the go.etcd.io/etcd/server/v3 version that k8s.io/kubernetes pins.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}
