@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs a test tier (unit | integration | e2e | all) with Node's test runner through
+# tsx. Run through dev/toolchain.sh (npm test does), which brings Node 24, the npm
+# packages and, for integration and e2e, the control-plane binaries.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+tier="${1:-all}"
+case "$tier" in
+  unit) globs=("test/unit/**/*.test.ts") ;;
+  integration) globs=("test/integration/**/*.test.ts") ;;
+  e2e) globs=("test/e2e/**/*.test.ts") ;;
+  all) globs=("test/unit/**/*.test.ts" "test/integration/**/*.test.ts" "test/e2e/**/*.test.ts") ;;
+  *) echo "leasehold: unknown test tier '$tier' (expected unit, integration, e2e or all)" >&2; exit 2 ;;
+esac
+if [ "$tier" = all ]; then
+  echo "leasehold: lint (biome) and typecheck (tsc)" >&2
+  biome check .
+  tsc -p tsconfig.json --noEmit
+fi
+if [ "$tier" != unit ]; then
+  # Integration and e2e tests run the compiled agent and manager as real processes.
+  tsc -p tsconfig.build.json
+fi
+# Each test file starts its own control plane where it needs one; two at a time keeps
+# a 2-core machine responsive.
+# No single test may hang CI: each gets at most 10 minutes.
+exec node --import tsx --test --test-timeout=600000 --test-concurrency="${LEASEHOLD_TEST_CONCURRENCY:-2}" "${globs[@]}"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs a command with the project's toolchain in place, bringing what is missing:
+#   - Node.js >= 22.19 (the system Node 20 is too old for @kubernetes/client-node 2.x):
+#     when `node` on PATH is older, Node 24 is installed from the npm registry into
+#     ~/.cache/leasehold/node24 and put first on PATH;
+#   - node_modules, by `npm ci`, when missing or older than package-lock.json;
+#   - with --kube, the control-plane binaries (dev/kube/build.sh; first run builds).
+#
+#   bash dev/toolchain.sh [--kube] COMMAND [ARGS...]
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache_root="${LEASEHOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold}"
+say() { echo "leasehold: $*" >&2; }
+
+need_kube=0
+if [ "${1:-}" = "--kube" ]; then need_kube=1; shift; fi
+
+node_ok() {
+  command -v node >/dev/null 2>&1 || return 1
+  node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>22||(a===22&&b>=19)?0:1)'
+}
+
+if ! node_ok; then
+  node24="$cache_root/node24"
+  if [ ! -x "$node24/bin/node" ]; then
+    command -v npm >/dev/null 2>&1 || { say "no npm on PATH: install Node.js (any version with npm) first"; exit 1; }
+    say "system Node $(node --version 2>/dev/null || echo none) is too old; installing Node 24 from the npm registry into $node24"
+    rm -rf "$node24.tmp"
+    npm install --no-audit --no-fund --loglevel=error -g --prefix "$node24.tmp" node@24 >&2
+    rm -rf "$node24" && mv "$node24.tmp" "$node24"
+  fi
+  export PATH="$node24/bin:$PATH"
+  node_ok || { say "Node in $node24 is not usable ($(node --version 2>&1)); remove that folder and run again"; exit 1; }
+fi
+
+cd "$root"
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  say "installing npm packages (npm ci)"
+  npm ci --no-audit --no-fund --loglevel=error >&2
+fi
+export PATH="$root/node_modules/.bin:$PATH"
+
+if [ "$need_kube" = 1 ]; then
+  LEASEHOLD_KUBE_BIN="$(bash "$root/dev/kube/build.sh")"
+  export LEASEHOLD_KUBE_BIN
+fi
+
+exec "$@"
