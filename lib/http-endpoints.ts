@@ -1,0 +1,69 @@
+/**
+ * The health and metrics endpoints every process serves: /healthz, /readyz, /metrics.
+ * The checks are callbacks so that they reflect the loop itself (age of the last
+ * successful renewal, caches synced), not merely that the process is up.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
+
+export interface Check {
+  ok: boolean;
+  detail: string;
+}
+
+export interface EndpointOptions {
+  host?: string;
+  port: number;
+  registry: Registry;
+  healthz: () => Check;
+  readyz: () => Check;
+}
+
+export interface Endpoints {
+  port: number;
+  close(): Promise<void>;
+}
+
+export async function serveEndpoints(opts: EndpointOptions): Promise<Endpoints> {
+  const server: Server = createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    const answer = (check: Check) => {
+      res.writeHead(check.ok ? 200 : 503, { 'content-type': 'text/plain' });
+      res.end(`${check.ok ? 'ok' : 'not ok'}: ${check.detail}\n`);
+    };
+    if (path === '/healthz') return answer(opts.healthz());
+    if (path === '/readyz') return answer(opts.readyz());
+    if (path === '/metrics') {
+      opts.registry.metrics().then(
+        (text) => {
+          res.writeHead(200, { 'content-type': opts.registry.contentType });
+          res.end(text);
+        },
+        (err: unknown) => {
+          res.writeHead(500, { 'content-type': 'text/plain' });
+          res.end(`collecting metrics failed: ${String(err)}\n`);
+        },
+      );
+      return;
+    }
+    res.writeHead(404, { 'content-type': 'text/plain' });
+    res.end('not found: try /healthz, /readyz or /metrics\n');
+  });
+  server.keepAliveTimeout = 5_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port, opts.host ?? '0.0.0.0', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}

@@ -1,0 +1,283 @@
+/**
+ * A list-watch cache that never dies silently.
+ *
+ * Guarantees:
+ *  - After any watch error, non-200 answer, stream end or ERROR event, it watches again
+ *    after a backoff with jitter (exponential from `backoff.initialMs` to `backoff.maxMs`;
+ *    reset once a watch has delivered something). It stops only when `stop()` is called.
+ *  - 410 Gone (as an HTTP status or an ERROR event) drops the resourceVersion and
+ *    re-lists; the re-list is diffed against the cache so handlers see added, modified
+ *    and deleted exactly as if they had watched throughout.
+ *  - A watch that delivers nothing (no event, no bookmark) for `quietTimeoutMs` is
+ *    aborted and restarted: a half-open connection cannot pass for a quiet resource.
+ *    Bookmarks are requested, so a healthy idle watch still speaks about once a minute.
+ *  - `healthy` is true only while a watch stream is open (HTTP 200 received and not yet
+ *    ended); `synced` once the first list has landed; `restarts` counts every re-watch.
+ *    `onConnected`/`onDisconnected` report each edge, so a consumer can apply its own
+ *    blindness rule (the manager does for Leases).
+ *
+ * Why not client-node's ListWatch: in 2.0.1 it stops for good on any error other than
+ * 410 or its own timeout (it only calls the error handlers), has no jitter, does not
+ * ask for bookmarks, and its Watch aborts any stream quiet for a fixed 30 s. We keep
+ * client-node for authentication (applySecurityAuthentication + its TLS dispatcher)
+ * and use plain HTTP for list and watch.
+ *
+ * Not guaranteed: handlers see the state of the API server as delivered, possibly late;
+ * objects are plain JSON (dates stay strings).
+ */
+import { HttpMethod, type KubeConfig, type KubernetesObject, RequestContext } from '@kubernetes/client-node';
+import { fetch } from 'undici';
+import { sleep } from './clock.ts';
+import { KubeApiError } from './errors.ts';
+
+export type InformerEventType = 'added' | 'modified' | 'deleted';
+export type ConnectKind = 'relisted' | 'resumed';
+export type RestartReason = 'ended' | 'gone' | 'quiet' | 'error';
+
+export interface InformerOptions<T extends KubernetesObject> {
+  /** Short name for logs and metrics, e.g. "leases". */
+  resource: string;
+  kubeConfig: KubeConfig;
+  /** Collection path, e.g. /apis/coordination.k8s.io/v1/leases or /api/v1/namespaces/x/pods. */
+  path: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+  /** Restart a watch silent for this long (default 90 s; bookmarks arrive about every 60 s). */
+  quietTimeoutMs?: number;
+  /** Deadline of one list request (default 30 s). */
+  listDeadlineMs?: number;
+  backoff?: { initialMs: number; maxMs: number };
+  /** Test seam for jitter; defaults to Math.random. */
+  random?: () => number;
+  onEvent: (type: InformerEventType, object: T, previous: T | undefined) => void;
+  onConnected?: (kind: ConnectKind) => void;
+  onDisconnected?: (reason: RestartReason, error?: unknown) => void;
+}
+
+type WatchEnd = { reason: RestartReason; error?: unknown; delivered: boolean };
+
+export class Informer<T extends KubernetesObject> {
+  private readonly cache = new Map<string, T>();
+  private resourceVersion = '';
+  private stopped = false;
+  private running: Promise<void> | undefined;
+  private readonly abort = new AbortController();
+  private current: AbortController | undefined;
+  private isHealthy = false;
+  private isSynced = false;
+  private restartCount = 0;
+
+  constructor(private readonly opts: InformerOptions<T>) {}
+
+  get healthy(): boolean {
+    return this.isHealthy;
+  }
+  get synced(): boolean {
+    return this.isSynced;
+  }
+  get restarts(): number {
+    return this.restartCount;
+  }
+  get resource(): string {
+    return this.opts.resource;
+  }
+
+  get(namespace: string, name: string): T | undefined {
+    return this.cache.get(`${namespace}/${name}`);
+  }
+
+  list(): T[] {
+    return [...this.cache.values()];
+  }
+
+  start(): void {
+    this.running ??= this.run();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.abort.abort(new Error('informer stopped'));
+    this.current?.abort(new Error('informer stopped'));
+    await this.running;
+  }
+
+  private async run(): Promise<void> {
+    const backoff = this.opts.backoff ?? { initialMs: 200, maxMs: 10_000 };
+    const random = this.opts.random ?? Math.random;
+    let delay = backoff.initialMs;
+    while (!this.stopped) {
+      let end: WatchEnd;
+      try {
+        const relisted = this.resourceVersion === '';
+        if (relisted) await this.relist();
+        end = await this.watchOnce(relisted ? 'relisted' : 'resumed');
+      } catch (error) {
+        end = { reason: 'error', error, delivered: false };
+      }
+      if (end.reason === 'gone') this.resourceVersion = '';
+      const wasHealthy = this.isHealthy;
+      this.isHealthy = false;
+      if (this.stopped) break;
+      if (wasHealthy || end.reason === 'error') this.opts.onDisconnected?.(end.reason, end.error);
+      this.restartCount += 1;
+      delay = end.delivered ? backoff.initialMs : Math.min(delay * 2, backoff.maxMs);
+      // Full jitter in [delay/2, delay): many managers never re-watch in lockstep.
+      await sleep(delay * (0.5 + random() / 2), this.abort.signal).catch(() => undefined);
+    }
+  }
+
+  private url(params: Record<string, string>): string {
+    const cluster = this.opts.kubeConfig.getCurrentCluster();
+    if (!cluster)
+      throw new KubeApiError(`${this.opts.resource}: no current cluster in kubeconfig`, undefined);
+    const url = new URL(cluster.server + this.opts.path);
+    if (this.opts.labelSelector) url.searchParams.set('labelSelector', this.opts.labelSelector);
+    if (this.opts.fieldSelector) url.searchParams.set('fieldSelector', this.opts.fieldSelector);
+    for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
+    return url.toString();
+  }
+
+  private async request(url: string, signal: AbortSignal) {
+    const ctx = new RequestContext(url, HttpMethod.GET);
+    await this.opts.kubeConfig.applySecurityAuthentication(ctx);
+    return fetch(url, {
+      method: 'GET',
+      headers: { ...ctx.getHeaders(), accept: 'application/json' },
+      dispatcher: ctx.getDispatcher(),
+      signal,
+    });
+  }
+
+  private async relist(): Promise<void> {
+    const operation = `listing ${this.opts.resource}`;
+    const signal = AbortSignal.any([
+      this.abort.signal,
+      AbortSignal.timeout(this.opts.listDeadlineMs ?? 30_000),
+    ]);
+    let body: { items?: T[]; metadata?: { resourceVersion?: string } };
+    try {
+      const res = await this.request(this.url({}), signal);
+      if (res.status !== 200) {
+        const text = await res.text().catch(() => '');
+        throw new KubeApiError(operation, res.status, {
+          cause: Object.assign(new Error(text), { body: text }),
+        });
+      }
+      body = (await res.json()) as typeof body;
+    } catch (err) {
+      if (err instanceof KubeApiError) throw err;
+      throw new KubeApiError(operation, undefined, { cause: err });
+    }
+    const seen = new Set<string>();
+    for (const item of body.items ?? []) {
+      const key = keyOf(item);
+      seen.add(key);
+      const previous = this.cache.get(key);
+      this.cache.set(key, item);
+      if (!previous) this.opts.onEvent('added', item, undefined);
+      else if (previous.metadata?.resourceVersion !== item.metadata?.resourceVersion) {
+        this.opts.onEvent('modified', item, previous);
+      }
+    }
+    for (const [key, previous] of [...this.cache]) {
+      if (seen.has(key)) continue;
+      this.cache.delete(key);
+      this.opts.onEvent('deleted', previous, previous);
+    }
+    this.resourceVersion = body.metadata?.resourceVersion ?? '';
+    this.isSynced = true;
+  }
+
+  private async watchOnce(kind: ConnectKind): Promise<WatchEnd> {
+    const controller = new AbortController();
+    this.current = controller;
+    const quietMs = this.opts.quietTimeoutMs ?? 90_000;
+    let quiet = false;
+    let timer: NodeJS.Timeout | undefined;
+    const arm = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        quiet = true;
+        controller.abort(new Error(`no watch traffic for ${quietMs} ms`));
+      }, quietMs);
+    };
+    let delivered = false;
+    try {
+      arm();
+      const signal = AbortSignal.any([this.abort.signal, controller.signal]);
+      // NB: the server ends each watch after timeoutSeconds; a random 5-10 min spreads re-watches.
+      const timeoutSeconds = String(300 + Math.floor(Math.random() * 300));
+      const url = this.url({
+        watch: 'true',
+        resourceVersion: this.resourceVersion,
+        allowWatchBookmarks: 'true',
+        timeoutSeconds,
+      });
+      const res = await this.request(url, signal);
+      if (res.status === 410) return { reason: 'gone', delivered };
+      if (res.status !== 200 || !res.body) {
+        const text = await res.text().catch(() => '');
+        const error = new KubeApiError(`watching ${this.opts.resource}`, res.status, {
+          cause: Object.assign(new Error(text), { body: text }),
+        });
+        return { reason: 'error', error, delivered };
+      }
+      this.isHealthy = true;
+      this.opts.onConnected?.(kind);
+      const decoder = new TextDecoder();
+      let buffered = '';
+      for await (const chunk of res.body) {
+        arm();
+        buffered += decoder.decode(chunk as Uint8Array, { stream: true });
+        let newline = buffered.indexOf('\n');
+        while (newline >= 0) {
+          const line = buffered.slice(0, newline).trim();
+          buffered = buffered.slice(newline + 1);
+          newline = buffered.indexOf('\n');
+          if (line === '') continue;
+          const outcome = this.apply(JSON.parse(line) as { type: string; object: T & { code?: number } });
+          delivered = true;
+          if (outcome) return { ...outcome, delivered };
+        }
+      }
+      return { reason: 'ended', delivered };
+    } catch (error) {
+      if (quiet) return { reason: 'quiet', error, delivered };
+      return { reason: 'error', error, delivered };
+    } finally {
+      clearTimeout(timer);
+      controller.abort();
+      this.current = undefined;
+    }
+  }
+
+  /** Applies one watch event; returns how the watch ends when the event ends it. */
+  private apply(event: { type: string; object: T & { code?: number } }): WatchEnd | undefined {
+    const { type, object } = event;
+    if (type === 'ERROR') {
+      if (object.code === 410) return { reason: 'gone', delivered: true };
+      return {
+        reason: 'error',
+        error: new KubeApiError(`watching ${this.opts.resource}`, object.code),
+        delivered: true,
+      };
+    }
+    const rv = object.metadata?.resourceVersion;
+    if (rv) this.resourceVersion = rv;
+    if (type === 'BOOKMARK') return undefined;
+    const key = keyOf(object);
+    const previous = this.cache.get(key);
+    if (type === 'DELETED') {
+      this.cache.delete(key);
+      this.opts.onEvent('deleted', object, previous);
+    } else {
+      this.cache.set(key, object);
+      this.opts.onEvent(previous ? 'modified' : 'added', object, previous);
+    }
+    return undefined;
+  }
+}
+
+function keyOf(object: KubernetesObject): string {
+  return `${object.metadata?.namespace ?? ''}/${object.metadata?.name ?? ''}`;
+}

@@ -1,0 +1,121 @@
+/**
+ * The per-volume Lease as this project sees it, with pure converters to and from the
+ * coordination.k8s.io/v1 wire object. See DESIGN.md "Objects".
+ *
+ * Invariants:
+ *  - `holder` is a pod name (one incarnation); '' means free.
+ *  - `transitions` is the fencing token: it grows on every change of holder.
+ *  - acquireTime/renewTime are informational. Nobody compares them with a local clock;
+ *    freshness is judged from when a change was *observed* (see manager/staleness).
+ *  - Every write is a compare-and-swap on `resourceVersion` (see lease-store.ts).
+ */
+import type { V1Lease } from '@kubernetes/client-node';
+import { V1MicroTime } from '@kubernetes/client-node';
+
+export const GROUP = 'leasehold.dev';
+export const LABEL_SHARE_MANAGER = `${GROUP}/share-manager`;
+export const ANNOTATION_HOLDER_NODE = `${GROUP}/holder-node`;
+export const ANNOTATION_DELINQUENT = `${GROUP}/delinquent`;
+export const ANNOTATION_FAILOVER_BY = `${GROUP}/failover-by`;
+
+export interface LeaseRecord {
+  namespace: string;
+  name: string;
+  holder: string;
+  holderNode: string;
+  durationSeconds: number;
+  acquireTime: Date | undefined;
+  renewTime: Date | undefined;
+  transitions: number;
+  /** RFC 3339 time a manager declared the holder dead; undefined when not delinquent. */
+  delinquentSince: string | undefined;
+  /** Identity of the manager that won the right to run the current failover. */
+  failoverBy: string | undefined;
+  resourceVersion: string;
+  /** The object as read, so that a write keeps every field this code does not own. */
+  wire: V1Lease;
+}
+
+export function leaseKey(lease: { namespace: string; name: string }): string {
+  return `${lease.namespace}/${lease.name}`;
+}
+
+export function fromWire(wire: V1Lease): LeaseRecord {
+  const annotations = wire.metadata?.annotations ?? {};
+  return {
+    namespace: wire.metadata?.namespace ?? '',
+    name: wire.metadata?.name ?? '',
+    holder: wire.spec?.holderIdentity ?? '',
+    holderNode: annotations[ANNOTATION_HOLDER_NODE] ?? '',
+    durationSeconds: wire.spec?.leaseDurationSeconds ?? 0,
+    acquireTime: wire.spec?.acquireTime ? new Date(wire.spec.acquireTime) : undefined,
+    renewTime: wire.spec?.renewTime ? new Date(wire.spec.renewTime) : undefined,
+    transitions: wire.spec?.leaseTransitions ?? 0,
+    delinquentSince: annotations[ANNOTATION_DELINQUENT] || undefined,
+    failoverBy: annotations[ANNOTATION_FAILOVER_BY] || undefined,
+    resourceVersion: wire.metadata?.resourceVersion ?? '',
+    wire,
+  };
+}
+
+/** The wire object for `record`, keeping every field of `record.wire` it does not own. */
+export function toWire(record: LeaseRecord): V1Lease {
+  const annotations: Record<string, string> = { ...(record.wire.metadata?.annotations ?? {}) };
+  setOrDelete(annotations, ANNOTATION_HOLDER_NODE, record.holderNode);
+  setOrDelete(annotations, ANNOTATION_DELINQUENT, record.delinquentSince);
+  setOrDelete(annotations, ANNOTATION_FAILOVER_BY, record.failoverBy);
+  return {
+    ...record.wire,
+    apiVersion: 'coordination.k8s.io/v1',
+    kind: 'Lease',
+    metadata: {
+      ...record.wire.metadata,
+      namespace: record.namespace,
+      name: record.name,
+      annotations,
+      ...(record.resourceVersion ? { resourceVersion: record.resourceVersion } : {}),
+    },
+    spec: {
+      ...record.wire.spec,
+      holderIdentity: record.holder,
+      leaseDurationSeconds: record.durationSeconds,
+      acquireTime: microTime(record.acquireTime),
+      renewTime: microTime(record.renewTime),
+      leaseTransitions: record.transitions,
+    },
+  };
+}
+
+/** A blank record for a Lease that does not exist yet. */
+export function newLeaseRecord(
+  namespace: string,
+  name: string,
+  durationSeconds: number,
+  labels: Record<string, string> = {},
+): LeaseRecord {
+  return {
+    namespace,
+    name,
+    holder: '',
+    holderNode: '',
+    durationSeconds,
+    acquireTime: undefined,
+    renewTime: undefined,
+    transitions: 0,
+    delinquentSince: undefined,
+    failoverBy: undefined,
+    resourceVersion: '',
+    wire: { metadata: { namespace, name, labels } },
+  };
+}
+
+// NB: the API rejects millisecond RFC 3339 times in MicroTime fields; V1MicroTime
+// serialises with microseconds.
+function microTime(date: Date | undefined): V1MicroTime | undefined {
+  return date === undefined ? undefined : new V1MicroTime(date.getTime());
+}
+
+function setOrDelete(map: Record<string, string>, key: string, value: string | undefined): void {
+  if (value) map[key] = value;
+  else delete map[key];
+}
