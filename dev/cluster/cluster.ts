@@ -1,0 +1,266 @@
+/**
+ * A real Kubernetes control plane on loopback for development and tests: etcd,
+ * kube-apiserver, kube-scheduler and kube-controller-manager, built from the Go module
+ * proxy (dev/kube) and started on free ports with certificates made at start.
+ *
+ * Guarantees: startCluster() resolves only when every component is ready, or rejects
+ * with one line naming the failed component and its log, leaving nothing running.
+ * Several clusters can run at once (own temp dir, own ports). stop() is idempotent
+ * and leaves no process behind; so does the exit of the Node process that started it.
+ */
+import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { sleep } from '../../lib/clock.ts';
+import { kubeBinDir } from './binaries.ts';
+import { makeCerts } from './certs.ts';
+import { Component, ComponentError, httpOk } from './component.ts';
+import { writeKubeconfig } from './kubeconfig.ts';
+import { freePorts } from './ports.ts';
+import type { Cluster, ClusterOptions } from './types.ts';
+
+export type { Cluster, ClusterOptions } from './types.ts';
+
+const SERVICE_CIDR = '10.0.0.0/24';
+
+export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> {
+  try {
+    return await startOnce(opts);
+  } catch (err) {
+    // Another process may take a chosen port before the component binds it.
+    if (!(err instanceof ComponentError && err.portTaken)) throw err;
+    opts.onProgress?.('a chosen port was taken meanwhile; starting again on new ports');
+    return startOnce(opts);
+  }
+}
+
+async function startOnce(opts: ClusterOptions): Promise<Cluster> {
+  const progress = opts.onProgress ?? (() => {});
+  const bin = await kubeBinDir();
+  const dir = opts.dir ?? (await mkdtemp(join(tmpdir(), 'leasehold-cluster-')));
+  const logDir = join(dir, 'logs');
+  const certDir = join(dir, 'certs');
+  await mkdir(logDir, { recursive: true });
+  await mkdir(certDir, { recursive: true });
+
+  const started: Component[] = [];
+  const stopAll = async () => {
+    for (const c of [...started].reverse()) await c.stop();
+  };
+  try {
+    const certs = await makeCerts(certDir);
+    const ca = await readFile(certs.caCert);
+    const [etcdClient, etcdPeer, apiPort, kcmPort, schedPort] = (await freePorts(5)) as [
+      number,
+      number,
+      number,
+      number,
+      number,
+    ];
+    const server = `https://127.0.0.1:${apiPort}`;
+    const kubeconfigPath = join(dir, 'admin.kubeconfig');
+    await writeKubeconfig(kubeconfigPath, server, certs.caCert, {
+      clientCert: certs.admin.cert,
+      clientKey: certs.admin.key,
+    });
+    const kcmKubeconfig = join(dir, 'kube-controller-manager.kubeconfig');
+    await writeKubeconfig(kcmKubeconfig, server, certs.caCert, {
+      clientCert: certs.controllerManager.cert,
+      clientKey: certs.controllerManager.key,
+    });
+    const schedKubeconfig = join(dir, 'kube-scheduler.kubeconfig');
+    await writeKubeconfig(schedKubeconfig, server, certs.caCert, {
+      clientCert: certs.scheduler.cert,
+      clientKey: certs.scheduler.key,
+    });
+    const gates = Object.entries(opts.featureGates ?? {})
+      .map(([k, v]) => `${k}=${v}`)
+      .join(',');
+    const gateArgs = gates ? [`--feature-gates=${gates}`] : [];
+
+    const etcd = new Component(
+      'etcd',
+      join(bin, 'etcd'),
+      [
+        '--name=leasehold',
+        `--data-dir=${join(dir, 'etcd')}`,
+        `--listen-client-urls=http://127.0.0.1:${etcdClient}`,
+        `--advertise-client-urls=http://127.0.0.1:${etcdClient}`,
+        `--listen-peer-urls=http://127.0.0.1:${etcdPeer}`,
+        `--initial-advertise-peer-urls=http://127.0.0.1:${etcdPeer}`,
+        `--initial-cluster=leasehold=http://127.0.0.1:${etcdPeer}`,
+        // Throwaway test data: skip fsync so a loaded 2-core machine stays responsive.
+        '--unsafe-no-fsync',
+        '--log-level=warn',
+      ],
+      join(logDir, 'etcd.log'),
+    );
+    started.push(etcd);
+    etcd.start();
+    await etcd.waitReady(() => httpOk(`http://127.0.0.1:${etcdClient}/health`), 30_000);
+    progress(`etcd ready on 127.0.0.1:${etcdClient}`);
+
+    const apiserverArgs = [
+      `--etcd-servers=http://127.0.0.1:${etcdClient}`,
+      `--secure-port=${apiPort}`,
+      '--bind-address=127.0.0.1',
+      '--advertise-address=127.0.0.1',
+      `--tls-cert-file=${certs.servingCert}`,
+      `--tls-private-key-file=${certs.servingKey}`,
+      `--client-ca-file=${certs.caCert}`,
+      `--service-account-key-file=${certs.saPub}`,
+      `--service-account-signing-key-file=${certs.saKey}`,
+      '--service-account-issuer=https://kubernetes.default.svc.cluster.local',
+      `--service-cluster-ip-range=${SERVICE_CIDR}`,
+      '--authorization-mode=Node,RBAC',
+      '--allow-privileged=true',
+      '--profiling=false',
+      `--cert-dir=${certDir}`,
+      // Only to quiet the aggregation layer's "missing requestheader CA" errors.
+      `--requestheader-client-ca-file=${certs.caCert}`,
+      '--requestheader-allowed-names=leasehold-front-proxy',
+      ...gateArgs,
+    ];
+    let apiserver = new Component(
+      'kube-apiserver',
+      join(bin, 'kube-apiserver'),
+      apiserverArgs,
+      join(logDir, 'kube-apiserver.log'),
+    );
+    started.push(apiserver);
+    const startApiServer = async () => {
+      apiserver.start();
+      await apiserver.waitReady(() => httpOk(`${server}/readyz`, { ca }), 90_000);
+    };
+    await startApiServer();
+    progress(`kube-apiserver ready on ${server}`);
+
+    const waits: Promise<void>[] = [];
+    if (opts.scheduler !== false) {
+      const scheduler = new Component(
+        'kube-scheduler',
+        join(bin, 'kube-scheduler'),
+        [
+          `--kubeconfig=${schedKubeconfig}`,
+          `--authentication-kubeconfig=${schedKubeconfig}`,
+          `--authorization-kubeconfig=${schedKubeconfig}`,
+          `--secure-port=${schedPort}`,
+          '--bind-address=127.0.0.1',
+          `--cert-dir=${join(dir, 'scheduler-certs')}`,
+          '--leader-elect=false',
+          ...gateArgs,
+        ],
+        join(logDir, 'kube-scheduler.log'),
+      );
+      started.push(scheduler);
+      scheduler.start();
+      waits.push(
+        scheduler.waitReady(
+          () => httpOk(`https://127.0.0.1:${schedPort}/readyz`, { insecure: true }),
+          60_000,
+        ),
+      );
+    }
+    if (opts.controllerManager !== false) {
+      const kcm = new Component(
+        'kube-controller-manager',
+        join(bin, 'kube-controller-manager'),
+        [
+          `--kubeconfig=${kcmKubeconfig}`,
+          `--authentication-kubeconfig=${kcmKubeconfig}`,
+          `--authorization-kubeconfig=${kcmKubeconfig}`,
+          `--secure-port=${kcmPort}`,
+          '--bind-address=127.0.0.1',
+          `--cert-dir=${join(dir, 'kcm-certs')}`,
+          '--leader-elect=false',
+          // Every on-by-default controller, among them node-lifecycle, attach-detach,
+          // endpointslice, garbage-collector and serviceaccount-token.
+          '--controllers=*',
+          '--use-service-account-credentials=true',
+          `--service-account-private-key-file=${certs.saKey}`,
+          `--root-ca-file=${certs.caCert}`,
+          `--cluster-signing-cert-file=${certs.caCert}`,
+          `--cluster-signing-key-file=${certs.caKey}`,
+          `--service-cluster-ip-range=${SERVICE_CIDR}`,
+          `--node-monitor-period=${opts.nodeMonitorPeriod ?? '1s'}`,
+          `--node-monitor-grace-period=${opts.nodeMonitorGracePeriod ?? '8s'}`,
+          `--attach-detach-reconcile-sync-period=${opts.attachDetachReconcileSyncPeriod ?? '1m'}`,
+          ...gateArgs,
+        ],
+        join(logDir, 'kube-controller-manager.log'),
+      );
+      started.push(kcm);
+      kcm.start();
+      waits.push(
+        kcm.waitReady(() => httpOk(`https://127.0.0.1:${kcmPort}/healthz`, { insecure: true }), 60_000),
+      );
+    }
+    await Promise.all(waits);
+    progress('kube-scheduler and kube-controller-manager ready');
+
+    const kubeConfig = new KubeConfig();
+    kubeConfig.loadFromFile(kubeconfigPath);
+    if (opts.controllerManager !== false) {
+      // Pods need the namespace's default ServiceAccount, which the controller
+      // manager creates a moment after it is ready.
+      await waitFor('the default ServiceAccount', join(logDir, 'kube-controller-manager.log'), async () => {
+        const core = kubeConfig.makeApiClient(CoreV1Api);
+        await core.readNamespacedServiceAccount({ namespace: 'default', name: 'default' });
+        return true;
+      });
+    }
+    let stopped = false;
+    return {
+      dir,
+      server,
+      kubeconfigPath,
+      kubeConfig,
+      logDir,
+      kubectl: join(bin, 'kubectl'),
+      caPath: certs.caCert,
+      stopApiServer: () => apiserver.stop(),
+      startApiServer: async () => {
+        const next = new Component(
+          'kube-apiserver',
+          join(bin, 'kube-apiserver'),
+          apiserverArgs,
+          join(logDir, 'kube-apiserver.log'),
+        );
+        started[started.indexOf(apiserver)] = next;
+        apiserver = next;
+        await startApiServer();
+      },
+      writeTokenKubeconfig: (path, token, via) =>
+        writeKubeconfig(path, via ?? server, certs.caCert, { token }),
+      stop: async (stopOpts) => {
+        if (stopped) return;
+        stopped = true;
+        await stopAll();
+        if (!stopOpts?.keepDir && opts.dir === undefined) await rm(dir, { recursive: true, force: true });
+      },
+    };
+  } catch (err) {
+    await stopAll();
+    if (opts.dir === undefined) await rm(dir, { recursive: true, force: true }).catch(() => {});
+    throw err;
+  }
+}
+
+async function waitFor(
+  what: string,
+  logPath: string,
+  check: () => Promise<boolean>,
+  timeoutMs = 60_000,
+): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (performance.now() < deadline) {
+    if (await check().catch(() => false)) return;
+    await sleep(200);
+  }
+  throw new ComponentError(
+    'kube-controller-manager',
+    `did not create ${what} within ${timeoutMs / 1000}s`,
+    logPath,
+  );
+}

@@ -1,0 +1,54 @@
+/**
+ * The contract of the local control plane (see cluster.ts), shared by tests, the
+ * simulator, the demo and the benchmarks.
+ */
+import type { KubeConfig } from '@kubernetes/client-node';
+
+export interface ClusterOptions {
+  /** Where certificates, kubeconfig, data and logs go; a fresh temp dir when unset. */
+  dir?: string;
+  /** kube-controller-manager --node-monitor-period (default 1s for tests). */
+  nodeMonitorPeriod?: string;
+  /** kube-controller-manager --node-monitor-grace-period (default 8s for tests). */
+  nodeMonitorGracePeriod?: string;
+  /** kube-controller-manager --attach-detach-reconcile-sync-period (default 1m, the Kubernetes default). */
+  attachDetachReconcileSyncPeriod?: string;
+  /** Start kube-scheduler (default true). */
+  scheduler?: boolean;
+  /** Start kube-controller-manager (default true). */
+  controllerManager?: boolean;
+  /** Extra feature gates for every component, e.g. { NodeOutOfServiceVolumeDetach: true }. */
+  featureGates?: Record<string, boolean>;
+  /** Progress lines (component started, ready) go here; silent when unset. */
+  onProgress?: (line: string) => void;
+}
+
+export interface Cluster {
+  /** The temp dir holding certs/, logs/, etcd data and kubeconfig files. */
+  readonly dir: string;
+  /** https://127.0.0.1:<port> of kube-apiserver. */
+  readonly server: string;
+  /** Admin (system:masters) kubeconfig written to disk. */
+  readonly kubeconfigPath: string;
+  /** The admin KubeConfig, loaded from kubeconfigPath. */
+  readonly kubeConfig: KubeConfig;
+  /** Directory of the component logs (etcd.log, kube-apiserver.log, ...). */
+  readonly logDir: string;
+  /** Path to the kubectl binary of the same version. */
+  readonly kubectl: string;
+  /** CA certificate (PEM path) clients must trust to reach the API server. */
+  readonly caPath: string;
+  /** Stops kube-apiserver only (etcd and the rest keep running): for outage tests. */
+  stopApiServer(): Promise<void>;
+  /** Starts kube-apiserver again on the same port and waits for /readyz. */
+  startApiServer(): Promise<void>;
+  /**
+   * Writes a kubeconfig at `path` that authenticates with `token` (e.g. a
+   * TokenRequest token for a service account) against `server` (defaults to the
+   * API server; pass a proxy's address to route through it; the TLS server name
+   * stays the API server's).
+   */
+  writeTokenKubeconfig(path: string, token: string, server?: string): Promise<void>;
+  /** Stops every component and removes the temp dir unless keepDir. Idempotent. */
+  stop(opts?: { keepDir?: boolean }): Promise<void>;
+}
