@@ -4,17 +4,25 @@
 #     when `node` on PATH is older, Node 24 is installed from the npm registry into
 #     ~/.cache/leasehold/node24 and put first on PATH;
 #   - node_modules, by `npm ci`, when missing or older than package-lock.json;
-#   - with --kube, the control-plane binaries (dev/kube/build.sh; first run builds).
+#   - with --kube, the control-plane binaries (dev/kube/build.sh; first run builds),
+#     exported as LEASEHOLD_KUBE_BIN; with --helm, the helm CLI (dev/helm/build.sh),
+#     exported as LEASEHOLD_HELM_BIN.
 #
-#   bash dev/toolchain.sh [--kube] COMMAND [ARGS...]
+#   bash dev/toolchain.sh [--kube] [--helm] COMMAND [ARGS...]
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache_root="${LEASEHOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold}"
 say() { echo "leasehold: $*" >&2; }
 
-need_kube=0
-if [ "${1:-}" = "--kube" ]; then need_kube=1; shift; fi
+need_kube=0 need_helm=0
+while :; do
+  case "${1:-}" in
+    --kube) need_kube=1; shift ;;
+    --helm) need_helm=1; shift ;;
+    *) break ;;
+  esac
+done
 
 node_ok() {
   command -v node >/dev/null 2>&1 || return 1
@@ -44,6 +52,10 @@ export PATH="$root/node_modules/.bin:$PATH"
 if [ "$need_kube" = 1 ]; then
   LEASEHOLD_KUBE_BIN="$(bash "$root/dev/kube/build.sh")"
   export LEASEHOLD_KUBE_BIN
+fi
+if [ "$need_helm" = 1 ]; then
+  LEASEHOLD_HELM_BIN="$(bash "$root/dev/helm/build.sh")"
+  export LEASEHOLD_HELM_BIN
 fi
 
 exec "$@"
