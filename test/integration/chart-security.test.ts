@@ -1,0 +1,265 @@
+/**
+ * The Helm chart against the real API server: it lints, its rendered manifests pass a
+ * server-side dry run, and its RBAC and ValidatingAdmissionPolicy keep an agent to its
+ * own volume's Lease and both components away from secrets.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import * as k8s from '@kubernetes/client-node';
+import { eventually, useCluster } from '../support/cluster.ts';
+import { chartDir, helm, runTool } from '../support/tools.ts';
+
+const cluster = useCluster({ scheduler: false });
+const c = cluster;
+const namespace = 'leasehold-system';
+
+function statusOf(err: unknown): number | undefined {
+  return (err as { code?: number }).code;
+}
+
+function messageOf(err: unknown): string {
+  return String((err as { body?: unknown }).body ?? err);
+}
+
+async function kubectl(args: string[], input?: string) {
+  const c = cluster();
+  return runTool(
+    c.kubectl,
+    ['--kubeconfig', c.kubeconfigPath, ...args],
+    input === undefined ? {} : { input },
+  );
+}
+
+async function tokenKubeConfig(serviceAccount: string, boundPod?: k8s.V1Pod): Promise<k8s.KubeConfig> {
+  const c = cluster();
+  const core = c.kubeConfig.makeApiClient(k8s.CoreV1Api);
+  const request = await core.createNamespacedServiceAccountToken({
+    namespace,
+    name: serviceAccount,
+    body: {
+      spec: {
+        audiences: [],
+        expirationSeconds: 600,
+        ...(boundPod
+          ? {
+              boundObjectRef: {
+                apiVersion: 'v1',
+                kind: 'Pod',
+                name: boundPod.metadata?.name ?? '',
+                uid: boundPod.metadata?.uid ?? '',
+              },
+            }
+          : {}),
+      },
+    },
+  });
+  const path = `${c.dir}/${serviceAccount}-${boundPod?.metadata?.name ?? 'unbound'}.kubeconfig`;
+  await c.writeTokenKubeconfig(path, request.status?.token ?? '');
+  const kc = new k8s.KubeConfig();
+  kc.loadFromFile(path);
+  return kc;
+}
+
+function lease(name: string, holder: string, node: string, resourceVersion?: string): k8s.V1Lease {
+  return {
+    metadata: {
+      name,
+      namespace,
+      labels: { 'leasehold.dev/share-manager': name },
+      annotations: { 'leasehold.dev/holder-node': node },
+      ...(resourceVersion ? { resourceVersion } : {}),
+    },
+    spec: {
+      holderIdentity: holder,
+      leaseDurationSeconds: 6,
+      renewTime: new k8s.V1MicroTime(),
+      leaseTransitions: 1,
+    },
+  };
+}
+
+describe('Helm chart', () => {
+  it('passes helm lint', async () => {
+    const result = await helm(['lint', chartDir]);
+    assert.equal(result.code, 0, result.stdout + result.stderr);
+  });
+
+  it('rejects values that break the schema, naming the value', async () => {
+    const result = await helm(['template', 'x', chartDir, '--set', 'manager.antiAffinity=sometimes']);
+    assert.notEqual(result.code, 0);
+    assert.match(result.stderr, /antiAffinity/);
+  });
+
+  it('renders manifests the API server accepts (server-side dry run), then installs them', async () => {
+    const created = await kubectl(['create', 'namespace', namespace]);
+    assert.equal(created.code, 0, created.stderr);
+    const rendered = await helm([
+      'template',
+      'leasehold',
+      chartDir,
+      '--namespace',
+      namespace,
+      '--include-crds',
+      '--set',
+      'serviceMonitor.enabled=false',
+    ]);
+    assert.equal(rendered.code, 0, rendered.stderr);
+    assert.match(rendered.stdout, /kind: DaemonSet/);
+    assert.match(rendered.stdout, /kind: ValidatingAdmissionPolicy\n/);
+    const dryRun = await kubectl(['apply', '--server-side', '--dry-run=server', '-f', '-'], rendered.stdout);
+    assert.equal(dryRun.code, 0, dryRun.stderr);
+    const applied = await kubectl(['apply', '--server-side', '-f', '-'], rendered.stdout);
+    assert.equal(applied.code, 0, applied.stderr);
+  });
+});
+
+describe('least privilege', () => {
+  it('an agent token not bound to a pod cannot write Leases at all', async () => {
+    const kc = await tokenKubeConfig('leasehold-agent');
+    // NB: the API server loads a new policy within a few seconds; until then it admits.
+    const denied = await eventually(
+      'the admission policy to take effect',
+      async () => {
+        const outcome = await kc
+          .makeApiClient(k8s.CoordinationV1Api)
+          .createNamespacedLease({ namespace, body: lease('vol-c', '', '') })
+          .then(() => 'allowed', messageOf);
+        if (outcome === 'allowed') {
+          await c()
+            .kubeConfig.makeApiClient(k8s.CoordinationV1Api)
+            .deleteNamespacedLease({ namespace, name: 'vol-c' });
+          return undefined;
+        }
+        return outcome;
+      },
+      30_000,
+      500,
+    );
+    assert.match(denied, /pod-bound service-account token/);
+  });
+
+  it('lets an agent write only its own Lease, as itself, and nothing else', async () => {
+    const c = cluster();
+    const core = c.kubeConfig.makeApiClient(k8s.CoreV1Api);
+    await core.createNode({ body: { metadata: { name: 'node-a' } } });
+    const pod = await core.createNamespacedPod({
+      namespace,
+      body: {
+        metadata: { name: 'vol-a-x7k2p', labels: { 'leasehold.dev/share-manager': 'vol-a' } },
+        spec: {
+          nodeName: 'node-a',
+          serviceAccountName: 'leasehold-agent',
+          containers: [{ name: 'agent', image: 'leasehold.dev/leasehold:dev' }],
+        },
+      },
+    });
+    const kc = await tokenKubeConfig('leasehold-agent', pod);
+    const review = await kc.makeApiClient(k8s.AuthenticationV1Api).createSelfSubjectReview({ body: {} });
+    assert.deepEqual(review.status?.userInfo?.extra?.['authentication.kubernetes.io/pod-name'], [
+      'vol-a-x7k2p',
+    ]);
+    assert.deepEqual(review.status?.userInfo?.extra?.['authentication.kubernetes.io/node-name'], ['node-a']);
+
+    const asAgent = kc.makeApiClient(k8s.CoordinationV1Api);
+    const admin = c.kubeConfig.makeApiClient(k8s.CoordinationV1Api);
+    await admin.createNamespacedLease({ namespace, body: lease('vol-b', 'vol-b-q9w8e', 'node-b') });
+
+    // Its own Lease: create, renew, release.
+    const own = await asAgent.createNamespacedLease({
+      namespace,
+      body: lease('vol-a', 'vol-a-x7k2p', 'node-a'),
+    });
+    const renewed = await asAgent.replaceNamespacedLease({
+      namespace,
+      name: 'vol-a',
+      body: lease('vol-a', 'vol-a-x7k2p', 'node-a', own.metadata?.resourceVersion),
+    });
+
+    // Denied by the admission policy (it holds RBAC update on leases in the namespace).
+    const other = await admin.readNamespacedLease({ namespace, name: 'vol-b' });
+    const steal = await asAgent
+      .replaceNamespacedLease({
+        namespace,
+        name: 'vol-b',
+        body: lease('vol-b', 'vol-a-x7k2p', 'node-a', other.metadata?.resourceVersion),
+      })
+      .then(() => 'allowed', messageOf);
+    assert.match(steal, /may only write the Lease of its own share manager/);
+    const renewOther = await asAgent
+      .replaceNamespacedLease({
+        namespace,
+        name: 'vol-b',
+        body: lease('vol-b', 'vol-b-q9w8e', 'node-b', other.metadata?.resourceVersion),
+      })
+      .then(() => 'allowed', messageOf);
+    assert.match(renewOther, /may only write the Lease of its own share manager/);
+    const handOver = await asAgent
+      .replaceNamespacedLease({
+        namespace,
+        name: 'vol-a',
+        body: lease('vol-a', 'vol-a-zzzzz', 'node-a', renewed.metadata?.resourceVersion),
+      })
+      .then(() => 'allowed', messageOf);
+    assert.match(handOver, /may only hold a Lease itself or release one it holds/);
+    const wrongNode = await asAgent
+      .replaceNamespacedLease({
+        namespace,
+        name: 'vol-a',
+        body: lease('vol-a', 'vol-a-x7k2p', 'node-b', renewed.metadata?.resourceVersion),
+      })
+      .then(() => 'allowed', messageOf);
+    assert.match(wrongNode, /may only hold a Lease itself/);
+
+    // Denied by RBAC.
+    const forbidden = await Promise.all([
+      asAgent.deleteNamespacedLease({ namespace, name: 'vol-a' }).then(() => 200, statusOf),
+      asAgent.listNamespacedLease({ namespace }).then(() => 200, statusOf),
+      kc
+        .makeApiClient(k8s.CoreV1Api)
+        .listNamespacedSecret({ namespace })
+        .then(() => 200, statusOf),
+      kc
+        .makeApiClient(k8s.CoreV1Api)
+        .listNamespacedPod({ namespace })
+        .then(() => 200, statusOf),
+    ]);
+    assert.deepEqual(forbidden, [403, 403, 403, 403]);
+
+    // Release: the holder emptied by the holder itself.
+    const released = await asAgent.replaceNamespacedLease({
+      namespace,
+      name: 'vol-a',
+      body: lease('vol-a', '', 'node-a', renewed.metadata?.resourceVersion),
+    });
+    assert.equal(released.spec?.holderIdentity, '');
+    assert.equal(
+      (await admin.readNamespacedLease({ namespace, name: 'vol-b' })).spec?.holderIdentity,
+      'vol-b-q9w8e',
+    );
+  });
+
+  it('gives the manager what it needs and no secrets', async () => {
+    const kc = await tokenKubeConfig('leasehold-manager');
+    const core = kc.makeApiClient(k8s.CoreV1Api);
+    const allowed = await Promise.all([
+      kc
+        .makeApiClient(k8s.CoordinationV1Api)
+        .listLeaseForAllNamespaces()
+        .then(() => 200, statusOf),
+      core.listPodForAllNamespaces().then(() => 200, statusOf),
+      core.listNode().then(() => 200, statusOf),
+      kc
+        .makeApiClient(k8s.StorageV1Api)
+        .listVolumeAttachment()
+        .then(() => 200, statusOf),
+    ]);
+    assert.deepEqual(allowed, [200, 200, 200, 200]);
+    const denied = await Promise.all([
+      core.listSecretForAllNamespaces().then(() => 200, statusOf),
+      core.listNamespacedSecret({ namespace }).then(() => 200, statusOf),
+      core.listConfigMapForAllNamespaces().then(() => 200, statusOf),
+      core.deleteNode({ name: 'node-a' }).then(() => 200, statusOf),
+    ]);
+    assert.deepEqual(denied, [403, 403, 403, 403]);
+  });
+});
