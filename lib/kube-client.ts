@@ -27,7 +27,8 @@ export function withDeadline(ms: number): k8s.ConfigurationOptions {
     middleware: [
       {
         pre: (ctx) => {
-          ctx.setSignal(AbortSignal.timeout(ms));
+          // NB: AbortSignal.timeout throws on fractional milliseconds.
+          ctx.setSignal(AbortSignal.timeout(Math.max(1, Math.floor(ms))));
           return new k8s.Observable(Promise.resolve(ctx));
         },
         post: (res) => new k8s.Observable(Promise.resolve(res)),
@@ -40,8 +41,10 @@ export function withDeadline(ms: number): k8s.ConfigurationOptions {
 /** The HTTP status of a failed API call, or undefined when no answer came back. */
 export function statusOf(err: unknown): number | undefined {
   if (err instanceof KubeApiError) return err.status;
+  // NB: client-node's ApiException carries the HTTP status as `code`; Node's own errors
+  // use `code` too (e.g. 23 for an aborted request), which is no HTTP status.
   const code = (err as { code?: unknown })?.code;
-  return typeof code === 'number' ? code : undefined;
+  return typeof code === 'number' && code >= 100 && code <= 599 ? code : undefined;
 }
 
 /** Runs one API call and turns its failure into a KubeApiError naming `operation`. */

@@ -5,6 +5,7 @@
  * component, and the service-account signing key. EC P-256 keys: fast to make.
  */
 import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -76,7 +77,10 @@ async function signed(
       ca.cert,
       '-CAkey',
       ca.key,
-      '-CAcreateserial',
+      // A random serial per certificate: -CAcreateserial makes parallel signings race
+      // on one ca.srl file.
+      '-set_serial',
+      `0x${randomBytes(16).toString('hex')}`,
       '-days',
       '30',
       '-extfile',

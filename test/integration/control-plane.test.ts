@@ -178,10 +178,13 @@ describe('node lifecycle', () => {
       body: { metadata: { name, labels: { 'kubernetes.io/hostname': name } } },
     });
     const now = new Date();
+    // NB: the node-lifecycle controller may update the new Node first (taints), so the
+    // status is written without a resourceVersion precondition.
     await core.replaceNodeStatus({
       name,
       body: {
         ...node,
+        metadata: { ...node.metadata, resourceVersion: undefined },
         status: {
           conditions: [
             {
