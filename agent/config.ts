@@ -1,0 +1,207 @@
+/**
+ * The agent's configuration, read from env vars only and validated before any work.
+ * Every problem is reported at once, naming the variable, the value and the rule;
+ * main exits with code 2 (see exit-codes.ts).
+ *
+ * | variable                          | default  | meaning / hazard |
+ * |-----------------------------------|----------|------------------|
+ * | LEASEHOLD_LEASE_NAMESPACE         | required | namespace of the Lease (= the ShareManager's) |
+ * | LEASEHOLD_LEASE_NAME              | required | name of the Lease (= the ShareManager's); a created Lease is labelled leasehold.dev/share-manager=<name> |
+ * | LEASEHOLD_POD_NAME                | required | this pod (downward API): the holderIdentity |
+ * | LEASEHOLD_NODE_NAME               | required | this node (downward API): annotation leasehold.dev/holder-node |
+ * | LEASEHOLD_LEASE_DURATION   (D)    | 6s       | others may take the lease D after its last observed change |
+ * | LEASEHOLD_RENEW_INTERVAL   (R)    | 2s       | one CAS renewal every R |
+ * | LEASEHOLD_RENEW_DEADLINE   (T)    | 4s       | fence when T passed since the last successful renewal was SENT |
+ * | LEASEHOLD_RETRY_PERIOD            | 500ms    | pause between failed attempts (and between reads while waiting to acquire) |
+ * | LEASEHOLD_REQUEST_TIMEOUT         | 1s       | cap on one API request; each is also cut at the renew deadline |
+ * | LEASEHOLD_ACQUIRE_TIMEOUT         | 0        | give up acquiring (exit 3) after this long; 0 waits forever |
+ * | LEASEHOLD_RELEASE_TIMEOUT         | 900ms    | budget for releasing the lease on SIGTERM |
+ * | LEASEHOLD_FENCE_ACTION            | none     | signal, command or none |
+ * | LEASEHOLD_FENCE_PROCESS           | -        | for `signal`: process name (see fence.ts for the matching rule) |
+ * | LEASEHOLD_FENCE_SIGNAL            | SIGTERM  | for `signal`: the signal to send |
+ * | LEASEHOLD_FENCE_COMMAND           | -        | for `command`: run with /bin/sh -c |
+ * | LEASEHOLD_FENCE_COMMAND_TIMEOUT   | 1s       | for `command`: killed after this; must be < D - T |
+ * | LEASEHOLD_HTTP_PORT               | 8081     | /healthz /readyz /metrics (0 = any free port, logged) |
+ * | LEASEHOLD_HTTP_HOST               | 0.0.0.0  | address the endpoints listen on |
+ * | LEASEHOLD_LOG_LEVEL               | info     | fatal, error, warn, info, debug, trace, silent |
+ * | LEASEHOLD_SERVER_CHECK            | -        | optional: tcp://host:port or http://host:port/path, checked before each renewal |
+ * | LEASEHOLD_SERVER_CHECK_TIMEOUT    | 1s       | per check; must be < T - R so a check cannot starve the renewal |
+ * | LEASEHOLD_SERVER_CHECK_FAILURES   | 3        | consecutive failures (after the first success) that fence |
+ *
+ * Cross-field rules (DESIGN.md "Timings and safety"): D > T > R; T - R >= retry period
+ * (room for at least one retry); fence command timeout < D - T (the fence must finish
+ * before a manager may declare the holder dead). KUBECONFIG is read by kube-connection.ts
+ * (in-cluster service account when unset).
+ *
+ * Exit codes: see exit-codes.ts (0 released, 1 fenced, 2 bad config, 3 could not start/acquire).
+ */
+import { constants } from 'node:os';
+import { type Env, EnvReader, formatDuration } from '../lib/env-config.ts';
+import { LOG_LEVELS, type LogLevel } from '../lib/logger.ts';
+
+export type FenceConfig =
+  | { action: 'none' }
+  | { action: 'signal'; process: string; signal: NodeJS.Signals }
+  | { action: 'command'; command: string; timeoutMs: number };
+
+export type ServerCheckTarget =
+  | { kind: 'tcp'; host: string; port: number; text: string }
+  | { kind: 'http'; url: string; text: string };
+
+export interface ServerCheckConfig {
+  target: ServerCheckTarget;
+  timeoutMs: number;
+  failuresToFence: number;
+}
+
+export interface Timings {
+  leaseDurationMs: number;
+  renewIntervalMs: number;
+  renewDeadlineMs: number;
+  retryPeriodMs: number;
+  requestTimeoutMs: number;
+}
+
+export interface AgentConfig {
+  namespace: string;
+  leaseName: string;
+  podName: string;
+  nodeName: string;
+  timings: Timings;
+  acquireTimeoutMs: number;
+  releaseTimeoutMs: number;
+  fence: FenceConfig;
+  httpPort: number;
+  httpHost: string;
+  logLevel: LogLevel;
+  serverCheck: ServerCheckConfig | undefined;
+}
+
+const HOUR = 3_600_000;
+const SIGNAL_NAMES = Object.keys(constants.signals) as NodeJS.Signals[];
+
+/** Reads and validates the agent's env; throws ConfigError listing every problem. */
+export function readAgentConfig(env: Env): AgentConfig {
+  const r = new EnvReader(env);
+  // NB: timings first, so their cross-field rules run only on sound fields (r.ok).
+  const timings = readTimings(r);
+  const timingsSound = r.ok;
+  const namespace = r.objectName('LEASEHOLD_LEASE_NAMESPACE');
+  const leaseName = r.objectName('LEASEHOLD_LEASE_NAME');
+  const podName = r.objectName('LEASEHOLD_POD_NAME');
+  const nodeName = r.objectName('LEASEHOLD_NODE_NAME');
+  const acquireTimeoutMs = r.duration('LEASEHOLD_ACQUIRE_TIMEOUT', 0, 0, 24 * HOUR);
+  const releaseTimeoutMs = r.duration('LEASEHOLD_RELEASE_TIMEOUT', 900, 50, 60_000);
+  const fence = readFence(r, timingsSound ? timings : undefined);
+  const httpPort = r.port('LEASEHOLD_HTTP_PORT', 8081);
+  const httpHost = r.string('LEASEHOLD_HTTP_HOST', { fallback: '0.0.0.0' });
+  const logLevel = r.oneOf('LEASEHOLD_LOG_LEVEL', LOG_LEVELS, 'info');
+  const serverCheck = readServerCheck(r, timingsSound ? timings : undefined);
+  r.done();
+  return {
+    namespace,
+    leaseName,
+    podName,
+    nodeName,
+    timings,
+    acquireTimeoutMs,
+    releaseTimeoutMs,
+    fence,
+    httpPort,
+    httpHost,
+    logLevel,
+    serverCheck,
+  };
+}
+
+function readTimings(r: EnvReader): Timings {
+  const leaseDurationMs = r.duration('LEASEHOLD_LEASE_DURATION', 6_000, 1_000, HOUR);
+  const renewIntervalMs = r.duration('LEASEHOLD_RENEW_INTERVAL', 2_000, 100, HOUR);
+  const renewDeadlineMs = r.duration('LEASEHOLD_RENEW_DEADLINE', 4_000, 100, HOUR);
+  const retryPeriodMs = r.duration('LEASEHOLD_RETRY_PERIOD', 500, 10, HOUR);
+  // NB: whole ms: request deadlines become AbortSignal.timeout(ms), which rejects fractions.
+  const requestTimeoutMs = Math.floor(r.duration('LEASEHOLD_REQUEST_TIMEOUT', 1_000, 50, HOUR));
+  const d = `LEASEHOLD_LEASE_DURATION=${formatDuration(leaseDurationMs)}`;
+  const t = `LEASEHOLD_RENEW_DEADLINE=${formatDuration(renewDeadlineMs)}`;
+  const rr = `LEASEHOLD_RENEW_INTERVAL=${formatDuration(renewIntervalMs)}`;
+  const p = `LEASEHOLD_RETRY_PERIOD=${formatDuration(retryPeriodMs)}`;
+  if (!r.ok) return { leaseDurationMs, renewIntervalMs, renewDeadlineMs, retryPeriodMs, requestTimeoutMs };
+  r.require(
+    leaseDurationMs > renewDeadlineMs,
+    `${d} must be longer than ${t} (rule D > T: the holder must fence before others may declare it dead)`,
+  );
+  r.require(
+    renewDeadlineMs > renewIntervalMs,
+    `${t} must be longer than ${rr} (rule T > R: a renewal must be able to fail and be retried)`,
+  );
+  if (renewDeadlineMs > renewIntervalMs) {
+    r.require(
+      renewDeadlineMs - renewIntervalMs >= retryPeriodMs,
+      `${t} minus ${rr} must be at least ${p} (rule T - R >= retry period: room for one retry)`,
+    );
+  }
+  return { leaseDurationMs, renewIntervalMs, renewDeadlineMs, retryPeriodMs, requestTimeoutMs };
+}
+
+/** `timings` is undefined when they are unsound: rules relative to them are skipped. */
+function readFence(r: EnvReader, timings: Timings | undefined): FenceConfig {
+  const action = r.oneOf('LEASEHOLD_FENCE_ACTION', ['none', 'signal', 'command'] as const, 'none');
+  if (action === 'signal') {
+    const process = r.string('LEASEHOLD_FENCE_PROCESS', {
+      pattern: /^[^/\0]+$/,
+      rule: 'is required when LEASEHOLD_FENCE_ACTION=signal: a process name (no "/")',
+    });
+    const signal = r.oneOf('LEASEHOLD_FENCE_SIGNAL', SIGNAL_NAMES, 'SIGTERM');
+    return { action, process, signal };
+  }
+  if (action === 'command') {
+    const command = r.string('LEASEHOLD_FENCE_COMMAND', {
+      rule: 'is required when LEASEHOLD_FENCE_ACTION=command: a shell command',
+    });
+    const timeoutMs = r.duration('LEASEHOLD_FENCE_COMMAND_TIMEOUT', 1_000, 10, HOUR);
+    if (timings) {
+      const margin = timings.leaseDurationMs - timings.renewDeadlineMs;
+      r.require(
+        timeoutMs < margin,
+        `LEASEHOLD_FENCE_COMMAND_TIMEOUT=${formatDuration(timeoutMs)} must be shorter than LEASEHOLD_LEASE_DURATION minus LEASEHOLD_RENEW_DEADLINE (${formatDuration(margin)}): the fence must finish before a manager may declare the holder dead`,
+      );
+    }
+    return { action, command, timeoutMs };
+  }
+  return { action: 'none' };
+}
+
+function readServerCheck(r: EnvReader, timings: Timings | undefined): ServerCheckConfig | undefined {
+  const text = r.optionalString('LEASEHOLD_SERVER_CHECK');
+  const timeoutMs = Math.floor(r.duration('LEASEHOLD_SERVER_CHECK_TIMEOUT', 1_000, 10, HOUR));
+  const failuresToFence = r.integer('LEASEHOLD_SERVER_CHECK_FAILURES', 3, 1, 1_000);
+  if (text === undefined) return undefined;
+  const target = parseServerCheckTarget(text);
+  r.require(
+    target !== undefined,
+    `LEASEHOLD_SERVER_CHECK=${JSON.stringify(text)}: must be tcp://host:port or http://host:port/path`,
+  );
+  if (timings) {
+    const room = timings.renewDeadlineMs - timings.renewIntervalMs;
+    r.require(
+      timeoutMs < room,
+      `LEASEHOLD_SERVER_CHECK_TIMEOUT=${formatDuration(timeoutMs)} must be shorter than LEASEHOLD_RENEW_DEADLINE minus LEASEHOLD_RENEW_INTERVAL (${formatDuration(room)}): a slow check must leave time to renew`,
+    );
+  }
+  return target === undefined ? undefined : { target, timeoutMs, failuresToFence };
+}
+
+/** `tcp://host:port` or `http://host:port/path`; undefined when neither. */
+export function parseServerCheckTarget(text: string): ServerCheckTarget | undefined {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return undefined;
+  }
+  if (url.protocol === 'http:' && url.hostname !== '') return { kind: 'http', url: url.href, text };
+  if (url.protocol !== 'tcp:' || url.hostname === '' || url.port === '') return undefined;
+  if (url.pathname !== '' && url.pathname !== '/') return undefined;
+  const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
+  return { kind: 'tcp', host, port: Number(url.port), text };
+}

@@ -1,0 +1,133 @@
+/**
+ * The agent sidecar's entry point: only wiring. Reads the env (config.ts), serves the
+ * endpoints, acquires the Lease (acquire-loop.ts), renews it (renew-loop.ts), and ends
+ * in exactly one of: release on SIGTERM/SIGINT (release.ts, exit 0), fence (fence.ts,
+ * exit 1), or a start failure (exit 3). Exit codes: exit-codes.ts. Env vars: config.ts.
+ *
+ * NB: an unexpected exception also fences (readiness drops, fence action, exit 1): a
+ * crashed agent must not leave a server serving without a renewed lease.
+ */
+import { systemClock } from '../lib/clock.ts';
+import { ConfigError } from '../lib/errors.ts';
+import { type Endpoints, serveEndpoints } from '../lib/http-endpoints.ts';
+import { createLogger, type Logger } from '../lib/logger.ts';
+import { acquireLease } from './acquire-loop.ts';
+import { AgentHealth } from './agent-health.ts';
+import { AgentMetrics } from './agent-metrics.ts';
+import { type AgentConfig, readAgentConfig } from './config.ts';
+import { EXIT_CONFIG, EXIT_FENCED, EXIT_RELEASED, EXIT_START_FAILED } from './exit-codes.ts';
+import { runFence } from './fence.ts';
+import { resolveKubeConnection } from './kube-connection.ts';
+import { HttpLeaseStore } from './lease-http-store.ts';
+import { releaseLease } from './release.ts';
+import { renewLoop } from './renew-loop.ts';
+
+async function main(): Promise<number> {
+  let config: AgentConfig;
+  try {
+    config = readAgentConfig(process.env);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(`leasehold agent: ${err.message}\n`);
+    return EXIT_CONFIG;
+  }
+  const clock = systemClock;
+  const log = createLogger('agent', config.logLevel).child({
+    lease: `${config.namespace}/${config.leaseName}`,
+    pod: config.podName,
+  });
+  const metrics = new AgentMetrics(clock);
+  const health = new AgentHealth(metrics, config.timings.renewDeadlineMs);
+  const fence = async (why: Record<string, unknown>): Promise<number> => {
+    health.enter('fenced');
+    const startedAtMs = clock.now();
+    const result = await runFence(config.fence);
+    const fenceMs = Math.round((clock.now() - startedAtMs) * 10) / 10;
+    log.error({ ...why, fence: result, fenceMs }, 'fenced: readiness dropped, fence action done, exiting');
+    return EXIT_FENCED;
+  };
+  process.on('uncaughtException', (err) => {
+    log.fatal({ err }, 'unexpected error');
+    void fence({ reason: 'unexpected-error' }).then((code) => process.exit(code));
+  });
+
+  let store: HttpLeaseStore;
+  let endpoints: Endpoints;
+  let apiSource: string;
+  try {
+    const connection = await resolveKubeConnection(process.env);
+    apiSource = connection.source;
+    store = new HttpLeaseStore(connection);
+    endpoints = await serveEndpoints({
+      host: config.httpHost,
+      port: config.httpPort,
+      registry: metrics.registry,
+      healthz: health.healthz,
+      readyz: health.readyz,
+    });
+  } catch (err) {
+    log.fatal({ err }, 'could not start (kubeconfig or HTTP port)');
+    return EXIT_START_FAILED;
+  }
+  log.info(
+    { httpPort: endpoints.port, api: apiSource, timings: config.timings, fence: config.fence.action },
+    'agent started',
+  );
+
+  const stopping = new AbortController();
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(signal, () => {
+      log.info({ signal }, 'planned stop requested');
+      stopping.abort();
+    });
+  }
+  const deps = { config, store, clock, log, metrics, stop: stopping.signal };
+
+  health.enter('acquiring');
+  const acquired = await acquireLease(deps);
+  if (acquired.kind === 'stopped') return finish(log, endpoints, EXIT_RELEASED, 'stopped before acquiring');
+  if (acquired.kind === 'timed-out') {
+    log.error(
+      { holder: acquired.holder, after: config.acquireTimeoutMs },
+      'could not acquire the lease in time',
+    );
+    return finish(log, endpoints, EXIT_START_FAILED);
+  }
+  if (acquired.kind === 'refused') {
+    // A manager declared this pod's incarnation dead: its server must not serve.
+    return finish(log, endpoints, await fence({ reason: 'own lease marked delinquent' }));
+  }
+  metrics.renewed(acquired.sentAtMs, 0, false);
+  health.enter('holding');
+  log.info({ how: acquired.how, transitions: acquired.lease.transitions }, 'lease acquired');
+
+  const end = stopping.signal.aborted
+    ? ({ kind: 'stopped', lease: acquired.lease } as const)
+    : await renewLoop(deps, acquired.lease, acquired.sentAtMs);
+  if (end.kind !== 'stopped') {
+    return finish(log, endpoints, await fence({ reason: end.kind, detail: end }));
+  }
+  health.enter('releasing');
+  const released = await releaseLease(store, end.lease, config.podName, config.releaseTimeoutMs, clock);
+  if (released.kind === 'failed') {
+    log.error({ release: released }, 'could not release the lease; it will expire for the manager');
+    return finish(log, endpoints, EXIT_FENCED);
+  }
+  health.enter('stopped');
+  log.info({ release: released }, 'lease released');
+  return finish(log, endpoints, EXIT_RELEASED);
+}
+
+async function finish(log: Logger, endpoints: Endpoints, code: number, message?: string): Promise<number> {
+  if (message) log.info(message);
+  await endpoints.close();
+  return code;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    process.stderr.write(`leasehold agent: unexpected error: ${String((err as Error)?.stack ?? err)}\n`);
+    process.exit(EXIT_FENCED);
+  },
+);

@@ -1,0 +1,153 @@
+/**
+ * The agent cut off from the real API server through dev/net/tcp-proxy.ts: it must
+ * fence at the renew deadline T (counted from its last successful renewal) ± 0.5 s,
+ * never later, whether the connection is reset (close) or silently dropped (stall);
+ * and an outage shorter than T must not fence. Default timings: D 6 s, R 2 s, T 4 s.
+ *
+ * The last successful renewal is seen from outside twice: the debug line the agent
+ * prints on each success (arrives after the request was sent, so it under-estimates the
+ * time to the fence by the request latency) and the moment the proxy was switched
+ * (every success was sent before it).
+ */
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it, type TestContext } from 'node:test';
+import type { ProxyMode } from '../../dev/net/tcp-proxy.ts';
+import { useCluster } from '../support/cluster.ts';
+import {
+  type AgentProcess,
+  agentEnv,
+  cleanup,
+  leaseApi,
+  proxiedApi,
+  readLease,
+  spawnAgent,
+} from './agent-harness.ts';
+
+const cluster = useCluster({ scheduler: false, controllerManager: false });
+after(cleanup);
+
+const T = 4_000;
+const R = 2_000;
+const FENCED = 'fenced: readiness dropped, fence action done, exiting';
+
+/** Resolves just after the agent logs its next successful renewal. */
+async function nextRenewal(agent: AgentProcess, timeoutMs = 5_000): Promise<number> {
+  const seen = agent.lines.filter((l) => l.msg === 'lease renewed').length;
+  const until = performance.now() + timeoutMs;
+  while (performance.now() < until) {
+    const renewals = agent.lines.filter((l) => l.msg === 'lease renewed');
+    if (renewals.length > seen) return renewals[renewals.length - 1]?.atMs as number;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  throw new Error('no renewal seen');
+}
+
+async function cutOff(t: TestContext, mode: Exclude<ProxyMode, 'pass'>, lease: string): Promise<void> {
+  const { proxy, kubeconfigPath } = await proxiedApi(cluster());
+  const dir = await mkdtemp(join(tmpdir(), 'leasehold-fence-'));
+  after(() => rm(dir, { recursive: true, force: true }));
+  const marker = join(dir, 'fenced');
+  const agent = spawnAgent({
+    ...agentEnv(lease, `pod-${mode}`, {
+      LEASEHOLD_LOG_LEVEL: 'debug',
+      LEASEHOLD_FENCE_ACTION: 'command',
+      LEASEHOLD_FENCE_COMMAND: `touch ${marker}`,
+    }),
+    KUBECONFIG: kubeconfigPath,
+  });
+  await agent.waitForLog('lease acquired');
+  const lastRenewalAt = await nextRenewal(agent);
+  // Cut shortly after a renewal: the next one is due R after it was sent.
+  await new Promise((r) => setTimeout(r, 200));
+  proxy.setMode(mode);
+  const cutAt = performance.now();
+  const exit = await agent.exited;
+  const fenced = agent.lines.find((l) => l.msg === FENCED);
+  assert.equal(exit.code, 1);
+  assert.ok(fenced, `no "${FENCED}" line; stderr: ${agent.stderr()}`);
+  assert.equal(fenced.reason, 'deadline-passed');
+  const fromRenewal = fenced.atMs - lastRenewalAt;
+  const fromCut = fenced.atMs - cutAt;
+  // The renewal was sent before its log line arrived: the fence may come a little before T after it.
+  assert.ok(
+    fromRenewal >= T - 500,
+    `fenced ${Math.round(fromRenewal)} ms after the last renewal, before T - 0.5 s`,
+  );
+  assert.ok(
+    fromRenewal <= T + 500,
+    `fenced ${Math.round(fromRenewal)} ms after the last renewal, later than T + 0.5 s`,
+  );
+  // Every success was sent before the cut, so the fence is due less than T after it; 300 ms
+  // is slack for a loaded machine's timers and pipes, not for the agent.
+  assert.ok(fromCut <= T + 300, `fenced ${Math.round(fromCut)} ms after the cut: later than T`);
+  const sinceLastSuccess = (fenced.detail as { sinceLastSuccessMs: number }).sinceLastSuccessMs;
+  t.diagnostic(
+    `${mode}: fenced ${Math.round(fromRenewal)} ms after the last renewal was logged, ${Math.round(fromCut)} ms after the cut; agent measured ${Math.round(sinceLastSuccess)} ms since the last success was sent; fence command ${String(fenced.fenceMs)} ms`,
+  );
+  assert.ok(sinceLastSuccess >= T && sinceLastSuccess <= T + 500, `agent measured ${sinceLastSuccess} ms`);
+  assert.ok(existsSync(marker), 'the fence command ran');
+  assert.equal((fenced.fence as { kind: string }).kind, 'command-finished');
+  const failures = agent.lines.filter(
+    (l) => l.msg === 'lease renewal failing; retrying until the renew deadline',
+  );
+  assert.equal(failures.length, 1, 'one log line for the state change, not one per failed attempt');
+}
+
+describe('agent cut off from the API server', () => {
+  it('fences at the renew deadline when the connection is reset (proxy close)', async (t) => {
+    await cutOff(t, 'close', 'cut-close');
+  });
+
+  it('fences at the renew deadline when the connection stalls without closing (proxy stall)', async (t) => {
+    await cutOff(t, 'stall', 'cut-stall');
+  });
+
+  it('does not fence on an outage shorter than the renew deadline, and renewals resume', async () => {
+    const { proxy, kubeconfigPath } = await proxiedApi(cluster());
+    const agent = spawnAgent({
+      ...agentEnv('cut-short', 'pod-short', { LEASEHOLD_LOG_LEVEL: 'debug' }),
+      KUBECONFIG: kubeconfigPath,
+    });
+    await agent.waitForLog('lease acquired');
+    await nextRenewal(agent);
+    proxy.setMode('close');
+    await new Promise((r) => setTimeout(r, 2_200)); // the renewal due 2 s after the last one fails
+    proxy.setMode('pass');
+    await agent.waitForLog('lease renewal recovered', T);
+    const resumedAt = await nextRenewal(agent, R + 1_000);
+    assert.ok(resumedAt > 0);
+    assert.equal(agent.child.exitCode, null, 'still running');
+    assert.ok(!agent.lines.some((l) => l.msg === FENCED));
+    assert.equal((await readLease(leaseApi(cluster()), 'cut-short'))?.holder, 'pod-short');
+  });
+
+  it('rides out a real kube-apiserver restart shorter than its renew deadline', async () => {
+    const agent = spawnAgent({
+      ...agentEnv('restart-one', 'pod-restart', {
+        LEASEHOLD_LOG_LEVEL: 'debug',
+        LEASEHOLD_LEASE_DURATION: '30s',
+        LEASEHOLD_RENEW_DEADLINE: '20s',
+      }),
+      KUBECONFIG: cluster().kubeconfigPath,
+    });
+    await agent.waitForLog('lease acquired');
+    await nextRenewal(agent);
+    const stoppedAt = performance.now();
+    await cluster().stopApiServer();
+    await new Promise((r) => setTimeout(r, 2_500));
+    await cluster().startApiServer();
+    const outageMs = performance.now() - stoppedAt;
+    assert.ok(
+      outageMs < 20_000,
+      `the restart took ${Math.round(outageMs)} ms: longer than T, test is meaningless`,
+    );
+    await agent.waitForLog('lease renewal recovered', 10_000);
+    await nextRenewal(agent, R + 2_000);
+    assert.equal(agent.child.exitCode, null, 'still running');
+    assert.equal((await readLease(leaseApi(cluster()), 'restart-one'))?.holder, 'pod-restart');
+  });
+});
