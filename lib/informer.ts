@@ -229,16 +229,18 @@ export class Informer<T extends KubernetesObject> {
       for await (const chunk of res.body) {
         arm();
         buffered += decoder.decode(chunk as Uint8Array, { stream: true });
-        let newline = buffered.indexOf('\n');
+        let start = 0;
+        let newline = buffered.indexOf('\n', start);
         while (newline >= 0) {
-          const line = buffered.slice(0, newline).trim();
-          buffered = buffered.slice(newline + 1);
-          newline = buffered.indexOf('\n');
+          const line = buffered.slice(start, newline).trim();
+          start = newline + 1;
+          newline = buffered.indexOf('\n', start);
           if (line === '') continue;
           const outcome = this.apply(JSON.parse(line) as { type: string; object: T & { code?: number } });
           delivered = true;
           if (outcome) return { ...outcome, delivered };
         }
+        buffered = buffered.slice(start);
       }
       return { reason: 'ended', delivered };
     } catch (error) {

@@ -1,10 +1,11 @@
 /**
  * Kubernetes client setup, once for every process: `KUBECONFIG` when set, else the
- * in-cluster service account. Also the per-request deadline every caller uses, so
+ * in-cluster service account, with one shared connection pool (reuse-connections.ts). Also the per-request deadline every caller uses, so
  * that no request can outlive the time its caller has to act.
  */
 import * as k8s from '@kubernetes/client-node';
 import { KubeApiError } from './errors.ts';
+import { reuseConnections } from './reuse-connections.ts';
 
 export { k8s };
 
@@ -14,7 +15,7 @@ export function loadKubeConfig(
   const kc = new k8s.KubeConfig();
   if (env.KUBECONFIG) kc.loadFromFile(env.KUBECONFIG);
   else kc.loadFromCluster();
-  return kc;
+  return reuseConnections(kc);
 }
 
 /**

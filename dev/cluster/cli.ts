@@ -53,11 +53,8 @@ async function up(): Promise<number> {
     server: cluster.server,
   };
   writeFileSync(stateFile, `${JSON.stringify(state, null, 2)}\n`);
-  // Runs on every way out, Ctrl-C included (the components are killed by then).
-  process.on('exit', () => {
-    rmSync(stateFile, { force: true });
-    rmSync(cluster.dir, { recursive: true, force: true });
-  });
+  // Runs on every way out, Ctrl-C included (the cluster removes its own temp dir).
+  process.on('exit', () => rmSync(stateFile, { force: true }));
   console.log(cluster.kubeconfigPath);
   console.error(`leasehold: cluster up at ${cluster.server}; logs in ${cluster.logDir}`);
   console.error(

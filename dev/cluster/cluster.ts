@@ -8,6 +8,7 @@
  * Several clusters can run at once (own temp dir, own ports). stop() is idempotent
  * and leaves no process behind; so does the exit of the Node process that started it.
  */
+import { rmSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,7 +16,7 @@ import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { sleep } from '../../lib/clock.ts';
 import { kubeBinDir } from './binaries.ts';
 import { makeCerts } from './certs.ts';
-import { Component, ComponentError, httpOk } from './component.ts';
+import { Component, ComponentError, httpOk, onAbruptExit } from './component.ts';
 import { writeKubeconfig } from './kubeconfig.ts';
 import { freePorts } from './ports.ts';
 import type { Cluster, ClusterOptions } from './types.ts';
@@ -45,6 +46,11 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
   await mkdir(certDir, { recursive: true });
 
   const started: Component[] = [];
+  // Ctrl-C or a signal: the components are killed at once; the temp dir goes too.
+  const forgetDir =
+    opts.dir === undefined && process.env.LEASEHOLD_KEEP_CLUSTER !== '1'
+      ? onAbruptExit(() => rmSync(dir, { recursive: true, force: true }))
+      : () => {};
   const stopAll = async () => {
     for (const c of [...started].reverse()) await c.stop();
   };
@@ -237,11 +243,13 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
         if (stopped) return;
         stopped = true;
         await stopAll();
+        forgetDir();
         if (!stopOpts?.keepDir && opts.dir === undefined) await rm(dir, { recursive: true, force: true });
       },
     };
   } catch (err) {
     await stopAll();
+    forgetDir();
     if (opts.dir === undefined) await rm(dir, { recursive: true, force: true }).catch(() => {});
     throw err;
   }

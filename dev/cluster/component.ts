@@ -42,7 +42,14 @@ function lastLines(logPath: string): string {
 }
 
 const running = new Set<ChildProcess>();
+const cleanups = new Set<() => void>();
 let hooksInstalled = false;
+
+/** Registers synchronous work (e.g. removing a temp dir) for an abrupt exit; returns its undo. */
+export function onAbruptExit(cleanup: () => void): () => void {
+  cleanups.add(cleanup);
+  return () => cleanups.delete(cleanup);
+}
 
 function killAllNow(): void {
   for (const child of running) {
@@ -53,6 +60,14 @@ function killAllNow(): void {
     }
   }
   running.clear();
+  for (const cleanup of cleanups) {
+    try {
+      cleanup();
+    } catch {
+      // best effort on the way out
+    }
+  }
+  cleanups.clear();
 }
 
 function installExitHooks(): void {
@@ -91,7 +106,12 @@ export class Component {
     installExitHooks();
     const fd = openSync(this.logPath, 'a');
     try {
-      const child = spawn(this.bin, this.args, { detached: true, stdio: ['ignore', fd, fd] });
+      // setpriv --pdeathsig: the kernel kills the component if this process dies,
+      // even by SIGKILL, when no exit hook can run.
+      const child = spawn('setpriv', ['--pdeathsig', 'KILL', '--', this.bin, ...this.args], {
+        detached: true,
+        stdio: ['ignore', fd, fd],
+      });
       // A forgotten cluster must not keep its Node process alive: the exit hook kills it.
       child.unref();
       this.child = child;

@@ -2,6 +2,9 @@
  * node:test helper: one real control plane per test file, started in `before` and
  * stopped in `after` (also when a test fails). Set LEASEHOLD_KEEP_CLUSTER=1 to keep
  * the temp dir (logs, kubeconfig) of a failed run for reading.
+ *
+ * NB: call it at the top level of the file and put further setup in a `describe`'s
+ * own `before`: another top-level `before` may run before the cluster is up.
  */
 import { after, before } from 'node:test';
 import { type Cluster, type ClusterOptions, startCluster } from '../../dev/cluster/cluster.ts';
