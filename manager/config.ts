@@ -1,0 +1,137 @@
+/**
+ * The manager's configuration, read from env vars only and validated before any work.
+ * Every problem is reported at once, naming the variable, the value and the rule;
+ * main exits with code 2.
+ *
+ * | variable                               | default                   | meaning / hazard |
+ * |----------------------------------------|---------------------------|------------------|
+ * | LEASEHOLD_POD_NAME                     | required                  | this manager's identity (downward API); written to leasehold.dev/failover-by |
+ * | LEASEHOLD_NODE_NAME                    | required                  | node this manager runs on (logs, events) |
+ * | LEASEHOLD_WATCH_NAMESPACE              | all namespaces            | limit to one namespace |
+ * | LEASEHOLD_FAST_FAILOVER                | true                      | false: reconcile only, never fail over |
+ * | LEASEHOLD_OBSERVE_ONLY                 | false                     | dry run: log + event what a failover would do, write nothing for it |
+ * | LEASEHOLD_LEASE_DURATION (D)           | 6s                        | default for ShareManagers without spec.lease; also for a Lease without leaseDurationSeconds |
+ * | LEASEHOLD_RENEW_INTERVAL (R)           | 2s                        | default agent renew interval |
+ * | LEASEHOLD_RENEW_DEADLINE (T)           | 4s                        | default agent renew deadline |
+ * | LEASEHOLD_RETRY_PERIOD                 | 500ms                     | default agent retry period; also the manager's pause before retrying a failed step |
+ * | LEASEHOLD_AGENT_IMAGE                  | leasehold.dev/leasehold:dev | image of the agent sidecar (args[0] = agent) |
+ * | LEASEHOLD_AGENT_PORT                   | 8081                      | agent HTTP port inside share-manager pods (startup probe /readyz) |
+ * | LEASEHOLD_AGENT_SERVICE_ACCOUNT        | namespace default         | ServiceAccount of share-manager pods whose spec names none (the chart sets leasehold-agent) |
+ * | LEASEHOLD_ANTI_AFFINITY                | auto                      | auto (required when the lost node is unhealthy, else preferred), required, preferred, none |
+ * | LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP    | true                      | delete the backing PV's VolumeAttachments on the lost node |
+ * | LEASEHOLD_MAX_CONCURRENT_FAILOVERS     | 10                        | failovers this manager runs at once; more wait |
+ * | LEASEHOLD_STORM_THRESHOLD              | 0.5                       | pause failovers when more than this share of leases go stale in one window with healthy nodes |
+ * | LEASEHOLD_STORM_MIN_LEASES             | 3                         | ... and at least this many (one lease is never a storm) |
+ * | LEASEHOLD_STORM_WINDOW                 | 30s                       | the window |
+ * | LEASEHOLD_FAILOVER_TAKEOVER_TIMEOUT    | 30s                       | take over a failover whose owner made no visible progress this long |
+ * | LEASEHOLD_POD_CREATE_TIMEOUT           | 30s                       | retry a claimed pod creation that produced no pod this long |
+ * | LEASEHOLD_NODE_LEASE_GRACE             | 40s                       | a node heartbeat Lease unchanged this long (by our observation) counts as stale |
+ * | LEASEHOLD_WATCH_QUIET_TIMEOUT          | 90s                       | restart a watch that delivered nothing this long (bookmarks come every ~60s) |
+ * | LEASEHOLD_REQUEST_TIMEOUT              | 5s                        | deadline of each API request |
+ * | LEASEHOLD_HTTP_PORT                    | 8090                      | /healthz /readyz /metrics (0 = any free port) |
+ * | LEASEHOLD_HTTP_HOST                    | 0.0.0.0                   | address the endpoints listen on |
+ * | LEASEHOLD_LOG_LEVEL                    | info                      | fatal, error, warn, info, debug, trace, silent |
+ *
+ * Cross-field rules (DESIGN.md "Timings and safety"): D > T > R and T - R >= retry period.
+ * KUBECONFIG is read by lib/kube-client.ts (in-cluster service account when unset).
+ */
+import { type Env, EnvReader, formatDuration } from '../lib/env-config.ts';
+import { LOG_LEVELS, type LogLevel } from '../lib/logger.ts';
+
+export const ANTI_AFFINITY_MODES = ['auto', 'required', 'preferred', 'none'] as const;
+export type AntiAffinityMode = (typeof ANTI_AFFINITY_MODES)[number];
+
+export interface LeaseTimings {
+  leaseDurationMs: number;
+  renewIntervalMs: number;
+  renewDeadlineMs: number;
+  retryPeriodMs: number;
+}
+
+export interface ManagerConfig {
+  identity: string;
+  nodeName: string;
+  namespace: string | undefined;
+  fastFailover: boolean;
+  observeOnly: boolean;
+  defaults: LeaseTimings;
+  agentImage: string;
+  agentPort: number;
+  /** ServiceAccount for share-manager pods without spec.serviceAccountName; undefined = the namespace's default. */
+  agentServiceAccount: string | undefined;
+  antiAffinity: AntiAffinityMode;
+  volumeAttachmentCleanup: boolean;
+  maxConcurrentFailovers: number;
+  storm: { threshold: number; minLeases: number; windowMs: number };
+  takeoverTimeoutMs: number;
+  podCreateTimeoutMs: number;
+  nodeLeaseGraceMs: number;
+  watchQuietTimeoutMs: number;
+  requestTimeoutMs: number;
+  httpPort: number;
+  httpHost: string;
+  logLevel: LogLevel;
+}
+
+export function readManagerConfig(env: Env): ManagerConfig {
+  const r = new EnvReader(env);
+  const config: ManagerConfig = {
+    identity: r.objectName('LEASEHOLD_POD_NAME'),
+    nodeName: r.objectName('LEASEHOLD_NODE_NAME'),
+    namespace: env.LEASEHOLD_WATCH_NAMESPACE?.trim() ? r.objectName('LEASEHOLD_WATCH_NAMESPACE') : undefined,
+    fastFailover: r.boolean('LEASEHOLD_FAST_FAILOVER', true),
+    observeOnly: r.boolean('LEASEHOLD_OBSERVE_ONLY', false),
+    defaults: {
+      leaseDurationMs: r.duration('LEASEHOLD_LEASE_DURATION', 6000, 1000, 600_000),
+      renewIntervalMs: r.duration('LEASEHOLD_RENEW_INTERVAL', 2000, 100, 300_000),
+      renewDeadlineMs: r.duration('LEASEHOLD_RENEW_DEADLINE', 4000, 200, 600_000),
+      retryPeriodMs: r.duration('LEASEHOLD_RETRY_PERIOD', 500, 10, 60_000),
+    },
+    agentImage: r.string('LEASEHOLD_AGENT_IMAGE', { fallback: 'leasehold.dev/leasehold:dev' }),
+    agentPort: r.integer('LEASEHOLD_AGENT_PORT', 8081, 1, 65535),
+    agentServiceAccount: env.LEASEHOLD_AGENT_SERVICE_ACCOUNT?.trim()
+      ? r.objectName('LEASEHOLD_AGENT_SERVICE_ACCOUNT')
+      : undefined,
+    antiAffinity: r.oneOf('LEASEHOLD_ANTI_AFFINITY', ANTI_AFFINITY_MODES, 'auto'),
+    volumeAttachmentCleanup: r.boolean('LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP', true),
+    maxConcurrentFailovers: r.integer('LEASEHOLD_MAX_CONCURRENT_FAILOVERS', 10, 1, 10_000),
+    storm: {
+      threshold: r.number('LEASEHOLD_STORM_THRESHOLD', 0.5, 0, 1),
+      minLeases: r.integer('LEASEHOLD_STORM_MIN_LEASES', 3, 1, 1_000_000),
+      windowMs: r.duration('LEASEHOLD_STORM_WINDOW', 30_000, 1000, 3_600_000),
+    },
+    takeoverTimeoutMs: r.duration('LEASEHOLD_FAILOVER_TAKEOVER_TIMEOUT', 30_000, 1000, 3_600_000),
+    podCreateTimeoutMs: r.duration('LEASEHOLD_POD_CREATE_TIMEOUT', 30_000, 1000, 3_600_000),
+    nodeLeaseGraceMs: r.duration('LEASEHOLD_NODE_LEASE_GRACE', 40_000, 1000, 3_600_000),
+    watchQuietTimeoutMs: r.duration('LEASEHOLD_WATCH_QUIET_TIMEOUT', 90_000, 5000, 3_600_000),
+    requestTimeoutMs: r.duration('LEASEHOLD_REQUEST_TIMEOUT', 5000, 100, 120_000),
+    httpPort: r.port('LEASEHOLD_HTTP_PORT', 8090),
+    httpHost: r.string('LEASEHOLD_HTTP_HOST', { fallback: '0.0.0.0' }),
+    logLevel: r.oneOf('LEASEHOLD_LOG_LEVEL', LOG_LEVELS, 'info'),
+  };
+  if (r.ok) {
+    const problem = timingProblem(config.defaults);
+    if (problem)
+      r.require(false, `LEASEHOLD_LEASE_DURATION/RENEW_DEADLINE/RENEW_INTERVAL/RETRY_PERIOD: ${problem}`);
+  }
+  r.done();
+  return config;
+}
+
+/**
+ * The timing rule shared with the ShareManager spec: D > T > R and T - R >= retry.
+ * Returns a message naming the values and the rule, or undefined when sound.
+ */
+export function timingProblem(t: LeaseTimings): string | undefined {
+  const d = formatDuration(t.leaseDurationMs);
+  const dl = formatDuration(t.renewDeadlineMs);
+  const ri = formatDuration(t.renewIntervalMs);
+  const rp = formatDuration(t.retryPeriodMs);
+  if (!(t.leaseDurationMs > t.renewDeadlineMs && t.renewDeadlineMs > t.renewIntervalMs)) {
+    return `lease duration ${d} > renew deadline ${dl} > renew interval ${ri} must hold`;
+  }
+  if (t.renewDeadlineMs - t.renewIntervalMs < t.retryPeriodMs) {
+    return `renew deadline ${dl} - renew interval ${ri} must leave at least one retry period ${rp}`;
+  }
+  return undefined;
+}

@@ -1,0 +1,70 @@
+/**
+ * Kubernetes Events about a ShareManager (LeaseExpired, FailoverCompleted, ...), so that
+ * `kubectl describe sm` tells the story. Recording is best effort: a failure is logged
+ * with the object and reason, never thrown into the failover.
+ */
+import { randomBytes } from 'node:crypto';
+import { k8s, withDeadline } from '../lib/kube-client.ts';
+import type { Logger } from '../lib/logger.ts';
+import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
+
+export type EventReason =
+  | 'LeaseExpired'
+  | 'FailoverStarted'
+  | 'FailoverTakenOver'
+  | 'FailoverCompleted'
+  | 'WouldFailOver'
+  | 'StormGuardActive'
+  | 'InvalidSpec';
+
+export class EventRecorder {
+  private readonly api: k8s.CoreV1Api;
+  constructor(
+    kc: k8s.KubeConfig,
+    private readonly identity: string,
+    private readonly nodeName: string,
+    private readonly log: Logger,
+    private readonly deadlineMs: number,
+  ) {
+    this.api = kc.makeApiClient(k8s.CoreV1Api);
+  }
+
+  async record(
+    sm: ShareManager,
+    type: 'Normal' | 'Warning',
+    reason: EventReason,
+    message: string,
+  ): Promise<void> {
+    const namespace = sm.metadata.namespace ?? 'default';
+    const now = new Date();
+    try {
+      await this.api.createNamespacedEvent(
+        {
+          namespace,
+          body: {
+            metadata: { name: `${sm.metadata.name}.${randomBytes(6).toString('hex')}`, namespace },
+            involvedObject: {
+              apiVersion: `${SM_GROUP}/${SM_VERSION}`,
+              kind: SM_KIND,
+              name: sm.metadata.name,
+              namespace,
+              uid: sm.metadata.uid,
+            },
+            type,
+            reason,
+            message,
+            source: { component: 'leasehold-manager', host: this.nodeName },
+            reportingComponent: 'leasehold.dev/manager',
+            reportingInstance: this.identity,
+            firstTimestamp: now,
+            lastTimestamp: now,
+            count: 1,
+          },
+        },
+        withDeadline(this.deadlineMs),
+      );
+    } catch (err) {
+      this.log.warn({ err, sm: `${namespace}/${sm.metadata.name}`, reason }, 'recording an event failed');
+    }
+  }
+}

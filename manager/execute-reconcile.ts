@@ -1,0 +1,170 @@
+/**
+ * The I/O of reconcile actions (reconcile-share-manager.ts decides them). Thin: each
+ * action is one or two API calls; "already exists" and "already gone" are successes.
+ * Returns a requeue delay when the action asks for one (a lost claim, a pending request).
+ */
+import { randomBytes } from 'node:crypto';
+import { KubeApiError } from '../lib/errors.ts';
+import { k8s, statusOf, withDeadline } from '../lib/kube-client.ts';
+import { LABEL_SHARE_MANAGER, newLeaseRecord } from '../lib/lease-record.ts';
+import type { LeaseStore } from '../lib/lease-store.ts';
+import type { Logger } from '../lib/logger.ts';
+import type { ManagerConfig } from './config.ts';
+import { ANNOTATION_POD_REQUEST, buildSharePod } from './pod-spec.ts';
+import type { ReconcileAction } from './reconcile-share-manager.ts';
+import { resolveSpec, type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
+import type { StatusWriter } from './status-writer.ts';
+
+export function newRequestId(): string {
+  return randomBytes(6).toString('hex');
+}
+
+export class ReconcileExecutor {
+  private readonly core: k8s.CoreV1Api;
+  /** ShareManager UIDs whose Service is known to exist. */
+  readonly servicesKnown = new Set<string>();
+
+  constructor(
+    kc: k8s.KubeConfig,
+    private readonly leases: LeaseStore,
+    private readonly status: StatusWriter,
+    private readonly config: ManagerConfig,
+    private readonly log: Logger,
+  ) {
+    this.core = kc.makeApiClient(k8s.CoreV1Api);
+  }
+
+  /** Runs `actions` in order; returns the smallest requested requeue delay, if any. */
+  async run(sm: ShareManager, actions: readonly ReconcileAction[]): Promise<number | undefined> {
+    let requeue: number | undefined;
+    const want = (ms: number) => {
+      requeue = requeue === undefined ? ms : Math.min(requeue, ms);
+    };
+    for (const action of actions) {
+      const ms = await this.one(sm, action);
+      if (ms !== undefined) want(ms);
+    }
+    return requeue;
+  }
+
+  private async one(sm: ShareManager, action: ReconcileAction): Promise<number | undefined> {
+    const namespace = sm.metadata.namespace ?? '';
+    const name = sm.metadata.name ?? '';
+    const deadline = withDeadline(this.config.requestTimeoutMs);
+    const fail = (operation: string, err: unknown) =>
+      new KubeApiError(operation, statusOf(err), { cause: err });
+    switch (action.kind) {
+      case 'setStatus':
+        await this.status.patch(namespace, name, action.status);
+        return undefined;
+      case 'createLease': {
+        const record = newLeaseRecord(namespace, name, action.durationSeconds, {
+          [LABEL_SHARE_MANAGER]: name,
+        });
+        record.wire.metadata = { ...record.wire.metadata, ownerReferences: [ownerRef(sm)] };
+        await this.leases.create(record, this.config.requestTimeoutMs); // conflict = someone created it
+        return undefined;
+      }
+      case 'ensureService': {
+        const ports = (sm.spec.server.ports ?? []).map((p, i) => ({
+          name: p.name ?? `port-${i}`,
+          port: p.containerPort,
+          targetPort: p.containerPort as unknown as k8s.IntOrString,
+          protocol: p.protocol ?? 'TCP',
+        }));
+        try {
+          await this.core.createNamespacedService(
+            {
+              namespace,
+              body: {
+                metadata: {
+                  name,
+                  namespace,
+                  labels: { [LABEL_SHARE_MANAGER]: name },
+                  ownerReferences: [ownerRef(sm)],
+                },
+                spec: {
+                  selector: { [LABEL_SHARE_MANAGER]: name },
+                  // No ports declared: a headless Service (DNS to the pod) needs none.
+                  ...(ports.length > 0 ? { ports } : { clusterIP: 'None' }),
+                },
+              },
+            },
+            deadline,
+          );
+        } catch (err) {
+          if (statusOf(err) !== 409)
+            throw fail(`creating the service of share manager ${namespace}/${name}`, err);
+        }
+        this.servicesKnown.add(sm.metadata.uid ?? '');
+        return undefined;
+      }
+      case 'deletePod':
+        try {
+          await this.core.deleteNamespacedPod(
+            { namespace, name: action.name, body: { preconditions: { uid: action.uid } } },
+            deadline,
+          );
+          this.log.info(
+            { sm: `${namespace}/${name}`, pod: action.name, reason: action.reason },
+            'ended pod deleted',
+          );
+        } catch (err) {
+          const status = statusOf(err);
+          if (status !== 404 && status !== 409) throw fail(`deleting pod ${namespace}/${action.name}`, err);
+        }
+        return undefined;
+      case 'claimPodCreation':
+        return this.claimAndCreate(sm, action.requestId);
+      case 'requeueAfter':
+        return action.ms;
+    }
+  }
+
+  private async claimAndCreate(sm: ShareManager, requestId: string): Promise<number | undefined> {
+    const namespace = sm.metadata.namespace ?? '';
+    const name = sm.metadata.name ?? '';
+    const claimed = await this.status.claim(namespace, name, sm.metadata.resourceVersion ?? '', {
+      podRequest: { id: requestId, by: this.config.identity },
+    });
+    if (claimed !== 'written') return claimed === 'conflict' ? 200 : undefined;
+    const resolved = resolveSpec(sm.spec, this.config.defaults);
+    if (!resolved.ok) return undefined;
+    const body = buildSharePod({
+      sm,
+      timings: resolved.timings,
+      mountPath: resolved.mountPath,
+      agentImage: this.config.agentImage,
+      agentPort: this.config.agentPort,
+      agentServiceAccount: this.config.agentServiceAccount,
+      avoid: undefined,
+      annotations: { [ANNOTATION_POD_REQUEST]: requestId },
+    });
+    try {
+      const pod = await this.core.createNamespacedPod(
+        { namespace, body },
+        withDeadline(this.config.requestTimeoutMs),
+      );
+      this.log.info(
+        { sm: `${namespace}/${name}`, pod: pod.metadata?.name, request: requestId },
+        'share-manager pod created',
+      );
+    } catch (err) {
+      throw new KubeApiError(`creating the pod of share manager ${namespace}/${name}`, statusOf(err), {
+        cause: err,
+      });
+    }
+    return undefined;
+  }
+}
+
+export function ownerRef(sm: ShareManager): k8s.V1OwnerReference {
+  return {
+    apiVersion: `${SM_GROUP}/${SM_VERSION}`,
+    kind: SM_KIND,
+    name: sm.metadata.name ?? '',
+    uid: sm.metadata.uid ?? '',
+    controller: true,
+    blockOwnerDeletion: true,
+  };
+}

@@ -1,0 +1,349 @@
+/**
+ * Runs the failover machine (failover.ts) of every share manager: turns stale verdicts,
+ * lease changes, pod changes, timers and I/O results into events, and performs the
+ * actions of each transition through the executor.
+ *
+ * Invariants:
+ *  - One machine per share manager key (namespace/name); it exists only while not idle.
+ *  - An I/O result is delivered only to the phase that started it: each phase change
+ *    bumps the machine's epoch, and a result from an older epoch is dropped (logged).
+ *  - Before a failover starts: fast failover enabled, the ShareManager exists, the storm
+ *    guard allows it, and fewer than maxConcurrentFailovers are running here. A paused
+ *    or deferred lease is judged again later, never dropped.
+ *  - In observe-only mode the machine records what it would do and writes nothing.
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import type { Clock } from '../lib/clock.ts';
+import type { LeaseRecord } from '../lib/lease-record.ts';
+import type { Logger } from '../lib/logger.ts';
+import type { ManagerConfig } from './config.ts';
+import type { EventRecorder } from './events.ts';
+import type { FailoverExecutor } from './execute-failover.ts';
+import { type Action, type FailoverEvent, isOwning, type Phase, stepOf, transition } from './failover.ts';
+import { announceFailover, completeFailover, type FailoverTimes } from './failover-report.ts';
+import { type ClusterView, runStep, type StepDeps } from './failover-steps.ts';
+import type { LeaseMonitor, StaleVerdict } from './lease-monitor.ts';
+import type { ManagerMetrics } from './manager-metrics.ts';
+import {
+  considerStale,
+  emptyStormGuard,
+  forgetLease,
+  type StormGuardState,
+  stormStatus,
+} from './storm-guard.ts';
+
+interface Machine {
+  key: string;
+  phase: Phase;
+  epoch: number;
+  lostPod: string;
+  lostNode: string;
+  owner: string | undefined;
+  replacementPod: string | undefined;
+  /** The lease version the stale verdict was about: the mark's CAS uses exactly this one. */
+  verdictLease: LeaseRecord | undefined;
+  times: FailoverTimes;
+  takeoverTimer: NodeJS.Timeout | undefined;
+  retryTimer: NodeJS.Timeout | undefined;
+}
+
+export type { ClusterView };
+
+export class FailoverDriver {
+  private readonly machines = new Map<string, Machine>();
+  private storm: StormGuardState = emptyStormGuard;
+  private stormAnnounced = false;
+  private readonly pending = new Set<NodeJS.Timeout>();
+  /** Lease key -> renewal signature whose stale verdict was already counted. */
+  private readonly counted = new Map<string, string>();
+  monitor: LeaseMonitor | undefined;
+
+  constructor(
+    private readonly config: ManagerConfig,
+    private readonly clock: Clock,
+    private readonly log: Logger,
+    private readonly metrics: ManagerMetrics,
+    private readonly executor: FailoverExecutor,
+    private readonly events: EventRecorder,
+    private readonly view: ClusterView,
+  ) {}
+
+  get running(): number {
+    return [...this.machines.values()].filter((m) => isOwning(m.phase)).length;
+  }
+
+  phaseOf(key: string): Phase {
+    return this.machines.get(key)?.phase ?? 'idle';
+  }
+
+  stop(): void {
+    for (const timer of this.pending) clearTimeout(timer);
+    for (const m of this.machines.values()) this.clearTimers(m);
+  }
+
+  // ---- inputs -------------------------------------------------------------------
+
+  onStale(verdict: StaleVerdict): void {
+    const { key } = verdict;
+    const lease = verdict.observation.lease;
+    if (!this.config.fastFailover) return;
+    if (this.phaseOf(key) !== 'idle') return;
+    // A verdict is counted and logged once per observed renewal, however often a paused
+    // or deferred lease is judged again.
+    if (this.counted.get(key) !== verdict.observation.signature) {
+      this.counted.set(key, verdict.observation.signature);
+      this.metrics.staleDetected.inc();
+      this.metrics.detectionLagSeconds.observe(verdict.lagMs / 1000);
+      this.metrics.confirmSeconds.observe((verdict.confirmMs ?? 0) / 1000);
+      this.log.warn(
+        {
+          lease: key,
+          holder: lease.holder,
+          holderNode: lease.holderNode,
+          lagMs: Math.round(verdict.lagMs),
+          confirmMs: Math.round(verdict.confirmMs ?? 0),
+          durationMs: verdict.observation.durationMs,
+        },
+        'lease stale by our observation',
+      );
+    }
+    const sm = this.view.shareManager(key);
+    if (!sm) {
+      this.log.debug({ lease: key }, 'stale lease without a ShareManager: nothing to fail over');
+      return;
+    }
+    const now = this.clock.now();
+    const health = this.view.nodeHealth(lease.holderNode);
+    const tracked = this.monitor?.tracked ?? 0;
+    const storm = considerStale(
+      this.storm,
+      { key, nodeHealthy: health === 'healthy', tracked, now },
+      this.config.storm,
+    );
+    this.storm = storm.state;
+    this.metrics.stormGuardActive.set(storm.active ? 1 : 0);
+    if (!storm.allow) {
+      if (!this.stormAnnounced) {
+        this.stormAnnounced = true;
+        this.log.warn(
+          { suspects: storm.suspects, tracked },
+          'storm guard: many leases stale on healthy nodes; failovers paused',
+        );
+        void this.events.record(
+          sm,
+          'Warning',
+          'StormGuardActive',
+          `${storm.suspects} of ${tracked} leases went stale on healthy nodes within ${this.config.storm.windowMs / 1000}s; failovers paused`,
+        );
+      }
+      this.later(this.config.storm.windowMs / 2, () => this.monitor?.rejudge(key));
+      return;
+    }
+    this.stormAnnounced = false;
+    if (!this.config.observeOnly && this.running >= this.config.maxConcurrentFailovers) {
+      this.log.info({ lease: key, running: this.running }, 'max concurrent failovers reached; deferred');
+      this.later(this.config.defaults.retryPeriodMs * 2, () => this.monitor?.rejudge(key));
+      return;
+    }
+    const m = this.start(key, lease);
+    m.verdictLease = lease;
+    m.times.detected = { mono: verdict.at, wall: this.clock.wallNow() };
+    this.dispatch(key, this.config.observeOnly ? 'staleObserveOnly' : 'stale');
+  }
+
+  onLeaseChange(key: string, lease: LeaseRecord, renewed: boolean): void {
+    const m = this.machines.get(key);
+    if (lease.delinquentSince) {
+      if (lease.failoverBy === this.config.identity) {
+        if (!m) this.start(key, lease);
+        this.dispatch(key, 'markedByMe');
+      } else if (!m || m.owner !== lease.failoverBy) {
+        const machine = m ?? this.start(key, lease);
+        machine.owner = lease.failoverBy;
+        this.dispatch(key, 'markedByOther');
+      }
+      return;
+    }
+    if (renewed) this.storm = forgetLease(this.storm, key);
+    if (!m) return;
+    if (lease.holder !== '' && lease.holder !== m.lostPod) {
+      m.times.acquired = { mono: this.clock.now(), wall: this.clock.wallNow() };
+      m.replacementPod = lease.holder;
+      this.dispatch(key, 'acquired');
+    } else if (renewed) {
+      this.dispatch(key, 'renewed');
+    }
+  }
+
+  onLeaseGone(key: string): void {
+    this.counted.delete(key);
+    if (this.machines.has(key)) this.dispatch(key, 'leaseGone');
+  }
+
+  onPodChange(pod: V1Pod, deleted: boolean): void {
+    const key = `${pod.metadata?.namespace}/${pod.metadata?.labels?.['leasehold.dev/share-manager'] ?? ''}`;
+    const m = this.machines.get(key);
+    if (m?.phase !== 'awaitingAcquire' || pod.metadata?.name !== m.replacementPod) return;
+    const phase = pod.status?.phase;
+    if (deleted || phase === 'Failed' || phase === 'Succeeded') this.dispatch(key, 'replacementFailed');
+  }
+
+  // ---- the machine --------------------------------------------------------------
+
+  private start(key: string, lease: LeaseRecord): Machine {
+    const pod = this.view.pod(lease.namespace, lease.holder);
+    const m: Machine = {
+      key,
+      phase: 'idle',
+      epoch: 0,
+      lostPod: lease.holder,
+      lostNode: lease.holderNode || pod?.spec?.nodeName || '',
+      owner: lease.failoverBy,
+      replacementPod: undefined,
+      verdictLease: undefined,
+      times: {},
+      takeoverTimer: undefined,
+      retryTimer: undefined,
+    };
+    this.machines.set(key, m);
+    return m;
+  }
+
+  private dispatch(key: string, event: FailoverEvent): void {
+    const m = this.machines.get(key);
+    if (!m) return;
+    const from = m.phase;
+    const t = transition(from, event);
+    if (t.next !== from) {
+      if (isOwning(from) && t.next === 'following') this.metrics.failovers.inc({ result: 'stood_down' });
+      if (isOwning(from) && event === 'leaseGone') this.metrics.failovers.inc({ result: 'abandoned' });
+      m.phase = t.next;
+      m.epoch += 1;
+      this.log.debug({ lease: key, from, event, to: t.next }, 'failover transition');
+    }
+    for (const action of t.actions) this.perform(m, action);
+    if (m.phase === 'idle' && this.machines.get(key) === m) {
+      this.clearTimers(m);
+      this.machines.delete(key);
+    }
+  }
+
+  /** Runs an I/O step; its outcome event reaches the machine only if the phase did not change. */
+  private step(m: Machine, what: string, run: () => Promise<FailoverEvent>): void {
+    const epoch = m.epoch;
+    run().then(
+      (event) => {
+        if (this.machines.get(m.key) !== m || m.epoch !== epoch) {
+          this.log.debug({ lease: m.key, what, event }, 'outcome of an earlier phase dropped');
+          return;
+        }
+        this.dispatch(m.key, event);
+      },
+      (err: unknown) => {
+        this.log.warn({ err, lease: m.key, what }, 'failover step failed; will retry');
+        if (this.machines.get(m.key) === m && m.epoch === epoch) this.dispatch(m.key, 'stepFailed');
+      },
+    );
+  }
+
+  private perform(m: Machine, action: Action): void {
+    const [namespace, name] = m.key.split('/') as [string, string];
+    switch (action) {
+      case 'writeMark':
+      case 'deletePod':
+      case 'deleteAttachments':
+      case 'createReplacement':
+      case 'writeTakeover': {
+        const step = runStep(action, m, this.stepDeps());
+        this.step(m, step.what, step.run);
+        return;
+      }
+      case 'reobserve':
+        void this.executor.readLease(namespace, name).then(
+          (lease) => (lease ? this.monitor?.record(lease) : this.monitor?.leaseDeleted(namespace, name)),
+          (err: unknown) => {
+            this.log.warn({ err, lease: m.key }, 're-reading the lease failed; judging again later');
+            this.later(this.config.defaults.retryPeriodMs, () => this.monitor?.rejudge(m.key));
+          },
+        );
+        return;
+      case 'announce':
+      case 'announceTakeover':
+        void announceFailover(this.reportContext(m), action === 'announceTakeover');
+        return;
+      case 'complete':
+        this.metrics.failovers.inc({ result: 'completed' });
+        void completeFailover(this.reportContext(m));
+        return;
+      case 'startTakeoverTimer':
+        clearTimeout(m.takeoverTimer);
+        m.takeoverTimer = setTimeout(
+          () => this.dispatch(m.key, 'takeoverDue'),
+          this.config.takeoverTimeoutMs,
+        );
+        return;
+      case 'cancelTakeoverTimer':
+        clearTimeout(m.takeoverTimer);
+        return;
+      case 'recordWouldFailover':
+        this.metrics.failovers.inc({ result: 'observe_only' });
+        void announceFailover(this.reportContext(m), false, true);
+        return;
+      case 'retryStepLater': {
+        const step = stepOf(m.phase);
+        const epoch = m.epoch;
+        if (!step) return;
+        clearTimeout(m.retryTimer);
+        m.retryTimer = setTimeout(() => {
+          if (this.machines.get(m.key) === m && m.epoch === epoch) this.perform(m, step);
+        }, this.config.defaults.retryPeriodMs);
+        return;
+      }
+      case 'rejudgeLater':
+        this.later(this.config.defaults.retryPeriodMs, () => this.monitor?.rejudge(m.key));
+        return;
+    }
+  }
+
+  private reportContext(m: Machine) {
+    const sm = this.view.shareManager(m.key);
+    return {
+      sm,
+      lostPod: m.lostPod,
+      lostNode: m.lostNode,
+      replacementPod: m.replacementPod,
+      times: { ...m.times },
+      durationMs: this.monitor?.observation(m.key)?.durationMs ?? this.config.defaults.leaseDurationMs,
+      identity: this.config.identity,
+      status: this.executor.status,
+      events: this.events,
+      metrics: this.metrics,
+      log: this.log,
+    };
+  }
+
+  private stepDeps(): StepDeps {
+    const { config, clock, log, metrics, executor, view, monitor } = this;
+    return { config, clock, log, metrics, executor, view, monitor };
+  }
+
+  private clearTimers(m: Machine): void {
+    clearTimeout(m.takeoverTimer);
+    clearTimeout(m.retryTimer);
+  }
+
+  private later(ms: number, run: () => void): void {
+    const timer = setTimeout(() => {
+      this.pending.delete(timer);
+      run();
+    }, ms);
+    this.pending.add(timer);
+  }
+
+  /** For the metric: refresh whether the storm guard is active now. */
+  refreshStormGauge(): void {
+    const s = stormStatus(this.storm, this.monitor?.tracked ?? 0, this.clock.now(), this.config.storm);
+    this.storm = s.state;
+    this.metrics.stormGuardActive.set(s.active ? 1 : 0);
+  }
+}

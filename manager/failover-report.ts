@@ -1,0 +1,137 @@
+/**
+ * What a failover tells the world: the LeaseExpired event and status FailingOver when it
+ * starts, the FailoverCompleted event with phase timings, status Running and the
+ * histogram observations when the new pod's agent acquired. Best effort: a failed
+ * status write or event is logged and never blocks the failover itself.
+ */
+import type { Logger } from '../lib/logger.ts';
+import type { EventRecorder } from './events.ts';
+import type { FailoverPhaseName, ManagerMetrics } from './manager-metrics.ts';
+import type { LastFailover, ShareManager } from './share-manager-spec.ts';
+import type { StatusWriter } from './status-writer.ts';
+
+export interface Instant {
+  mono: number;
+  wall: Date;
+}
+
+export interface FailoverTimes {
+  detected?: Instant;
+  marked?: Instant;
+  podDeleted?: Instant;
+  detached?: Instant;
+  replacementCreated?: Instant;
+  acquired?: Instant;
+}
+
+export interface ReportContext {
+  sm: ShareManager | undefined;
+  lostPod: string;
+  lostNode: string;
+  replacementPod: string | undefined;
+  times: FailoverTimes;
+  durationMs: number;
+  identity: string;
+  status: StatusWriter;
+  events: EventRecorder;
+  metrics: ManagerMetrics;
+  log: Logger;
+}
+
+function lastFailover(c: ReportContext): LastFailover {
+  const iso = (i: Instant | undefined) => i?.wall.toISOString();
+  const record: LastFailover = {
+    reason: 'LeaseExpired',
+    lostNode: c.lostNode,
+    lostPod: c.lostPod,
+    by: c.identity,
+    detectedAt: iso(c.times.detected),
+    markedAt: iso(c.times.marked),
+    podDeletedAt: iso(c.times.podDeleted),
+    detachedAt: iso(c.times.detached),
+    replacementCreatedAt: iso(c.times.replacementCreated),
+    completedAt: iso(c.times.acquired),
+    replacementPod: c.replacementPod,
+  };
+  return Object.fromEntries(
+    Object.entries(record).filter(([, v]) => v !== undefined),
+  ) as unknown as LastFailover;
+}
+
+/** Seconds between two instants, on the monotonic clock. */
+function span(from: Instant | undefined, to: Instant | undefined): number | undefined {
+  return from && to ? (to.mono - from.mono) / 1000 : undefined;
+}
+
+export function phaseDurations(t: FailoverTimes): Partial<Record<FailoverPhaseName, number>> {
+  const out: Partial<Record<FailoverPhaseName, number>> = {
+    mark: span(t.detected, t.marked),
+    pod_delete: span(t.marked, t.podDeleted),
+    detach: span(t.podDeleted, t.detached),
+    replace: span(t.detached, t.replacementCreated),
+    acquire: span(t.replacementCreated, t.acquired),
+    total: span(t.detected, t.acquired),
+  };
+  for (const key of Object.keys(out) as FailoverPhaseName[]) if (out[key] === undefined) delete out[key];
+  return out;
+}
+
+export async function announceFailover(
+  c: ReportContext,
+  takeover: boolean,
+  observeOnly = false,
+): Promise<void> {
+  const sm = c.sm;
+  if (!sm) return;
+  const who = `pod ${c.lostPod || '(none)'} on node ${c.lostNode || '(unknown)'}`;
+  if (observeOnly) {
+    const message = `observe-only: lease of ${who} unchanged for ${c.durationMs / 1000}s by ${c.identity}'s observation; would mark it delinquent, force-delete the pod, remove its attachments on the node and create a replacement`;
+    c.log.warn({ sm: sm.metadata.name, lostPod: c.lostPod, lostNode: c.lostNode }, message);
+    await c.events.record(sm, 'Warning', 'WouldFailOver', message);
+    return;
+  }
+  const message = takeover
+    ? `${c.identity} took over the failover of ${who}: its previous owner made no visible progress`
+    : `lease of ${who} unchanged for ${c.durationMs / 1000}s by ${c.identity}'s observation: failing over`;
+  const namespace = sm.metadata.namespace ?? '';
+  const name = sm.metadata.name ?? '';
+  await Promise.all([
+    c.events.record(sm, 'Warning', takeover ? 'FailoverTakenOver' : 'LeaseExpired', message),
+    c.status
+      .patch(namespace, name, { state: 'FailingOver', message, lastFailover: lastFailover(c) })
+      .catch((err: unknown) =>
+        c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing status FailingOver failed'),
+      ),
+  ]);
+}
+
+export async function completeFailover(c: ReportContext): Promise<void> {
+  const durations = phaseDurations(c.times);
+  for (const [phase, seconds] of Object.entries(durations))
+    c.metrics.phaseSeconds.observe({ phase }, seconds);
+  const sm = c.sm;
+  const summary = Object.entries(durations)
+    .map(([phase, s]) => `${phase} ${s.toFixed(3)}s`)
+    .join(', ');
+  c.log.info(
+    { sm: sm?.metadata.name, lostPod: c.lostPod, replacementPod: c.replacementPod, durations },
+    'failover completed',
+  );
+  if (!sm) return;
+  const namespace = sm.metadata.namespace ?? '';
+  const name = sm.metadata.name ?? '';
+  const message = `pod ${c.replacementPod} holds the lease after the loss of ${c.lostPod} on ${c.lostNode || '(unknown)'}: ${summary}`;
+  await Promise.all([
+    c.events.record(sm, 'Normal', 'FailoverCompleted', message),
+    c.status
+      .patch(namespace, name, {
+        state: 'Running',
+        message: '',
+        leaseHolder: c.replacementPod,
+        lastFailover: lastFailover(c),
+      })
+      .catch((err: unknown) =>
+        c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing status Running failed'),
+      ),
+  ]);
+}

@@ -1,0 +1,158 @@
+/**
+ * The I/O steps of the failover machine, one per action that talks to the API: each
+ * returns the event its outcome means for the machine. The driver runs them and drops
+ * an outcome whose phase has passed (see failover-driver.ts).
+ *
+ * Invariants:
+ *  - The mark's CAS uses the lease version the stale verdict was about, never a later
+ *    observation: a renewal seen since must make it fail.
+ *  - Every step treats "already done" as done (pod absent, no attachment, replacement
+ *    present), so a retry or a takeover may repeat it.
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import type { Clock } from '../lib/clock.ts';
+import type { LeaseRecord } from '../lib/lease-record.ts';
+import type { Logger } from '../lib/logger.ts';
+import type { ManagerConfig } from './config.ts';
+import type { FailoverExecutor } from './execute-failover.ts';
+import type { FailoverEvent } from './failover.ts';
+import type { FailoverTimes } from './failover-report.ts';
+import type { LeaseMonitor } from './lease-monitor.ts';
+import type { ManagerMetrics } from './manager-metrics.ts';
+import { avoidanceFor, type NodeHealth } from './node-health.ts';
+import type { ShareManager } from './share-manager-spec.ts';
+
+export interface ClusterView {
+  shareManager(key: string): ShareManager | undefined;
+  pod(namespace: string, name: string): V1Pod | undefined;
+  /** Live (not ended, not deleting) pods of the share manager `key`. */
+  livePods(key: string): V1Pod[];
+  nodeHealth(node: string): NodeHealth;
+}
+
+/** The part of a failover machine the steps read and fill in. */
+export interface StepMachine {
+  key: string;
+  lostPod: string;
+  lostNode: string;
+  owner: string | undefined;
+  replacementPod: string | undefined;
+  verdictLease: LeaseRecord | undefined;
+  times: FailoverTimes;
+}
+
+export interface StepDeps {
+  config: ManagerConfig;
+  clock: Clock;
+  log: Logger;
+  metrics: ManagerMetrics;
+  executor: FailoverExecutor;
+  view: ClusterView;
+  monitor: LeaseMonitor | undefined;
+}
+
+export type StepAction =
+  | 'writeMark'
+  | 'deletePod'
+  | 'deleteAttachments'
+  | 'createReplacement'
+  | 'writeTakeover';
+
+export function runStep(
+  action: StepAction,
+  m: StepMachine,
+  deps: StepDeps,
+): { what: string; run: () => Promise<FailoverEvent> } {
+  const { config, clock, log, metrics, executor, view, monitor } = deps;
+  const [namespace] = m.key.split('/') as [string];
+  const now = () => ({ mono: clock.now(), wall: clock.wallNow() });
+  const latest = () => monitor?.observation(m.key)?.lease;
+  switch (action) {
+    case 'writeMark':
+      return {
+        what: 'marking the lease delinquent',
+        run: async () => {
+          // NB: never the latest observation: a renewal seen since the verdict must make this CAS fail.
+          const lease = m.verdictLease;
+          if (!lease) return 'leaseGone';
+          const outcome = await executor.markDelinquent(lease, clock.wallNow());
+          if (outcome.kind === 'conflict') {
+            metrics.markConflicts.inc();
+            return 'markConflict';
+          }
+          m.times.marked = now();
+          m.owner = config.identity;
+          monitor?.record(outcome.lease);
+          return 'markWon';
+        },
+      };
+    case 'deletePod':
+      return {
+        what: 'force-deleting the lost pod',
+        run: async () => {
+          const uid = view.pod(namespace, m.lostPod)?.metadata?.uid;
+          const result = await executor.forceDeletePod(namespace, m.lostPod, uid);
+          m.times.podDeleted = now();
+          log.info({ lease: m.key, pod: m.lostPod, result }, 'lost pod force-deleted');
+          return 'podGone';
+        },
+      };
+    case 'deleteAttachments':
+      return {
+        what: 'deleting VolumeAttachments on the lost node',
+        run: async () => {
+          const sm = view.shareManager(m.key);
+          if (!sm) return 'leaseGone';
+          // NB: a newer pod of this share manager on the lost node (e.g. the node came back)
+          // may be using that attachment: then it is not ours to delete.
+          const sharing = view
+            .livePods(m.key)
+            .find((p) => p.metadata?.name !== m.lostPod && p.spec?.nodeName === m.lostNode);
+          if (sharing) {
+            log.info(
+              { lease: m.key, lostNode: m.lostNode, pod: sharing.metadata?.name },
+              'attachments kept: a newer pod runs on that node',
+            );
+            m.times.detached = now();
+            return 'detached';
+          }
+          const names = await executor.deleteAttachments(namespace, sm.spec.volume.pvc, m.lostNode);
+          m.times.detached = now();
+          if (names.length > 0)
+            log.info({ lease: m.key, lostNode: m.lostNode, attachments: names }, 'VolumeAttachments deleted');
+          return 'detached';
+        },
+      };
+    case 'createReplacement':
+      return {
+        what: 'creating the replacement pod',
+        run: async () => {
+          const sm = view.shareManager(m.key);
+          if (!sm) return 'leaseGone';
+          const avoid = avoidanceFor(config.antiAffinity, m.lostNode, view.nodeHealth(m.lostNode));
+          const { pod, created } = await executor.createReplacement(sm, m.lostPod, avoid);
+          m.replacementPod = pod;
+          m.times.replacementCreated = now();
+          log.info(
+            { lease: m.key, pod, created, avoid },
+            created ? 'replacement pod created' : 'replacement pod exists',
+          );
+          return 'replacementCreated';
+        },
+      };
+    case 'writeTakeover':
+      return {
+        what: 'taking over the failover',
+        run: async () => {
+          const lease = latest();
+          if (!lease) return 'leaseGone';
+          const outcome = await executor.takeOver(lease);
+          if (outcome.kind === 'conflict') return 'takeoverConflict';
+          m.times = { detected: now(), marked: now() };
+          m.owner = config.identity;
+          monitor?.record(outcome.lease);
+          return 'takeoverWon';
+        },
+      };
+  }
+}

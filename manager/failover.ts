@@ -1,0 +1,225 @@
+/**
+ * The failover state machine of one share manager, as a transition table
+ * (DESIGN.md "Manager behaviour", steps 1-6). Pure: (phase, event) -> (next, actions).
+ * The driver (failover-driver.ts) turns observations and I/O results into events and
+ * hands the actions to the executor.
+ *
+ * Invariants:
+ *  - The table is total: every phase names its reaction to every event (TypeScript checks
+ *    it; test/unit/manager-failover.test.ts walks all pairs). Unlisted means "ignore",
+ *    written out as `stay`.
+ *  - Only the manager whose CAS put its identity in `failover-by` acts on the share
+ *    manager (phases `marking` .. `awaitingAcquire` and `takingOver`). Seeing another
+ *    identity there (`markedByOther`) always stands down to `following`.
+ *  - `following` is the only phase with a takeover timer; taking over is again a CAS.
+ *  - The failover ends (`idle`) only when a new holder acquired the lease (the delinquent
+ *    mark is cleared by that acquisition), when the holder proved alive before the mark
+ *    landed, or when the lease went away.
+ *  - Every step is idempotent (pod already gone, no attachment, replacement already
+ *    there are successes), so a retry or a takeover may repeat one safely.
+ */
+
+export const PHASES = [
+  'idle',
+  'marking',
+  'deletingPod',
+  'detaching',
+  'replacing',
+  'awaitingAcquire',
+  'following',
+  'takingOver',
+] as const;
+export type Phase = (typeof PHASES)[number];
+
+export const EVENTS = [
+  /** The lease is stale by our observation and the storm guard allows a failover. */
+  'stale',
+  /** Same, in observe-only mode. */
+  'staleObserveOnly',
+  /** Our CAS wrote delinquent + failover-by. */
+  'markWon',
+  /** Our CAS met 409: the lease moved; re-read it before deciding anything. */
+  'markConflict',
+  /** A renewal by the current holder was observed (not delinquent). */
+  'renewed',
+  /** The lease is delinquent with another manager's identity in failover-by. */
+  'markedByOther',
+  /** The lease is delinquent with our identity (e.g. after our own restart). */
+  'markedByMe',
+  'podGone',
+  'detached',
+  'replacementCreated',
+  /** The replacement pod ended without acquiring. */
+  'replacementFailed',
+  /** A new holder acquired the lease (delinquent cleared). */
+  'acquired',
+  'takeoverDue',
+  'takeoverWon',
+  'takeoverConflict',
+  /** An API call of the current step failed (no answer, 5xx, ...). */
+  'stepFailed',
+  /** The Lease or its ShareManager was deleted. */
+  'leaseGone',
+] as const;
+export type FailoverEvent = (typeof EVENTS)[number];
+
+export type Action =
+  | 'writeMark'
+  | 'reobserve'
+  | 'announce'
+  | 'deletePod'
+  | 'deleteAttachments'
+  | 'createReplacement'
+  | 'complete'
+  | 'startTakeoverTimer'
+  | 'cancelTakeoverTimer'
+  | 'writeTakeover'
+  | 'announceTakeover'
+  | 'recordWouldFailover'
+  | 'retryStepLater'
+  | 'rejudgeLater';
+
+export interface Transition {
+  next: Phase;
+  actions: readonly Action[];
+}
+
+const to = (next: Phase, ...actions: Action[]): Transition => ({ next, actions });
+
+/** Reactions shared by the phases in which this manager owns the failover. */
+function owning(
+  phase: Phase,
+  step: Partial<Record<FailoverEvent, Transition>>,
+): Record<FailoverEvent, Transition> {
+  const stay = to(phase);
+  return {
+    stale: stay,
+    staleObserveOnly: stay,
+    markWon: stay,
+    markConflict: stay,
+    renewed: stay,
+    markedByOther: to('following', 'startTakeoverTimer'),
+    markedByMe: stay,
+    podGone: stay,
+    detached: stay,
+    replacementCreated: stay,
+    replacementFailed: stay,
+    acquired: to('idle', 'complete'),
+    takeoverDue: stay,
+    takeoverWon: stay,
+    takeoverConflict: stay,
+    stepFailed: to(phase, 'retryStepLater'),
+    leaseGone: to('idle'),
+    ...step,
+  };
+}
+
+export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, Transition>>>> = {
+  idle: {
+    stale: to('marking', 'writeMark'),
+    staleObserveOnly: to('idle', 'recordWouldFailover'),
+    markWon: to('idle'),
+    markConflict: to('idle'),
+    renewed: to('idle'),
+    markedByOther: to('following', 'startTakeoverTimer'),
+    // Our own mark with no machine behind it: we restarted mid-failover; resume.
+    markedByMe: to('deletingPod', 'deletePod'),
+    podGone: to('idle'),
+    detached: to('idle'),
+    replacementCreated: to('idle'),
+    replacementFailed: to('idle'),
+    acquired: to('idle'),
+    takeoverDue: to('idle'),
+    takeoverWon: to('idle'),
+    takeoverConflict: to('idle'),
+    stepFailed: to('idle'),
+    leaseGone: to('idle'),
+  },
+  marking: {
+    stale: to('marking'),
+    staleObserveOnly: to('marking'),
+    markWon: to('deletingPod', 'announce', 'deletePod'),
+    markConflict: to('idle', 'reobserve'),
+    renewed: to('idle'),
+    markedByOther: to('following', 'startTakeoverTimer'),
+    markedByMe: to('marking'),
+    podGone: to('marking'),
+    detached: to('marking'),
+    replacementCreated: to('marking'),
+    replacementFailed: to('marking'),
+    acquired: to('idle'),
+    takeoverDue: to('marking'),
+    takeoverWon: to('marking'),
+    takeoverConflict: to('marking'),
+    // No answer: we do not know whether the mark landed. Judge again later; the watch
+    // will show our mark (markedByMe) if it did.
+    stepFailed: to('idle', 'rejudgeLater'),
+    leaseGone: to('idle'),
+  },
+  deletingPod: owning('deletingPod', { podGone: to('detaching', 'deleteAttachments') }),
+  detaching: owning('detaching', { detached: to('replacing', 'createReplacement') }),
+  replacing: owning('replacing', { replacementCreated: to('awaitingAcquire') }),
+  awaitingAcquire: owning('awaitingAcquire', { replacementFailed: to('replacing', 'createReplacement') }),
+  following: {
+    stale: to('following'),
+    staleObserveOnly: to('following'),
+    markWon: to('following'),
+    markConflict: to('following'),
+    renewed: to('idle', 'cancelTakeoverTimer'),
+    // The owner changed (a takeover by a third manager): give the new owner a full timeout.
+    markedByOther: to('following', 'startTakeoverTimer'),
+    markedByMe: to('deletingPod', 'cancelTakeoverTimer', 'deletePod'),
+    podGone: to('following'),
+    detached: to('following'),
+    replacementCreated: to('following'),
+    replacementFailed: to('following'),
+    acquired: to('idle', 'cancelTakeoverTimer'),
+    takeoverDue: to('takingOver', 'writeTakeover'),
+    takeoverWon: to('following'),
+    takeoverConflict: to('following'),
+    stepFailed: to('following'),
+    leaseGone: to('idle', 'cancelTakeoverTimer'),
+  },
+  takingOver: {
+    stale: to('takingOver'),
+    staleObserveOnly: to('takingOver'),
+    markWon: to('takingOver'),
+    markConflict: to('takingOver'),
+    renewed: to('idle'),
+    markedByOther: to('takingOver'),
+    markedByMe: to('takingOver'),
+    podGone: to('takingOver'),
+    detached: to('takingOver'),
+    replacementCreated: to('takingOver'),
+    replacementFailed: to('takingOver'),
+    acquired: to('idle'),
+    takeoverDue: to('takingOver'),
+    takeoverWon: to('deletingPod', 'announceTakeover', 'deletePod'),
+    takeoverConflict: to('following', 'reobserve', 'startTakeoverTimer'),
+    stepFailed: to('following', 'startTakeoverTimer'),
+    leaseGone: to('idle'),
+  },
+};
+
+export function transition(phase: Phase, event: FailoverEvent): Transition {
+  return TRANSITIONS[phase][event];
+}
+
+/** Phases in which this manager runs the failover (they count against the concurrency limit). */
+export function isOwning(phase: Phase): boolean {
+  return phase !== 'idle' && phase !== 'following';
+}
+
+/** The step action a phase repeats after `retryStepLater`. */
+export function stepOf(phase: Phase): Action | undefined {
+  switch (phase) {
+    case 'deletingPod':
+      return 'deletePod';
+    case 'detaching':
+      return 'deleteAttachments';
+    case 'replacing':
+      return 'createReplacement';
+    default:
+      return undefined;
+  }
+}

@@ -1,0 +1,210 @@
+/**
+ * The manager process: wiring only. Reads config (exit 2 on bad input), starts the
+ * informers, the lease monitor, the failover driver, the ShareManager controller and
+ * the HTTP endpoints; on SIGTERM/SIGINT stops them all and exits 0.
+ *
+ * Health: /healthz is ok while every informer is synced or still trying (it never
+ * dies silently: restarts are counted); /readyz only while every cache has synced and
+ * the Lease watch is open.
+ */
+import type { V1Node, V1Pod } from '@kubernetes/client-node';
+import { systemClock } from '../lib/clock.ts';
+import { ConfigError } from '../lib/errors.ts';
+import { serveEndpoints } from '../lib/http-endpoints.ts';
+import { Informer, type InformerOptions } from '../lib/informer.ts';
+import { type k8s, loadKubeConfig } from '../lib/kube-client.ts';
+import { LABEL_SHARE_MANAGER } from '../lib/lease-record.ts';
+import { KubeLeaseStore } from '../lib/lease-store.ts';
+import { createLogger } from '../lib/logger.ts';
+import { createRegistry } from '../lib/metrics.ts';
+import { type ManagerConfig, readManagerConfig } from './config.ts';
+import { EventRecorder } from './events.ts';
+import { FailoverExecutor } from './execute-failover.ts';
+import { ReconcileExecutor } from './execute-reconcile.ts';
+import { FailoverDriver } from './failover-driver.ts';
+import { LeaseMonitor } from './lease-monitor.ts';
+import { createManagerMetrics } from './manager-metrics.ts';
+import { NodeObserver } from './node-observer.ts';
+import { isLive } from './reconcile-share-manager.ts';
+import { ShareManagerController } from './share-manager-controller.ts';
+import { type ShareManager, SM_GROUP, SM_PLURAL, SM_VERSION } from './share-manager-spec.ts';
+import { StaleConfirmation } from './stale-confirmation.ts';
+import { StatusWriter } from './status-writer.ts';
+
+let config: ManagerConfig;
+try {
+  config = readManagerConfig(process.env);
+} catch (err) {
+  if (err instanceof ConfigError) {
+    process.stderr.write(`leasehold manager: ${err.message}\n`);
+    process.exit(2);
+  }
+  throw err;
+}
+
+const log = createLogger('manager', config.logLevel).child({
+  manager: config.identity,
+  node: config.nodeName,
+});
+const clock = systemClock;
+const kc = loadKubeConfig(process.env);
+const registry = createRegistry('leasehold_manager_');
+const metrics = createManagerMetrics(registry);
+const leaseStore = new KubeLeaseStore(kc);
+const status = new StatusWriter(kc, config.requestTimeoutMs);
+const events = new EventRecorder(kc, config.identity, config.nodeName, log, config.requestTimeoutMs);
+const ns = config.namespace ? `/namespaces/${config.namespace}` : '';
+
+function informer<T extends k8s.KubernetesObject>(
+  opts: Omit<InformerOptions<T>, 'kubeConfig' | 'onDisconnected'> &
+    Partial<Pick<InformerOptions<T>, 'onDisconnected'>>,
+): Informer<T> {
+  return new Informer<T>({
+    kubeConfig: kc,
+    quietTimeoutMs: config.watchQuietTimeoutMs,
+    ...opts,
+    onConnected: (kind) => {
+      metrics.watchHealthy.set({ resource: opts.resource }, 1);
+      log.info({ resource: opts.resource, kind }, 'watch open');
+      opts.onConnected?.(kind);
+    },
+    onDisconnected: (reason, error) => {
+      metrics.watchHealthy.set({ resource: opts.resource }, 0);
+      metrics.watchRestarts.inc({ resource: opts.resource });
+      log.warn({ resource: opts.resource, reason, err: error }, 'watch broken; re-watching with backoff');
+      opts.onDisconnected?.(reason, error);
+    },
+  });
+}
+
+// The objects are wired in dependency order; the callbacks close over later ones.
+let controller: ShareManagerController | undefined;
+let driver: FailoverDriver | undefined;
+let monitor: LeaseMonitor | undefined;
+let nodeObserver: NodeObserver | undefined;
+
+const shareManagers = informer<ShareManager>({
+  resource: 'sharemanagers',
+  path: `/apis/${SM_GROUP}/${SM_VERSION}${ns}/${SM_PLURAL}`,
+  onEvent: (_type, sm) => controller?.enqueueFor(sm, false),
+});
+const leases = informer<k8s.V1Lease>({
+  resource: 'leases',
+  path: `/apis/coordination.k8s.io/v1${ns}/leases`,
+  labelSelector: LABEL_SHARE_MANAGER,
+  onEvent: (type, lease) => {
+    if (type === 'deleted')
+      monitor?.leaseDeleted(lease.metadata?.namespace ?? '', lease.metadata?.name ?? '');
+    else monitor?.leaseSeen(lease);
+    metrics.leasesTracked.set(monitor?.tracked ?? 0);
+    controller?.enqueueFor(lease, false);
+  },
+  onConnected: () => monitor?.watchConnected(),
+  onDisconnected: () => monitor?.watchDisconnected(),
+});
+const pods = informer<V1Pod>({
+  resource: 'pods',
+  path: `/api/v1${ns}/pods`,
+  labelSelector: LABEL_SHARE_MANAGER,
+  onEvent: (type, pod) => {
+    driver?.onPodChange(pod, type === 'deleted');
+    controller?.enqueueFor(pod, true);
+  },
+});
+const nodes = informer<V1Node>({ resource: 'nodes', path: '/api/v1/nodes', onEvent: () => {} });
+const nodeLeases = informer<k8s.V1Lease>({
+  resource: 'node-leases',
+  path: '/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases',
+  onEvent: (type, lease) =>
+    type === 'deleted' ? nodeObserver?.heartbeatGone(lease) : nodeObserver?.heartbeatSeen(lease),
+  onConnected: () => nodeObserver?.resetHeartbeats(),
+});
+nodeObserver = new NodeObserver(clock, nodes, config.nodeLeaseGraceMs);
+
+const failoverExecutor = new FailoverExecutor(kc, leaseStore, status, config);
+driver = new FailoverDriver(config, clock, log, metrics, failoverExecutor, events, {
+  shareManager: (key) => {
+    const [namespace, name] = key.split('/') as [string, string];
+    return shareManagers.get(namespace, name);
+  },
+  pod: (namespace, name) => pods.get(namespace, name),
+  livePods: (key) => {
+    const [namespace, name] = key.split('/') as [string, string];
+    return pods
+      .list()
+      .filter(
+        (p) =>
+          p.metadata?.namespace === namespace &&
+          p.metadata?.labels?.[LABEL_SHARE_MANAGER] === name &&
+          isLive(p),
+      );
+  },
+  nodeHealth: (node) => nodeObserver?.health(node) ?? 'unknown',
+});
+const failovers = driver;
+const confirmation = new StaleConfirmation(
+  failoverExecutor,
+  clock,
+  log,
+  config.defaults.retryPeriodMs,
+  (verdict) => failovers.onStale(verdict),
+);
+monitor = new LeaseMonitor(clock, config.defaults.leaseDurationMs, {
+  onStale: (verdict) => confirmation.check(verdict),
+  onLeaseChange: (key, lease, renewed) => failovers.onLeaseChange(key, lease, renewed),
+  onLeaseGone: (key) => failovers.onLeaseGone(key),
+});
+driver.monitor = monitor;
+confirmation.monitor = monitor;
+controller = new ShareManagerController(
+  config,
+  clock,
+  log,
+  { shareManagers, leases, pods, failoverRunning: (key) => failovers.phaseOf(key) !== 'idle' },
+  new ReconcileExecutor(kc, leaseStore, status, config, log),
+);
+
+const all = [shareManagers, leases, pods, nodes, nodeLeases];
+const stormTimer = setInterval(() => failovers.refreshStormGauge(), 5000);
+const endpoints = await serveEndpoints({
+  port: config.httpPort,
+  host: config.httpHost,
+  registry,
+  healthz: () => ({ ok: true, detail: all.map((i) => `${i.resource}: restarts ${i.restarts}`).join(', ') }),
+  readyz: () => {
+    const unsynced = all.filter((i) => !i.synced).map((i) => i.resource);
+    if (unsynced.length > 0) return { ok: false, detail: `caches not synced: ${unsynced.join(', ')}` };
+    if (!leases.healthy) return { ok: false, detail: 'lease watch not open (blind: no verdicts)' };
+    return {
+      ok: true,
+      detail: `tracking ${monitor?.tracked ?? 0} leases, ${failovers.running} failovers running`,
+    };
+  },
+});
+for (const i of all) i.start();
+log.info(
+  {
+    port: endpoints.port,
+    observeOnly: config.observeOnly,
+    fastFailover: config.fastFailover,
+    namespace: config.namespace ?? '(all)',
+  },
+  'manager started',
+);
+
+let stopping = false;
+async function shutdown(signal: string): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  log.info({ signal }, 'stopping');
+  clearInterval(stormTimer);
+  controller?.queue.stop();
+  monitor?.stop();
+  confirmation.stop();
+  failovers.stop();
+  await Promise.all(all.map((i) => i.stop()));
+  await endpoints.close();
+  process.exit(0);
+}
+process.on('SIGTERM', () => void shutdown('SIGTERM'));
+process.on('SIGINT', () => void shutdown('SIGINT'));

@@ -1,0 +1,48 @@
+/**
+ * Node health as this manager sees it: the Node objects (Ready condition) and the node
+ * heartbeat Leases in kube-node-lease, each judged by when WE observed it change
+ * (node-health.ts has the rule).
+ */
+import type { V1Node } from '@kubernetes/client-node';
+import type { Clock } from '../lib/clock.ts';
+import type { Informer } from '../lib/informer.ts';
+import type { k8s } from '../lib/kube-client.ts';
+import { type NodeHealth, nodeHealth } from './node-health.ts';
+
+export class NodeObserver {
+  private readonly heartbeats = new Map<string, { renewTime: string; observedAt: number }>();
+
+  constructor(
+    private readonly clock: Clock,
+    private readonly nodes: Informer<V1Node>,
+    private readonly graceMs: number,
+  ) {}
+
+  heartbeatSeen(lease: k8s.V1Lease): void {
+    const node = lease.metadata?.name ?? '';
+    const renewTime = String(lease.spec?.renewTime ?? '');
+    const previous = this.heartbeats.get(node);
+    if (previous?.renewTime === renewTime) return;
+    this.heartbeats.set(node, { renewTime, observedAt: this.clock.now() });
+  }
+
+  heartbeatGone(lease: k8s.V1Lease): void {
+    this.heartbeats.delete(lease.metadata?.name ?? '');
+  }
+
+  /** The blindness rule for heartbeats too: after a (re)connect nothing is stale for the grace. */
+  resetHeartbeats(): void {
+    const now = this.clock.now();
+    for (const hb of this.heartbeats.values()) hb.observedAt = now;
+  }
+
+  health(node: string): NodeHealth {
+    if (node === '') return 'unknown';
+    return nodeHealth(
+      this.nodes.get('', node),
+      this.heartbeats.get(node)?.observedAt,
+      this.clock.now(),
+      this.graceMs,
+    );
+  }
+}

@@ -1,0 +1,155 @@
+/**
+ * Builds the share-manager pod of one ShareManager (pure).
+ *
+ * Shape (DESIGN.md "Components", "Agent behaviour"):
+ *  - `generateName: <sm>-`: every pod name is one incarnation, the lease holder identity.
+ *  - the agent is a native sidecar (init container with restartPolicy Always) whose
+ *    startupProbe is the agent's /readyz: the server container starts only once the
+ *    agent holds the lease.
+ *  - restartPolicy Never: a fenced or crashed server ends the incarnation; the manager
+ *    creates the next pod, which must pass the lease gate again.
+ *  - shareProcessNamespace, so the agent can signal the server when it fences.
+ *  - env of the agent from the ShareManager (lease timings with the manager's defaults
+ *    filled in, fence, server check) + the downward API for pod and node name.
+ *  - owner reference to the ShareManager (controller), labels for the Service selector.
+ *  - node anti-affinity against a lost node, `required` or `preferred` as decided by the
+ *    caller (see anti-affinity.ts).
+ */
+import type { V1Affinity, V1EnvVar, V1Pod } from '@kubernetes/client-node';
+import { formatDuration } from '../lib/env-config.ts';
+import { LABEL_SHARE_MANAGER } from '../lib/lease-record.ts';
+import type { LeaseTimings } from './config.ts';
+import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
+
+export const LABEL_COMPONENT = 'app.kubernetes.io/component';
+export const COMPONENT_SHARE_MANAGER = 'share-manager';
+export const ANNOTATION_POD_REQUEST = `${SM_GROUP}/pod-request`;
+export const ANNOTATION_REPLACES = `${SM_GROUP}/replaces`;
+export const SERVER_CONTAINER = 'server';
+export const AGENT_CONTAINER = 'agent';
+export const VOLUME_NAME = 'share';
+
+export type NodeAvoidance = { node: string; mode: 'required' | 'preferred' } | undefined;
+
+export interface PodSpecInput {
+  sm: ShareManager;
+  timings: LeaseTimings;
+  mountPath: string;
+  agentImage: string;
+  agentPort: number;
+  /** ServiceAccount when the ShareManager names none; undefined = the namespace's default. */
+  agentServiceAccount?: string | undefined;
+  avoid: NodeAvoidance;
+  /** Annotations that tie the pod to its creation (pod request id, replaced pod). */
+  annotations?: Record<string, string>;
+}
+
+export function buildSharePod(input: PodSpecInput): V1Pod {
+  const { sm, timings, agentPort } = input;
+  const name = sm.metadata.name ?? '';
+  const namespace = sm.metadata.namespace ?? '';
+  const spec = sm.spec;
+  const affinity = antiAffinity(input.avoid);
+  const serviceAccount = spec.serviceAccountName ?? input.agentServiceAccount;
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: {
+      generateName: `${name}-`,
+      namespace,
+      labels: {
+        [LABEL_SHARE_MANAGER]: name,
+        [LABEL_COMPONENT]: COMPONENT_SHARE_MANAGER,
+        'app.kubernetes.io/managed-by': 'leasehold-manager',
+      },
+      annotations: { ...(input.annotations ?? {}) },
+      ownerReferences: [
+        {
+          apiVersion: `${SM_GROUP}/${SM_VERSION}`,
+          kind: SM_KIND,
+          name,
+          uid: sm.metadata.uid ?? '',
+          controller: true,
+          blockOwnerDeletion: true,
+        },
+      ],
+    },
+    spec: {
+      restartPolicy: 'Never',
+      shareProcessNamespace: true,
+      ...(serviceAccount ? { serviceAccountName: serviceAccount } : {}),
+      ...(spec.scheduling?.nodeSelector ? { nodeSelector: spec.scheduling.nodeSelector } : {}),
+      ...(spec.scheduling?.tolerations ? { tolerations: spec.scheduling.tolerations } : {}),
+      ...(affinity ? { affinity } : {}),
+      initContainers: [
+        {
+          name: AGENT_CONTAINER,
+          image: input.agentImage,
+          args: ['agent'],
+          restartPolicy: 'Always',
+          env: agentEnv(sm, timings, agentPort),
+          ports: [{ name: 'agent-http', containerPort: agentPort, protocol: 'TCP' }],
+          startupProbe: {
+            httpGet: { path: '/readyz', port: agentPort },
+            periodSeconds: 1,
+            // Acquiring may wait D after a dead holder plus scheduling noise: allow 10 min.
+            failureThreshold: 600,
+          },
+          readinessProbe: { httpGet: { path: '/readyz', port: agentPort }, periodSeconds: 2 },
+        },
+      ],
+      containers: [
+        {
+          name: SERVER_CONTAINER,
+          image: spec.server.image,
+          ...(spec.server.command ? { command: spec.server.command } : {}),
+          ...(spec.server.args ? { args: spec.server.args } : {}),
+          ...(spec.server.ports ? { ports: spec.server.ports } : {}),
+          env: spec.server.env ?? [],
+          volumeMounts: [{ name: VOLUME_NAME, mountPath: input.mountPath }],
+        },
+      ],
+      volumes: [{ name: VOLUME_NAME, persistentVolumeClaim: { claimName: spec.volume.pvc } }],
+    },
+  };
+}
+
+function agentEnv(sm: ShareManager, t: LeaseTimings, agentPort: number): V1EnvVar[] {
+  const env: V1EnvVar[] = [
+    { name: 'LEASEHOLD_LEASE_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
+    { name: 'LEASEHOLD_LEASE_NAME', value: sm.metadata.name ?? '' },
+    { name: 'LEASEHOLD_POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
+    { name: 'LEASEHOLD_NODE_NAME', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } },
+    { name: 'LEASEHOLD_LEASE_DURATION', value: formatDuration(t.leaseDurationMs) },
+    { name: 'LEASEHOLD_RENEW_INTERVAL', value: formatDuration(t.renewIntervalMs) },
+    { name: 'LEASEHOLD_RENEW_DEADLINE', value: formatDuration(t.renewDeadlineMs) },
+    { name: 'LEASEHOLD_RETRY_PERIOD', value: formatDuration(t.retryPeriodMs) },
+    { name: 'LEASEHOLD_HTTP_PORT', value: String(agentPort) },
+  ];
+  const fence = sm.spec.fence;
+  env.push({ name: 'LEASEHOLD_FENCE_ACTION', value: fence?.action ?? 'none' });
+  if (fence?.process) env.push({ name: 'LEASEHOLD_FENCE_PROCESS', value: fence.process });
+  if (fence?.signal) env.push({ name: 'LEASEHOLD_FENCE_SIGNAL', value: fence.signal });
+  if (fence?.command) env.push({ name: 'LEASEHOLD_FENCE_COMMAND', value: fence.command });
+  const check = sm.spec.serverCheck;
+  if (check) {
+    env.push({ name: 'LEASEHOLD_SERVER_CHECK', value: check.target });
+    if (check.timeout) env.push({ name: 'LEASEHOLD_SERVER_CHECK_TIMEOUT', value: check.timeout });
+    if (check.failures !== undefined)
+      env.push({ name: 'LEASEHOLD_SERVER_CHECK_FAILURES', value: String(check.failures) });
+  }
+  return env;
+}
+
+function antiAffinity(avoid: NodeAvoidance): V1Affinity | undefined {
+  if (!avoid) return undefined;
+  const term = { matchFields: [{ key: 'metadata.name', operator: 'NotIn', values: [avoid.node] }] };
+  if (avoid.mode === 'required') {
+    return {
+      nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: [term] } },
+    };
+  }
+  return {
+    nodeAffinity: { preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 100, preference: term }] },
+  };
+}

@@ -1,0 +1,119 @@
+/**
+ * The ShareManager custom resource (leasehold.dev/v1alpha1) as the manager reads it,
+ * and the pure check of what its OpenAPI schema cannot express.
+ *
+ * The CRD schema (charts/leasehold/crds/sharemanagers.leasehold.dev.yaml) rejects
+ * missing fields, bad names, bad duration strings and out-of-range values at the API.
+ * `resolveSpec` adds the cross-field timing rule (D > T > R, T - R >= retry), with the
+ * manager's defaults filled in, and returns a message naming the fields on failure:
+ * the reconciler then sets status Error and touches nothing else.
+ */
+import type { V1EnvVar, V1ObjectMeta, V1Toleration } from '@kubernetes/client-node';
+import { formatDuration, parseDuration } from '../lib/env-config.ts';
+import { type LeaseTimings, timingProblem } from './config.ts';
+
+export const SM_GROUP = 'leasehold.dev';
+export const SM_VERSION = 'v1alpha1';
+export const SM_PLURAL = 'sharemanagers';
+export const SM_KIND = 'ShareManager';
+
+export const SM_STATES = ['Pending', 'Starting', 'Running', 'FailingOver', 'Error', 'Stopped'] as const;
+export type ShareManagerState = (typeof SM_STATES)[number];
+
+export interface ShareManagerSpec {
+  volume: { pvc: string; mountPath?: string };
+  server: {
+    image: string;
+    args?: string[];
+    command?: string[];
+    ports?: { name?: string; containerPort: number; protocol?: string }[];
+    env?: V1EnvVar[];
+  };
+  lease?: { duration?: string; renewInterval?: string; renewDeadline?: string; retryPeriod?: string };
+  fence?: { action?: 'signal' | 'command' | 'none'; process?: string; signal?: string; command?: string };
+  serverCheck?: { target: string; timeout?: string; failures?: number };
+  scheduling?: { nodeSelector?: Record<string, string>; tolerations?: V1Toleration[] };
+  serviceAccountName?: string;
+}
+
+export interface LastFailover {
+  reason: string;
+  lostNode: string;
+  lostPod: string;
+  by: string;
+  detectedAt?: string;
+  markedAt?: string;
+  podDeletedAt?: string;
+  detachedAt?: string;
+  replacementCreatedAt?: string;
+  completedAt?: string;
+  replacementPod?: string;
+}
+
+export interface ShareManagerStatus {
+  state?: ShareManagerState;
+  message?: string;
+  node?: string;
+  pod?: string;
+  leaseHolder?: string;
+  observedGeneration?: number;
+  /** Arbitration of the next pod creation among managers (see reconcile-share-manager.ts). */
+  podRequest?: { id: string; by: string };
+  lastFailover?: LastFailover;
+  conditions?: {
+    type: string;
+    status: string;
+    reason?: string;
+    message?: string;
+    lastTransitionTime?: string;
+  }[];
+}
+
+export interface ShareManager {
+  apiVersion?: string;
+  kind?: string;
+  metadata: V1ObjectMeta;
+  spec: ShareManagerSpec;
+  status?: ShareManagerStatus;
+}
+
+export type ResolvedSpec =
+  | { ok: true; timings: LeaseTimings; mountPath: string }
+  | { ok: false; message: string };
+
+/** Fills in the manager's default timings and checks the rules the schema cannot express. */
+export function resolveSpec(spec: ShareManagerSpec, defaults: LeaseTimings): ResolvedSpec {
+  const problems: string[] = [];
+  const timing = (field: keyof NonNullable<ShareManagerSpec['lease']>, fallback: number): number => {
+    const text = spec.lease?.[field];
+    if (text === undefined) return fallback;
+    const ms = parseDuration(text);
+    if (ms === undefined || ms <= 0) {
+      problems.push(
+        `spec.lease.${field}=${JSON.stringify(text)}: must be a duration such as 500ms, 2s or 1m`,
+      );
+      return fallback;
+    }
+    return ms;
+  };
+  const timings: LeaseTimings = {
+    leaseDurationMs: timing('duration', defaults.leaseDurationMs),
+    renewIntervalMs: timing('renewInterval', defaults.renewIntervalMs),
+    renewDeadlineMs: timing('renewDeadline', defaults.renewDeadlineMs),
+    retryPeriodMs: timing('retryPeriod', defaults.retryPeriodMs),
+  };
+  if (timings.leaseDurationMs % 1000 !== 0) {
+    problems.push(
+      `spec.lease.duration=${formatDuration(timings.leaseDurationMs)}: must be whole seconds (Lease.spec.leaseDurationSeconds)`,
+    );
+  }
+  const rule = problems.length === 0 ? timingProblem(timings) : undefined;
+  if (rule) problems.push(`spec.lease (defaults filled in from the manager): ${rule}`);
+  const fence = spec.fence;
+  if (fence?.action === 'signal' && !fence.process)
+    problems.push('spec.fence.process is required when action is signal');
+  if (fence?.action === 'command' && !fence.command)
+    problems.push('spec.fence.command is required when action is command');
+  if (problems.length > 0) return { ok: false, message: problems.join('; ') };
+  return { ok: true, timings, mountPath: spec.volume.mountPath ?? '/export' };
+}

@@ -1,0 +1,88 @@
+/**
+ * Detection timing and clock skew against the real API server: 100 leases renewed by
+ * the test process go stale; each verdict (from the manager's log) comes no earlier than
+ * D after the last renewal was sent and no more than 1 s after D past the last renewal
+ * returned. Two holders whose renewTime is 10 minutes off keep renewing: never stale.
+ * No ShareManagers here: the verdict is about the lease alone, nothing is failed over.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { sleep } from '../../lib/clock.ts';
+import { eventually, useCluster } from '../support/cluster.ts';
+import { applyCrd, createNamespace, HolderLoop, startManager, stopAllManagers } from './manager-harness.ts';
+
+const cluster = useCluster({ scheduler: false });
+const D_MS = 3000;
+const N = 100;
+const holders: HolderLoop[] = [];
+
+describe('stale detection by observed time', () => {
+  before(async () => {
+    await applyCrd(cluster());
+  });
+  after(async () => {
+    await Promise.all(holders.splice(0).map((h) => h.stop()));
+    await stopAllManagers();
+  });
+
+  it(`${N} leases go stale: each verdict within [D, D + 1 s] of the last renewal; skewed holders never stale`, async (t) => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'detect');
+    const manager = startManager(cluster(), 'd1', { LEASEHOLD_WATCH_NAMESPACE: 'detect' });
+    const doomed: HolderLoop[] = [];
+    for (let i = 0; i < N; i++) {
+      const h = new HolderLoop(kc, 'detect', `lease-${i}`, `pod-${i}`, 'node-1', 1000).start();
+      doomed.push(h);
+      holders.push(h);
+      await sleep(10); // spread the renewal phases over the second
+    }
+    const skewed = [
+      new HolderLoop(kc, 'detect', 'skew-past', 'pod-past', 'node-1', 1000, -600_000).start(),
+      new HolderLoop(kc, 'detect', 'skew-future', 'pod-future', 'node-1', 1000, 600_000).start(),
+    ];
+    holders.push(...skewed);
+    await eventually(
+      'all leases renewing',
+      async () => (doomed.every((h) => h.renewals >= 2) ? true : undefined),
+      30_000,
+    );
+    await sleep(2 * D_MS); // the manager has watched them for a while: none may be stale yet
+    const early = (await manager.lines()).filter((l) => l.msg === 'lease stale by our observation');
+    assert.deepEqual(early, [], 'nothing stale while renewing');
+
+    await Promise.all(doomed.map((h) => h.stop()));
+    const verdicts = await eventually(
+      `${N} verdicts`,
+      async () => {
+        const lines = (await manager.lines()).filter((l) => l.msg === 'lease stale by our observation');
+        return lines.length >= N ? lines : undefined;
+      },
+      30_000,
+      200,
+    );
+    const lags: number[] = [];
+    for (const h of doomed) {
+      const line = verdicts.find((l) => l.lease === `detect/${h.name}`);
+      assert.ok(line, `verdict for ${h.name}`);
+      const at = Date.parse(String(line.time));
+      // NB: the manager saw the renewal after it was sent, so the verdict is >= sent + D.
+      assert.ok(
+        at >= h.lastRenewalSentAt + D_MS - 2,
+        `${h.name}: verdict ${at - h.lastRenewalSentAt} ms after the last renewal was sent`,
+      );
+      const late = at - (h.lastRenewalAt + D_MS);
+      assert.ok(late <= 1000, `${h.name}: verdict ${late} ms past D after the last renewal returned`);
+      lags.push(Number(line.lagMs));
+    }
+    lags.sort((a, b) => a - b);
+    t.diagnostic(
+      `manager-reported detection lag over ${N} leases: p50 ${lags[N / 2]} ms, p99 ${lags[Math.floor(N * 0.99)]} ms, max ${lags[N - 1]} ms`,
+    );
+
+    await sleep(2 * D_MS);
+    const all = (await manager.lines()).filter((l) => l.msg === 'lease stale by our observation');
+    assert.equal(all.filter((l) => String(l.lease).includes('skew')).length, 0, 'skewed holders never stale');
+    assert.equal(all.length, N, 'exactly one verdict per dead lease');
+    assert.ok(skewed.every((h) => !h.lost && h.renewals > 10));
+  });
+});

@@ -1,0 +1,305 @@
+/**
+ * The manager's failover against the real API server, with manager processes running
+ * the compiled code. No kubelet or scheduler: the test binds pods, reports them Running
+ * and plays each pod's agent on the Lease (see manager-harness.ts).
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import * as k8s from '@kubernetes/client-node';
+import { sleep } from '../../lib/clock.ts';
+import { eventually, useCluster } from '../support/cluster.ts';
+import {
+  applyCrd,
+  createNamespace,
+  createNode,
+  eventsFor,
+  getShareManager,
+  HolderLoop,
+  podsOf,
+  readLease,
+  runningShare as runningShareOn,
+  runPodOn,
+  startManager,
+  stopAllManagers,
+  waitForReplacement,
+} from './manager-harness.ts';
+
+const cluster = useCluster({ scheduler: false });
+const LEASE = { duration: '3s', renewInterval: '1s', renewDeadline: '2s', retryPeriod: '200ms' };
+const D_MS = 3000;
+const holders: HolderLoop[] = [];
+
+function runningShare(namespace: string, name: string, node: string) {
+  return runningShareOn(cluster().kubeConfig, { namespace, name, node, lease: LEASE }, holders);
+}
+
+/** Counts what happens to one lease and its pods from now on (via watches). */
+async function recordHistory(namespace: string, name: string) {
+  const kc = cluster().kubeConfig;
+  const history = {
+    delinquentWrites: 0,
+    failoverBy: new Set<string>(),
+    podsAdded: [] as string[],
+    podsDeleted: [] as string[],
+  };
+  let wasDelinquent = false;
+  const watch = new k8s.Watch(kc);
+  const leaseReq = await watch.watch(
+    `/apis/coordination.k8s.io/v1/namespaces/${namespace}/leases`,
+    { fieldSelector: `metadata.name=${name}` },
+    (_type, lease: k8s.V1Lease) => {
+      const delinquent = Boolean(lease.metadata?.annotations?.['leasehold.dev/delinquent']);
+      if (delinquent && !wasDelinquent) history.delinquentWrites += 1;
+      const by = lease.metadata?.annotations?.['leasehold.dev/failover-by'];
+      if (by) history.failoverBy.add(by);
+      wasDelinquent = delinquent;
+    },
+    () => {},
+  );
+  const podReq = await watch.watch(
+    `/api/v1/namespaces/${namespace}/pods`,
+    { labelSelector: `leasehold.dev/share-manager=${name}` },
+    (type, pod: k8s.V1Pod) => {
+      if (type === 'ADDED') history.podsAdded.push(pod.metadata?.name ?? '');
+      if (type === 'DELETED') history.podsDeleted.push(pod.metadata?.name ?? '');
+    },
+    () => {},
+  );
+  await sleep(300); // the watches start from "now": let them open before anything happens
+  history.podsAdded.length = 0; // initial ADDED events of existing pods
+  return {
+    history,
+    stop: () => {
+      leaseReq.abort();
+      podReq.abort();
+    },
+  };
+}
+
+describe('manager failover on a stale lease', () => {
+  before(async () => {
+    await applyCrd(cluster());
+    for (const node of ['node-1', 'node-2', 'node-3']) await createNode(cluster().kubeConfig, node);
+  });
+  after(async () => {
+    await Promise.all(holders.splice(0).map((h) => h.stop()));
+    await stopAllManagers();
+  });
+
+  it('three managers, one stale lease: exactly one failover, detected no earlier than D', async () => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'three');
+    const managers = ['m1', 'm2', 'm3'].map((n) => startManager(cluster(), n));
+    const { pod, holder } = await runningShare('three', 'vol-a', 'node-1');
+    const service = await kc
+      .makeApiClient(k8s.CoreV1Api)
+      .readNamespacedService({ namespace: 'three', name: 'vol-a' });
+    assert.deepEqual(service.spec?.selector, { 'leasehold.dev/share-manager': 'vol-a' });
+    assert.equal(service.spec?.ports?.[0]?.port, 8080);
+    assert.equal(service.metadata?.ownerReferences?.[0]?.kind, 'ShareManager');
+    const ownedLease = await kc
+      .makeApiClient(k8s.CoordinationV1Api)
+      .readNamespacedLease({ namespace: 'three', name: 'vol-a' });
+    assert.equal(ownedLease.metadata?.labels?.['leasehold.dev/share-manager'], 'vol-a');
+    assert.equal(ownedLease.metadata?.ownerReferences?.[0]?.kind, 'ShareManager');
+    const { history, stop } = await recordHistory('three', 'vol-a');
+    try {
+      await sleep(2000);
+      await holder.stop(); // the node "dies": no more renewals
+      const lastRenewal = holder.lastRenewalAt;
+      const lease = await eventually(
+        'the delinquent mark',
+        async () => {
+          const l = await readLease(kc, 'three', 'vol-a');
+          return l.delinquentSince ? l : undefined;
+        },
+        15_000,
+        20,
+      );
+      const verdictAt = Date.parse(lease.delinquentSince ?? '');
+      assert.ok(
+        verdictAt - lastRenewal >= D_MS - 100,
+        `marked ${verdictAt - lastRenewal} ms after the last renewal (D = ${D_MS})`,
+      );
+      assert.ok(
+        verdictAt - lastRenewal <= D_MS + 2000,
+        `marked ${verdictAt - lastRenewal} ms after the last renewal`,
+      );
+      const owner = lease.failoverBy ?? '';
+      assert.ok(['m1', 'm2', 'm3'].includes(owner));
+
+      // The replacement appears with anti-affinity against node-1; the test runs it on node-2.
+      const replacement = await waitForReplacement(kc, 'three', 'vol-a', pod.metadata?.name ?? '');
+      assert.ok(replacement && replacement.metadata?.name !== pod.metadata?.name);
+      const avoid = JSON.stringify(replacement.spec?.affinity?.nodeAffinity ?? {});
+      assert.match(avoid, /"NotIn","values":\["node-1"\]/);
+      await runPodOn(kc, replacement, 'node-2');
+      const next = new HolderLoop(
+        kc,
+        'three',
+        'vol-a',
+        replacement.metadata?.name ?? '',
+        'node-2',
+        1000,
+      ).start();
+      holders.push(next);
+      const sm = await eventually(
+        'status Running after the failover',
+        async () => {
+          const s = await getShareManager(kc, 'three', 'vol-a');
+          return s.status?.state === 'Running' && s.status.lastFailover?.completedAt ? s : undefined;
+        },
+        15_000,
+      );
+      assert.equal(sm.status?.lastFailover?.lostPod, pod.metadata?.name);
+      assert.equal(sm.status?.lastFailover?.lostNode, 'node-1');
+      assert.equal(sm.status?.lastFailover?.replacementPod, replacement.metadata?.name);
+      await sleep(2 * D_MS); // anything duplicated would show by now
+
+      assert.equal(history.delinquentWrites, 1, 'one delinquent write');
+      assert.deepEqual([...history.failoverBy], [owner], 'one owner');
+      assert.deepEqual(history.podsDeleted, [pod.metadata?.name], 'one pod deletion');
+      assert.deepEqual(history.podsAdded, [replacement.metadata?.name], 'one replacement');
+      const events = await eventsFor(kc, 'three', 'vol-a');
+      assert.equal(events.filter((e) => e.reason === 'LeaseExpired').length, 1);
+      const completed = events.filter((e) => e.reason === 'FailoverCompleted');
+      assert.equal(completed.length, 1);
+      assert.match(completed[0]?.message ?? '', /mark [\d.]+s, pod_delete [\d.]+s, .*total [\d.]+s/);
+      for (const m of managers) assert.equal(m.child.exitCode, null, `${m.name} still running`);
+    } finally {
+      stop();
+      for (const m of managers) await m.kill();
+    }
+  });
+
+  it('a manager killed mid-failover: another takes it over and completes it, no duplicate pod', async () => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'takeover');
+    const env = { LEASEHOLD_FAILOVER_TAKEOVER_TIMEOUT: '3s', LEASEHOLD_WATCH_NAMESPACE: 'takeover' };
+    const managers = [startManager(cluster(), 'k1', env), startManager(cluster(), 'k2', env)];
+    const { pod, holder } = await runningShare('takeover', 'vol-k', 'node-1');
+    const { history, stop } = await recordHistory('takeover', 'vol-k');
+    try {
+      await holder.stop();
+      const marked = await eventually(
+        'the delinquent mark',
+        async () => {
+          const l = await readLease(kc, 'takeover', 'vol-k');
+          return l.delinquentSince ? l : undefined;
+        },
+        15_000,
+        5,
+      );
+      const owner = managers.find((m) => m.name === marked.failoverBy);
+      const survivor = managers.find((m) => m.name !== marked.failoverBy);
+      assert.ok(owner && survivor);
+      await owner.kill('SIGKILL');
+      const replacementsAtKill = (await podsOf(kc, 'takeover', 'vol-k')).filter(
+        (p) => p.metadata?.name !== pod.metadata?.name,
+      ).length;
+
+      const takenOver = await eventually(
+        'the takeover',
+        async () => {
+          const l = await readLease(kc, 'takeover', 'vol-k');
+          return l.failoverBy === survivor.name ? l : undefined;
+        },
+        15_000,
+      );
+      assert.ok(takenOver.delinquentSince, 'still delinquent while the takeover runs');
+      const replacement = await waitForReplacement(kc, 'takeover', 'vol-k', pod.metadata?.name ?? '');
+      await runPodOn(kc, replacement, 'node-2');
+      holders.push(
+        new HolderLoop(kc, 'takeover', 'vol-k', replacement.metadata?.name ?? '', 'node-2', 1000).start(),
+      );
+      const sm = await eventually(
+        'completion by the survivor',
+        async () => {
+          const s = await getShareManager(kc, 'takeover', 'vol-k');
+          return s.status?.state === 'Running' && s.status.lastFailover?.completedAt ? s : undefined;
+        },
+        15_000,
+      );
+      assert.equal(sm.status?.lastFailover?.by, survivor.name);
+      await sleep(D_MS);
+      const live = (await podsOf(kc, 'takeover', 'vol-k')).filter((p) => !p.metadata?.deletionTimestamp);
+      assert.deepEqual(
+        live.map((p) => p.metadata?.name),
+        [replacement.metadata?.name],
+        'no duplicate pod',
+      );
+      assert.deepEqual(
+        history.podsAdded,
+        [replacement.metadata?.name],
+        `one replacement (${replacementsAtKill} existed at the kill)`,
+      );
+      const events = await eventsFor(kc, 'takeover', 'vol-k');
+      assert.equal(events.filter((e) => e.reason === 'FailoverTakenOver').length, 1);
+      assert.equal(events.filter((e) => e.reason === 'FailoverCompleted').length, 1);
+    } finally {
+      stop();
+      for (const m of managers) await m.kill();
+    }
+  });
+
+  it('20 share managers on one node, one lease stale: only it moves; a manager restart touches nothing', async () => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'twenty');
+    const env = { LEASEHOLD_WATCH_NAMESPACE: 'twenty' };
+    let manager = startManager(cluster(), 't1', env);
+    try {
+      const names = Array.from({ length: 20 }, (_, i) => `vol-${String(i).padStart(2, '0')}`);
+      const shares = new Map<string, { pod: k8s.V1Pod; holder: HolderLoop }>();
+      await Promise.all(
+        names.map(async (name) => shares.set(name, await runningShare('twenty', name, 'node-1'))),
+      );
+      const victim = 'vol-07';
+      const lost = shares.get(victim);
+      assert.ok(lost);
+      await lost.holder.stop();
+      const replacement = await waitForReplacement(kc, 'twenty', victim, lost.pod.metadata?.name ?? '');
+      await runPodOn(kc, replacement, 'node-2');
+      holders.push(
+        new HolderLoop(kc, 'twenty', victim, replacement.metadata?.name ?? '', 'node-2', 1000).start(),
+      );
+      await eventually(
+        'the victim Running again',
+        async () => {
+          const s = await getShareManager(kc, 'twenty', victim);
+          return s.status?.state === 'Running' && s.status.lastFailover?.completedAt ? true : undefined;
+        },
+        15_000,
+      );
+
+      const snapshot = async () => {
+        const all = await kc.makeApiClient(k8s.CoreV1Api).listNamespacedPod({ namespace: 'twenty' });
+        return all.items
+          .map((p) => `${p.metadata?.name}/${p.metadata?.uid}/${p.metadata?.deletionTimestamp ?? ''}`)
+          .sort();
+      };
+      const before = await snapshot();
+      assert.equal(before.length, 20);
+      for (const name of names) {
+        if (name === victim) continue;
+        const lease = await readLease(kc, 'twenty', name);
+        assert.equal(lease.delinquentSince, undefined, `${name} never marked`);
+        assert.equal(lease.holder, shares.get(name)?.pod.metadata?.name, `${name} kept its pod`);
+      }
+
+      // A manager restart (a rolling upgrade): no pod touched, no lease marked.
+      await manager.kill('SIGTERM');
+      manager = startManager(cluster(), 't2', env);
+      await sleep(3 * D_MS);
+      assert.deepEqual(await snapshot(), before, 'no pod touched by the restart');
+      for (const name of names) {
+        const lease = await readLease(kc, 'twenty', name);
+        assert.equal(lease.delinquentSince, undefined, `${name} not marked after the restart`);
+        assert.equal((await getShareManager(kc, 'twenty', name)).status?.state, 'Running');
+      }
+      const stale = (await manager.lines()).filter((l) => l.msg === 'lease stale by our observation');
+      assert.deepEqual(stale, [], 'the restarted manager declared nothing stale');
+    } finally {
+      await manager.kill();
+    }
+  });
+});

@@ -1,0 +1,134 @@
+/**
+ * The manager's modes and guards against the real API server: a bad spec is refused
+ * (by the schema or with status Error) without disturbing anything else; observe-only
+ * records what it would do and touches nothing. The test plays pods and agents.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { sleep } from '../../lib/clock.ts';
+import { eventually, useCluster } from '../support/cluster.ts';
+import {
+  applyCrd,
+  createNamespace,
+  createNode,
+  createShareManager,
+  eventsFor,
+  getShareManager,
+  type HolderLoop,
+  kubectl,
+  podsOf,
+  readLease,
+  runningShare as runningShareOn,
+  shareManagerBody,
+  startManager,
+  stopAllManagers,
+} from './manager-harness.ts';
+
+const cluster = useCluster({ scheduler: false });
+const LEASE = { duration: '3s', renewInterval: '1s', renewDeadline: '2s', retryPeriod: '200ms' };
+const D_MS = 3000;
+const holders: HolderLoop[] = [];
+
+function runningShare(namespace: string, name: string, node: string) {
+  return runningShareOn(cluster().kubeConfig, { namespace, name, node, lease: LEASE }, holders);
+}
+
+describe('manager modes', () => {
+  before(async () => {
+    await applyCrd(cluster());
+    for (const node of ['node-1', 'node-3']) await createNode(cluster().kubeConfig, node);
+  });
+  after(async () => {
+    await Promise.all(holders.splice(0).map((h) => h.stop()));
+    await stopAllManagers();
+  });
+
+  it('a bad spec is rejected by the API or gets status Error; nothing else is disturbed', async () => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'bad');
+    const manager = startManager(cluster(), 'b1', { LEASEHOLD_WATCH_NAMESPACE: 'bad' });
+    try {
+      const good = await runningShare('bad', 'vol-good', 'node-3');
+      const noImage = shareManagerBody({ namespace: 'bad', name: 'no-image' }) as {
+        spec: { server: Record<string, unknown> };
+      };
+      delete noImage.spec.server.image;
+      const rejected = await kubectl(cluster(), ['apply', '-f', '-'], JSON.stringify(noImage));
+      assert.notEqual(rejected.code, 0);
+      assert.match(rejected.stderr, /spec\.server\.image: Required value/);
+      const badDuration = shareManagerBody({
+        namespace: 'bad',
+        name: 'bad-duration',
+        lease: { duration: '6 seconds' },
+      });
+      const rejected2 = await kubectl(cluster(), ['apply', '-f', '-'], JSON.stringify(badDuration));
+      assert.notEqual(rejected2.code, 0);
+      assert.match(rejected2.stderr, /spec\.lease\.duration/);
+
+      // Accepted by the schema, refused by the cross-field rule (D=3s is not > default T=4s).
+      await createShareManager(kc, { namespace: 'bad', name: 'bad-timing', lease: { duration: '3s' } });
+      const sm = await eventually('status Error', async () => {
+        const s = await getShareManager(kc, 'bad', 'bad-timing');
+        return s.status?.state === 'Error' ? s : undefined;
+      });
+      assert.match(
+        sm.status?.message ?? '',
+        /lease duration 3s > renew deadline 4s > renew interval 2s must hold/,
+      );
+      await sleep(1000);
+      assert.deepEqual(await podsOf(kc, 'bad', 'bad-timing'), [], 'no pod for a bad spec');
+      await assert.rejects(readLease(kc, 'bad', 'bad-timing'), 'no lease for a bad spec');
+      const pods = await podsOf(kc, 'bad', 'vol-good');
+      assert.deepEqual(
+        pods.map((p) => p.metadata?.uid),
+        [good.pod.metadata?.uid],
+        'the good share manager is untouched',
+      );
+      assert.equal((await getShareManager(kc, 'bad', 'vol-good')).status?.state, 'Running');
+    } finally {
+      await manager.kill();
+    }
+  });
+
+  it('observe-only: records what it would do and touches nothing', async () => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'observe');
+    const manager = startManager(cluster(), 'obs1', {
+      LEASEHOLD_WATCH_NAMESPACE: 'observe',
+      LEASEHOLD_OBSERVE_ONLY: 'true',
+    });
+    try {
+      const { pod, holder } = await runningShare('observe', 'vol-o', 'node-1');
+      await holder.stop();
+      const events = await eventually(
+        'a WouldFailOver event',
+        async () => {
+          const list = await eventsFor(kc, 'observe', 'vol-o');
+          return list.some((e) => e.reason === 'WouldFailOver') ? list : undefined;
+        },
+        15_000,
+      );
+      assert.match(
+        events.find((e) => e.reason === 'WouldFailOver')?.message ?? '',
+        /observe-only: .*would mark it delinquent/,
+      );
+      await sleep(2 * D_MS);
+      const lease = await readLease(kc, 'observe', 'vol-o');
+      assert.equal(lease.delinquentSince, undefined, 'no mark');
+      assert.equal(lease.holder, pod.metadata?.name);
+      const pods = await podsOf(kc, 'observe', 'vol-o');
+      assert.deepEqual(
+        pods.map((p) => p.metadata?.uid),
+        [pod.metadata?.uid],
+        'the pod is untouched, no replacement',
+      );
+      assert.equal(
+        (await eventsFor(kc, 'observe', 'vol-o')).filter((e) => e.reason === 'WouldFailOver').length,
+        1,
+        'recorded once',
+      );
+    } finally {
+      await manager.kill();
+    }
+  });
+});

@@ -1,0 +1,76 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ConfigError } from '../../lib/errors.ts';
+import { readManagerConfig } from '../../manager/config.ts';
+
+const base = { LEASEHOLD_POD_NAME: 'manager-x1', LEASEHOLD_NODE_NAME: 'node-1' };
+
+test('defaults', () => {
+  const c = readManagerConfig(base);
+  assert.equal(c.identity, 'manager-x1');
+  assert.deepEqual(c.defaults, {
+    leaseDurationMs: 6000,
+    renewIntervalMs: 2000,
+    renewDeadlineMs: 4000,
+    retryPeriodMs: 500,
+  });
+  assert.equal(c.httpPort, 8090);
+  assert.equal(c.fastFailover, true);
+  assert.equal(c.observeOnly, false);
+  assert.equal(c.antiAffinity, 'auto');
+  assert.equal(c.agentImage, 'leasehold.dev/leasehold:dev');
+  assert.equal(c.namespace, undefined);
+  assert.equal(c.agentServiceAccount, undefined);
+});
+
+test('every problem is reported at once, naming the variable, value and rule', () => {
+  try {
+    readManagerConfig({
+      LEASEHOLD_NODE_NAME: 'Bad_Node',
+      LEASEHOLD_ANTI_AFFINITY: 'sometimes',
+      LEASEHOLD_STORM_THRESHOLD: '2',
+      LEASEHOLD_AGENT_SERVICE_ACCOUNT: 'Agent!',
+    });
+    assert.fail('expected a ConfigError');
+  } catch (err) {
+    assert.ok(err instanceof ConfigError);
+    assert.equal(err.problems.length, 5);
+    assert.match(err.message, /LEASEHOLD_AGENT_SERVICE_ACCOUNT="Agent!": must be a Kubernetes object name/);
+    assert.match(err.message, /LEASEHOLD_POD_NAME is not set/);
+    assert.match(err.message, /LEASEHOLD_NODE_NAME="Bad_Node": must be a Kubernetes object name/);
+    assert.match(
+      err.message,
+      /LEASEHOLD_ANTI_AFFINITY="sometimes": must be one of auto, required, preferred, none/,
+    );
+    assert.match(err.message, /LEASEHOLD_STORM_THRESHOLD="2": must be a number from 0 to 1/);
+  }
+});
+
+test('the timing order D > T > R is enforced', () => {
+  assert.throws(
+    () => readManagerConfig({ ...base, LEASEHOLD_LEASE_DURATION: '3s' }),
+    /lease duration 3s > renew deadline 4s > renew interval 2s must hold/,
+  );
+  assert.throws(
+    () => readManagerConfig({ ...base, LEASEHOLD_RENEW_DEADLINE: '2200ms', LEASEHOLD_RETRY_PERIOD: '500ms' }),
+    /must leave at least one retry period 500ms/,
+  );
+});
+
+test('settings parse', () => {
+  const c = readManagerConfig({
+    ...base,
+    LEASEHOLD_OBSERVE_ONLY: 'true',
+    LEASEHOLD_WATCH_NAMESPACE: 'storage',
+    LEASEHOLD_MAX_CONCURRENT_FAILOVERS: '3',
+    LEASEHOLD_FAILOVER_TAKEOVER_TIMEOUT: '5s',
+    LEASEHOLD_HTTP_PORT: '0',
+    LEASEHOLD_AGENT_SERVICE_ACCOUNT: 'leasehold-agent',
+  });
+  assert.equal(c.agentServiceAccount, 'leasehold-agent');
+  assert.equal(c.observeOnly, true);
+  assert.equal(c.namespace, 'storage');
+  assert.equal(c.maxConcurrentFailovers, 3);
+  assert.equal(c.takeoverTimeoutMs, 5000);
+  assert.equal(c.httpPort, 0);
+});

@@ -1,0 +1,150 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { avoidanceFor, nodeHealth } from '../../manager/node-health.ts';
+import { buildSharePod } from '../../manager/pod-spec.ts';
+import type { ShareManager } from '../../manager/share-manager-spec.ts';
+import { resolveSpec } from '../../manager/share-manager-spec.ts';
+
+const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };
+const sm: ShareManager = {
+  metadata: { name: 'vol-a', namespace: 'storage', uid: 'uid-1', generation: 1 },
+  spec: {
+    volume: { pvc: 'data-a' },
+    server: {
+      image: 'leasehold.dev/demo-share-server:dev',
+      args: ['--dir', '/export'],
+      ports: [{ containerPort: 2049 }],
+    },
+    lease: { duration: '8s', renewDeadline: '5s' },
+    fence: { action: 'signal', process: 'share-server' },
+    scheduling: { nodeSelector: { disk: 'ssd' } },
+    serviceAccountName: 'share',
+  },
+};
+
+function build(avoid?: { node: string; mode: 'required' | 'preferred' }) {
+  const resolved = resolveSpec(sm.spec, defaults);
+  assert.ok(resolved.ok);
+  return buildSharePod({
+    sm,
+    timings: resolved.timings,
+    mountPath: resolved.mountPath,
+    agentImage: 'leasehold.dev/leasehold:dev',
+    agentPort: 8081,
+    avoid,
+    annotations: { 'leasehold.dev/pod-request': 'r1' },
+  });
+}
+
+test('the pod: generateName, labels, owner, restartPolicy Never, agent as native sidecar', () => {
+  const pod = build();
+  assert.equal(pod.metadata?.generateName, 'vol-a-');
+  assert.equal(pod.metadata?.name, undefined);
+  assert.equal(pod.metadata?.namespace, 'storage');
+  assert.equal(pod.metadata?.labels?.['leasehold.dev/share-manager'], 'vol-a');
+  assert.equal(pod.metadata?.annotations?.['leasehold.dev/pod-request'], 'r1');
+  assert.deepEqual(pod.metadata?.ownerReferences?.[0], {
+    apiVersion: 'leasehold.dev/v1alpha1',
+    kind: 'ShareManager',
+    name: 'vol-a',
+    uid: 'uid-1',
+    controller: true,
+    blockOwnerDeletion: true,
+  });
+  assert.equal(pod.spec?.restartPolicy, 'Never');
+  assert.equal(pod.spec?.serviceAccountName, 'share');
+  assert.deepEqual(pod.spec?.nodeSelector, { disk: 'ssd' });
+  const agent = pod.spec?.initContainers?.[0];
+  assert.equal(agent?.restartPolicy, 'Always');
+  assert.deepEqual(agent?.args, ['agent']);
+  assert.equal(agent?.image, 'leasehold.dev/leasehold:dev');
+  assert.deepEqual(agent?.startupProbe?.httpGet, { path: '/readyz', port: 8081 });
+  const server = pod.spec?.containers[0];
+  assert.equal(server?.image, 'leasehold.dev/demo-share-server:dev');
+  assert.deepEqual(server?.volumeMounts, [{ name: 'share', mountPath: '/export' }]);
+  assert.deepEqual(pod.spec?.volumes, [{ name: 'share', persistentVolumeClaim: { claimName: 'data-a' } }]);
+  assert.equal(pod.spec?.affinity, undefined);
+});
+
+test('agent env: spec timings over manager defaults, fence, downward API', () => {
+  const env = Object.fromEntries(
+    (build().spec?.initContainers?.[0]?.env ?? []).map((e) => [e.name, e.value ?? e.valueFrom]),
+  );
+  assert.equal(env.LEASEHOLD_LEASE_NAME, 'vol-a');
+  assert.equal(env.LEASEHOLD_LEASE_DURATION, '8s');
+  assert.equal(env.LEASEHOLD_RENEW_DEADLINE, '5s');
+  assert.equal(env.LEASEHOLD_RENEW_INTERVAL, '2s');
+  assert.equal(env.LEASEHOLD_RETRY_PERIOD, '500ms');
+  assert.equal(env.LEASEHOLD_FENCE_ACTION, 'signal');
+  assert.equal(env.LEASEHOLD_FENCE_PROCESS, 'share-server');
+  assert.equal(env.LEASEHOLD_HTTP_PORT, '8081');
+  assert.deepEqual(env.LEASEHOLD_POD_NAME, { fieldRef: { fieldPath: 'metadata.name' } });
+  assert.deepEqual(env.LEASEHOLD_NODE_NAME, { fieldRef: { fieldPath: 'spec.nodeName' } });
+  assert.deepEqual(env.LEASEHOLD_LEASE_NAMESPACE, { fieldRef: { fieldPath: 'metadata.namespace' } });
+});
+
+test('node anti-affinity against the lost node, required or preferred', () => {
+  const required = build({ node: 'node-1', mode: 'required' }).spec?.affinity?.nodeAffinity;
+  assert.deepEqual(
+    required?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms[0]?.matchFields,
+    [{ key: 'metadata.name', operator: 'NotIn', values: ['node-1'] }],
+  );
+  const preferred = build({ node: 'node-1', mode: 'preferred' }).spec?.affinity?.nodeAffinity;
+  assert.equal(preferred?.requiredDuringSchedulingIgnoredDuringExecution, undefined);
+  assert.equal(preferred?.preferredDuringSchedulingIgnoredDuringExecution?.[0]?.weight, 100);
+});
+
+test('anti-affinity mode follows the lost node health in auto mode', () => {
+  assert.deepEqual(avoidanceFor('auto', 'n1', 'unhealthy'), { node: 'n1', mode: 'required' });
+  assert.deepEqual(avoidanceFor('auto', 'n1', 'unknown'), { node: 'n1', mode: 'required' });
+  assert.deepEqual(avoidanceFor('auto', 'n1', 'healthy'), { node: 'n1', mode: 'preferred' });
+  assert.deepEqual(avoidanceFor('preferred', 'n1', 'unhealthy'), { node: 'n1', mode: 'preferred' });
+  assert.equal(avoidanceFor('none', 'n1', 'unhealthy'), undefined);
+  assert.equal(avoidanceFor('auto', '', 'unhealthy'), undefined);
+});
+
+test('node health: Ready condition and heartbeat lease by our observation', () => {
+  const ready = { status: { conditions: [{ type: 'Ready', status: 'True' }] } };
+  const notReady = { status: { conditions: [{ type: 'Ready', status: 'Unknown' }] } };
+  assert.equal(nodeHealth(undefined, undefined, 0, 40_000), 'unknown');
+  assert.equal(nodeHealth(notReady, 0, 0, 40_000), 'unhealthy');
+  assert.equal(nodeHealth(ready, 0, 40_000, 40_000), 'healthy');
+  assert.equal(nodeHealth(ready, 0, 40_001, 40_000), 'unhealthy');
+  assert.equal(nodeHealth(ready, undefined, 1e9, 40_000), 'healthy');
+});
+
+test('spec cross-field rule: clear message naming the fields', () => {
+  const bad = resolveSpec({ ...sm.spec, lease: { duration: '3s' } }, defaults);
+  assert.equal(bad.ok, false);
+  assert.match(
+    !bad.ok ? bad.message : '',
+    /spec\.lease .*lease duration 3s > renew deadline 4s > renew interval 2s must hold/,
+  );
+  const fractional = resolveSpec({ ...sm.spec, lease: { duration: '6500ms' } }, defaults);
+  assert.match(!fractional.ok ? fractional.message : '', /must be whole seconds/);
+  const fence = resolveSpec({ ...sm.spec, fence: { action: 'command' } }, defaults);
+  assert.match(!fence.ok ? fence.message : '', /spec\.fence\.command is required/);
+});
+
+test('the ServiceAccount: the spec names it, else the manager default, else the namespace default', () => {
+  const resolved = resolveSpec(sm.spec, defaults);
+  assert.ok(resolved.ok);
+  const common = {
+    timings: resolved.timings,
+    mountPath: resolved.mountPath,
+    agentImage: 'leasehold.dev/leasehold:dev',
+    agentPort: 8081,
+    avoid: undefined,
+  };
+  const unnamed = { ...sm, spec: { ...sm.spec, serviceAccountName: undefined } };
+  assert.equal(
+    buildSharePod({ ...common, sm, agentServiceAccount: 'leasehold-agent' }).spec?.serviceAccountName,
+    'share',
+  );
+  assert.equal(
+    buildSharePod({ ...common, sm: unnamed, agentServiceAccount: 'leasehold-agent' }).spec
+      ?.serviceAccountName,
+    'leasehold-agent',
+  );
+  assert.equal(buildSharePod({ ...common, sm: unnamed }).spec?.serviceAccountName, undefined);
+});
