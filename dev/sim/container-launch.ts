@@ -1,0 +1,210 @@
+/**
+ * Pure translation of one container of a pod spec into the local process the
+ * simulated kubelet runs: which script (by image), its args and its env.
+ *
+ * Images (the cross-component contract):
+ *   leasehold.dev/leasehold:<tag>          args[0] = agent | manager -> node dist/<args[0]>/main.js args[1..]
+ *   leasehold.dev/demo-share-server:<tag>  -> node dist/dev/share-server/main.js args
+ * `command` is ignored (the image's entrypoint is the script above).
+ *
+ * Because every pod of every simulated node shares the host's network namespace
+ * (pod IP 127.0.0.1), the kubelet gives each pod its own host ports and translates:
+ *  - PORTS: every containerPort declared by any container of the pod gets a free host
+ *    port; in env values and args a declared port number is replaced by its host port
+ *    where it stands alone ("8081"), after "=" or ":" ("--port=8080",
+ *    "tcp://127.0.0.1:8080/x"). When the image's port env var is unset (agent and manager
+ *    LEASEHOLD_HTTP_PORT, share server SHARE_SERVER_PORT) it is set to the host port of
+ *    the image's default port, so undeclared defaults never collide either. Probes
+ *    resolve their port (number or name) through the same map.
+ *  - PATHS: a volumeMount's mountPath at the start of an env value or arg, or after
+ *    "=" or ":", is replaced by the volume's host directory.
+ * NB: a value such as "8080" meant as something other than a port would be translated
+ * too; the project's settings never collide with declared ports.
+ * Env: the pod spec's env (value, downward-API fieldRef, $(VAR) expansion) plus PATH,
+ * HOME, HOSTNAME (= pod name, as in a container), KUBECONFIG and the node's own extra
+ * env (e.g. a fake clock); nothing else of the simulator's environment leaks in.
+ */
+import { join } from 'node:path';
+import type { V1Container, V1Pod } from '@kubernetes/client-node';
+
+export const PROJECT_IMAGE = 'leasehold.dev/leasehold';
+export const SHARE_SERVER_IMAGE = 'leasehold.dev/demo-share-server';
+
+export interface LaunchContext {
+  repoRoot: string;
+  nodePath: string;
+  podIP: string;
+  hostIP: string;
+  kubeconfigPath: string;
+  /** containerPort -> host port, for the whole pod. */
+  ports: ReadonlyMap<number, number>;
+  /** mountPath -> host directory, for this container. */
+  mounts: ReadonlyMap<string, string>;
+  basePath: string;
+  /** Extra env of the node for every container (e.g. a fake clock), before the spec's. */
+  nodeEnv?: Readonly<Record<string, string>>;
+}
+
+export type Launch =
+  | { kind: 'process'; command: string; args: string[]; env: Record<string, string>; script: string }
+  | {
+      kind: 'error';
+      reason: 'ErrImagePull' | 'RunContainerError' | 'CreateContainerConfigError';
+      message: string;
+    };
+
+interface ImageEntrypoint {
+  script: string;
+  args: string[];
+  portEnv: string;
+  defaultPort: number;
+}
+
+function imageRepo(image: string): { repo: string; tag: string } {
+  const at = image.indexOf('@');
+  const base = at >= 0 ? image.slice(0, at) : image;
+  const colon = base.lastIndexOf(':');
+  return colon > base.lastIndexOf('/')
+    ? { repo: base.slice(0, colon), tag: base.slice(colon + 1) }
+    : { repo: base, tag: 'latest' };
+}
+
+function entrypointOf(container: V1Container): ImageEntrypoint | Launch {
+  const image = container.image ?? '';
+  const { repo } = imageRepo(image);
+  const args = container.args ?? [];
+  if (repo === PROJECT_IMAGE) {
+    const which = args[0];
+    if (which !== 'agent' && which !== 'manager') {
+      return {
+        kind: 'error',
+        reason: 'RunContainerError',
+        message: `image ${image}: args[0] must be "agent" or "manager" (it selects the entrypoint), got ${JSON.stringify(which ?? null)}`,
+      };
+    }
+    return {
+      script: `dist/${which}/main.js`,
+      args: args.slice(1),
+      portEnv: 'LEASEHOLD_HTTP_PORT',
+      defaultPort: which === 'agent' ? 8081 : 8090,
+    };
+  }
+  if (repo === SHARE_SERVER_IMAGE) {
+    return { script: 'dist/dev/share-server/main.js', args, portEnv: 'SHARE_SERVER_PORT', defaultPort: 8080 };
+  }
+  return {
+    kind: 'error',
+    reason: 'ErrImagePull',
+    message: `image ${JSON.stringify(image)} is not available on simulated nodes: they run only ${PROJECT_IMAGE}:<tag> (args[0] agent|manager) and ${SHARE_SERVER_IMAGE}:<tag>`,
+  };
+}
+
+/** Every containerPort of the pod (init and main containers). */
+export function declaredPorts(pod: V1Pod): number[] {
+  const all = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])];
+  return [...new Set(all.flatMap((c) => (c.ports ?? []).map((p) => p.containerPort)))];
+}
+
+/** The default port of each container's image, so the kubelet can map it too. */
+export function imageDefaultPorts(pod: V1Pod): number[] {
+  const all = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])];
+  return all.flatMap((c) => {
+    const entry = entrypointOf(c);
+    return 'kind' in entry ? [] : [entry.defaultPort];
+  });
+}
+
+export function translatePorts(value: string, ports: ReadonlyMap<number, number>): string {
+  return value.replace(/(^|[=:])(\d{1,5})(?=$|\/)/g, (whole, lead: string, digits: string) => {
+    const host = ports.get(Number(digits));
+    return host === undefined ? whole : `${lead}${host}`;
+  });
+}
+
+export function translatePaths(value: string, mounts: ReadonlyMap<string, string>): string {
+  // Longest mount first, so /data/x wins over /data.
+  const sorted = [...mounts.entries()].sort((a, b) => b[0].length - a[0].length);
+  for (const [mountPath, hostDir] of sorted) {
+    const escaped = mountPath.replace(/\/+$/, '').replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    const re = new RegExp(`(^|[=:])${escaped}(?=$|/)`, 'g');
+    if (re.test(value)) return value.replace(re, (_w, lead: string) => `${lead}${hostDir}`);
+  }
+  return value;
+}
+
+function fieldRefValue(pod: V1Pod, fieldPath: string, ctx: LaunchContext): string | undefined {
+  const labelOrAnnotation = /^metadata\.(labels|annotations)\['(.+)'\]$/.exec(fieldPath);
+  if (labelOrAnnotation) {
+    const map = labelOrAnnotation[1] === 'labels' ? pod.metadata?.labels : pod.metadata?.annotations;
+    return map?.[labelOrAnnotation[2] ?? ''] ?? '';
+  }
+  switch (fieldPath) {
+    case 'metadata.name':
+      return pod.metadata?.name ?? '';
+    case 'metadata.namespace':
+      return pod.metadata?.namespace ?? '';
+    case 'metadata.uid':
+      return pod.metadata?.uid ?? '';
+    case 'spec.nodeName':
+      return pod.spec?.nodeName ?? '';
+    case 'spec.serviceAccountName':
+      return pod.spec?.serviceAccountName ?? 'default';
+    case 'status.podIP':
+    case 'status.podIPs':
+      return ctx.podIP;
+    case 'status.hostIP':
+    case 'status.hostIPs':
+      return ctx.hostIP;
+    default:
+      return undefined;
+  }
+}
+
+/** Kubernetes $(VAR) expansion: defined names are replaced, $$ escapes, others stay. */
+export function expandVars(value: string, env: Readonly<Record<string, string>>): string {
+  return value.replace(/\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)/g, (whole, name: string | undefined) => {
+    if (name === undefined) return '$';
+    return env[name] ?? whole;
+  });
+}
+
+export function resolveLaunch(pod: V1Pod, container: V1Container, ctx: LaunchContext): Launch {
+  const entry = entrypointOf(container);
+  if ('kind' in entry) return entry;
+  const translate = (v: string) => translatePaths(translatePorts(v, ctx.ports), ctx.mounts);
+  const env: Record<string, string> = {
+    PATH: ctx.basePath,
+    HOME: '/root',
+    ...ctx.nodeEnv,
+    HOSTNAME: pod.metadata?.name ?? '',
+    KUBECONFIG: ctx.kubeconfigPath,
+  };
+  for (const item of container.env ?? []) {
+    if (item.valueFrom === undefined) {
+      env[item.name] = translate(expandVars(item.value ?? '', env));
+      continue;
+    }
+    const fieldPath = item.valueFrom?.fieldRef?.fieldPath;
+    const value = fieldPath === undefined ? undefined : fieldRefValue(pod, fieldPath, ctx);
+    if (value === undefined) {
+      return {
+        kind: 'error',
+        reason: 'CreateContainerConfigError',
+        message: `env ${item.name}: the simulated kubelet resolves only value and downward-API fieldRef (metadata.name/namespace/uid/labels/annotations, spec.nodeName, spec.serviceAccountName, status.podIP, status.hostIP), got ${JSON.stringify(item.valueFrom ?? null)}`,
+      };
+    }
+    env[item.name] = value;
+  }
+  if (env[entry.portEnv] === undefined) {
+    const host = ctx.ports.get(entry.defaultPort);
+    if (host !== undefined) env[entry.portEnv] = String(host);
+  }
+  const args = entry.args.map((a) => translate(expandVars(a, env)));
+  return {
+    kind: 'process',
+    command: ctx.nodePath,
+    args: [join(ctx.repoRoot, entry.script), ...args],
+    env,
+    script: entry.script,
+  };
+}

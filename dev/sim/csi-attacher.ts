@@ -1,0 +1,199 @@
+/**
+ * A simulated CSI external-attacher for the test driver (csi.leasehold.dev): for each
+ * VolumeAttachment whose attacher is the driver it adds the finalizer
+ * `external-attacher/csi-leasehold-dev`, then sets status.attached = true (after
+ * `attachDelayMs`, the storage backend's latency); when the VolumeAttachment is being
+ * deleted it "detaches" and removes the finalizer, which lets the deletion finish.
+ * Level-based: a relist re-handles everything; one VolumeAttachment is handled by one
+ * task at a time.
+ *
+ * It records how long each attach and detach took (from the object's creation or
+ * deletion timestamp, wall clock of this machine, and from when it was first seen) and
+ * every moment one PV was attached to two nodes at once (which storage would refuse
+ * for an RWO volume; the simulator only reports it).
+ * Not simulated: the finalizer a real attacher also puts on the PV.
+ */
+import type { V1VolumeAttachment } from '@kubernetes/client-node';
+import { sleep } from '../../lib/clock.ts';
+import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
+import { type ListWatch, startListWatch } from './list-watch.ts';
+import { TEST_CSI_DRIVER } from './pod-volumes.ts';
+
+export const ATTACHER_FINALIZER = `external-attacher/${TEST_CSI_DRIVER.replaceAll('.', '-')}`;
+
+export interface AttachTiming {
+  op: 'attach' | 'detach';
+  volumeAttachment: string;
+  pv: string;
+  node: string;
+  /** From metadata.creationTimestamp (attach) or deletionTimestamp (detach). */
+  sinceTimestampMs: number;
+  /** From when the attacher first saw the object in that state. */
+  sinceSeenMs: number;
+  doneWall: Date;
+}
+
+export interface MultiAttach {
+  pv: string;
+  nodes: string[];
+  wall: Date;
+}
+
+const MERGE = () => k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000));
+
+export class SimCsiAttacher {
+  readonly timings: AttachTiming[] = [];
+  readonly multiAttach: MultiAttach[] = [];
+  private readonly latest = new Map<string, V1VolumeAttachment>();
+  private readonly busy = new Set<string>();
+  private readonly firstSeen = new Map<string, number>();
+  private readonly attachedTo = new Map<string, Set<string>>();
+  private watch: ListWatch | undefined;
+  private readonly storage: k8s.StorageV1Api;
+
+  constructor(
+    private readonly kc: k8s.KubeConfig,
+    private readonly log: (msg: string, extra?: Record<string, unknown>) => void,
+    private readonly attachDelayMs = 0,
+  ) {
+    this.storage = kc.makeApiClient(k8s.StorageV1Api);
+  }
+
+  start(): void {
+    this.watch = startListWatch<V1VolumeAttachment>({
+      kubeConfig: this.kc,
+      what: 'VolumeAttachments',
+      path: '/apis/storage.k8s.io/v1/volumeattachments',
+      list: async () => {
+        const list = await this.storage.listVolumeAttachment({}, withDeadline(10_000));
+        return { items: list.items, resourceVersion: list.metadata?.resourceVersion ?? '' };
+      },
+      onList: (items) => {
+        for (const va of items) this.enqueue(va);
+      },
+      onEvent: (type, va) => {
+        if (type === 'DELETED') {
+          this.latest.delete(va.metadata?.name ?? '');
+          this.attachedTo.get(va.spec.source.persistentVolumeName ?? '')?.delete(va.spec.nodeName);
+        } else {
+          this.enqueue(va);
+        }
+      },
+      onError: (err) => this.log('VolumeAttachment watch failed; listing again', { error: String(err) }),
+    });
+  }
+
+  stop(): void {
+    this.watch?.stop();
+  }
+
+  private enqueue(va: V1VolumeAttachment): void {
+    if (va.spec.attacher !== TEST_CSI_DRIVER) return;
+    const name = va.metadata?.name ?? '';
+    this.latest.set(name, va);
+    if (this.busy.has(name)) return;
+    this.busy.add(name);
+    void this.drain(name);
+  }
+
+  private async drain(name: string): Promise<void> {
+    try {
+      for (;;) {
+        const seen = this.latest.get(name);
+        if (seen === undefined) return;
+        try {
+          await this.handle(seen);
+          // Done for this version; a write we made comes back as an event.
+          if (this.latest.get(name) === seen) this.latest.delete(name);
+        } catch (err) {
+          this.log('VolumeAttachment handling failed; retrying', {
+            va: name,
+            status: statusOf(err),
+            error: String(err),
+          });
+          await sleep(500);
+          if (this.latest.get(name) !== seen) continue;
+          const fresh = await this.storage
+            .readVolumeAttachment({ name }, withDeadline(5_000))
+            .catch((e: unknown) => {
+              if (statusOf(e) === 404) return undefined;
+              return seen;
+            });
+          if (fresh) this.latest.set(name, fresh);
+          else this.latest.delete(name);
+        }
+      }
+    } finally {
+      this.busy.delete(name);
+    }
+  }
+
+  /** One level-based pass over one version of the object. */
+  private async handle(va: V1VolumeAttachment): Promise<void> {
+    const name = va.metadata?.name ?? '';
+    const pv = va.spec.source.persistentVolumeName ?? '';
+    const node = va.spec.nodeName;
+    const finalizers = va.metadata?.finalizers ?? [];
+    const deleting = va.metadata?.deletionTimestamp;
+    const stateKey = `${name}/${deleting ? 'detach' : 'attach'}`;
+    if (!this.firstSeen.has(stateKey)) this.firstSeen.set(stateKey, performance.now());
+    const record = (op: AttachTiming['op'], since: Date | undefined) => {
+      const now = new Date();
+      const timing: AttachTiming = {
+        op,
+        volumeAttachment: name,
+        pv,
+        node,
+        sinceTimestampMs: since ? now.getTime() - new Date(since).getTime() : Number.NaN,
+        sinceSeenMs: Math.round(performance.now() - (this.firstSeen.get(stateKey) ?? performance.now())),
+        doneWall: now,
+      };
+      this.timings.push(timing);
+      this.log(`volume ${op}ed`, { ...timing });
+    };
+    if (deleting) {
+      if (!finalizers.includes(ATTACHER_FINALIZER)) return;
+      this.attachedTo.get(pv)?.delete(node);
+      await this.storage.patchVolumeAttachment(
+        {
+          name,
+          body: {
+            metadata: {
+              finalizers: finalizers.filter((f) => f !== ATTACHER_FINALIZER),
+              resourceVersion: va.metadata?.resourceVersion,
+            },
+          },
+        },
+        MERGE(),
+      );
+      record('detach', deleting);
+      return;
+    }
+    if (!finalizers.includes(ATTACHER_FINALIZER)) {
+      await this.storage.patchVolumeAttachment(
+        {
+          name,
+          body: {
+            metadata: {
+              finalizers: [...finalizers, ATTACHER_FINALIZER],
+              resourceVersion: va.metadata?.resourceVersion,
+            },
+          },
+        },
+        MERGE(),
+      );
+      return; // the MODIFIED event brings the next step
+    }
+    if (va.status?.attached) return;
+    if (this.attachDelayMs > 0) await sleep(this.attachDelayMs);
+    await this.storage.patchVolumeAttachmentStatus({ name, body: { status: { attached: true } } }, MERGE());
+    const nodes = this.attachedTo.get(pv) ?? new Set<string>();
+    nodes.add(node);
+    this.attachedTo.set(pv, nodes);
+    if (nodes.size > 1) {
+      this.multiAttach.push({ pv, nodes: [...nodes], wall: new Date() });
+      this.log('PV attached to more than one node at once', { pv, nodes: [...nodes] });
+    }
+    record('attach', va.metadata?.creationTimestamp);
+  }
+}

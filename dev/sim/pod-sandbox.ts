@@ -1,0 +1,266 @@
+/**
+ * A pod's "sandbox": its own PID namespace with a private /proc, so that the
+ * containers of one pod see each other's processes (the agent's signal fence finds
+ * the server by name in /proc) and never those of another pod.
+ *
+ *   setpriv --pdeathsig KILL unshare --pid --fork --mount-proc --kill-child sh -c <reaper loop>
+ * starts the namespace's init (a shell that reaps orphans); each container runs as
+ *   setpriv --pdeathsig KILL nsenter --target <init> --pid --mount -- node <script> ...
+ * nsenter forks, so the container process is the child of the nsenter process; we
+ * signal that child directly (nsenter does not forward signals) and nsenter exits with
+ * the child's code or signal.
+ *
+ * Invariants: killing the init (SIGKILL) makes the kernel kill every process of the
+ * namespace, so `kill()` leaves nothing behind; `--pdeathsig` and `--kill-child` tie
+ * the chain to the simulator's process, so even a crashed test leaves no pod behind.
+ * Needs root (unshare/nsenter of PID and mount namespaces).
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { closeSync, openSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { sleep } from '../../lib/clock.ts';
+import { LeaseholdError } from '../../lib/errors.ts';
+
+const REAPER = 'trap "" TERM INT; while :; do sleep 3600 & wait $!; done';
+
+export interface ContainerExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+export interface ContainerProcess {
+  /** The container's process in the host's PID namespace (undefined until found). */
+  hostPid(): number | undefined;
+  /** Resolves once the container's host PID is known (undefined if it exited first). */
+  readonly hostPidKnown: Promise<number | undefined>;
+  readonly exited: Promise<ContainerExit>;
+  signal(signal: NodeJS.Signals): void;
+}
+
+function parentOf(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Field 4 (ppid) follows the ")" closing the command name, which may hold spaces.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(fields[1]);
+  } catch {
+    return undefined;
+  }
+}
+
+function childrenOf(pid: number): number[] {
+  return readdirSync('/proc')
+    .filter((e) => /^\d+$/.test(e))
+    .map(Number)
+    .filter((p) => parentOf(p) === pid);
+}
+
+async function waitForChild(pid: number, what: string, timeoutMs = 5_000): Promise<number> {
+  const deadline = performance.now() + timeoutMs;
+  while (performance.now() < deadline) {
+    const [child] = childrenOf(pid);
+    if (child !== undefined) return child;
+    await sleep(5);
+  }
+  throw new LeaseholdError('E_SIM_SANDBOX', `${what}: no child process of pid ${pid} after ${timeoutMs} ms`);
+}
+
+function nsOf(pid: number): string | undefined {
+  try {
+    return readlinkSync(`/proc/${pid}/ns/pid`);
+  } catch {
+    return undefined;
+  }
+}
+
+export class PodSandbox {
+  private readonly nsenters = new Set<ChildProcess>();
+  private constructor(
+    readonly podKey: string,
+    private readonly unshare: ChildProcess,
+    private readonly initPid: number,
+    private readonly namespace: string,
+  ) {}
+
+  static async start(podKey: string): Promise<PodSandbox> {
+    const unshare = spawn(
+      'setpriv',
+      [
+        '--pdeathsig',
+        'KILL',
+        'unshare',
+        '--pid',
+        '--fork',
+        '--mount-proc',
+        '--kill-child',
+        'sh',
+        '-c',
+        REAPER,
+      ],
+      { stdio: 'ignore' },
+    );
+    const failed = new Promise<never>((_, reject) => {
+      unshare.once('error', (err) =>
+        reject(new LeaseholdError('E_SIM_SANDBOX', `pod ${podKey}: starting unshare failed`, { cause: err })),
+      );
+      unshare.once('exit', (code, signal) =>
+        reject(
+          new LeaseholdError(
+            'E_SIM_SANDBOX',
+            `pod ${podKey}: unshare exited at once (code ${code}, signal ${signal}); the simulator needs root`,
+          ),
+        ),
+      );
+    });
+    failed.catch(() => {});
+    const pid = unshare.pid;
+    if (pid === undefined) return failed;
+    const initPid = await Promise.race([waitForChild(pid, `pod ${podKey} sandbox`), failed]);
+    // The child of unshare is the namespace's init once it has exec'd the shell.
+    let namespace = nsOf(initPid);
+    const deadline = performance.now() + 5_000;
+    while ((namespace === undefined || namespace === nsOf(process.pid)) && performance.now() < deadline) {
+      await sleep(5);
+      namespace = nsOf(initPid);
+    }
+    if (namespace === undefined || namespace === nsOf(process.pid)) {
+      unshare.kill('SIGKILL');
+      throw new LeaseholdError(
+        'E_SIM_SANDBOX',
+        `pod ${podKey}: the sandbox init ${initPid} never entered a new PID namespace`,
+      );
+    }
+    unshare.removeAllListeners('exit');
+    return new PodSandbox(podKey, unshare, initPid, namespace);
+  }
+
+  /** Starts one container process in the namespace; stdout and stderr go to logPath. */
+  run(
+    command: string,
+    args: readonly string[],
+    env: Record<string, string>,
+    logPath: string,
+  ): ContainerProcess {
+    const log = openSync(logPath, 'a');
+    let child: ChildProcess;
+    try {
+      child = spawn(
+        'setpriv',
+        [
+          '--pdeathsig',
+          'KILL',
+          'nsenter',
+          '--target',
+          String(this.initPid),
+          '--pid',
+          '--mount',
+          '--',
+          command,
+          ...args,
+        ],
+        { env, stdio: ['ignore', log, log] },
+      );
+    } finally {
+      closeSync(log);
+    }
+    this.nsenters.add(child);
+    let hostPid: number | undefined;
+    const exited = new Promise<ContainerExit>((resolve) => {
+      child.once('error', () => resolve({ code: 127, signal: null }));
+      child.once('exit', (code, signal) => {
+        this.nsenters.delete(child);
+        resolve({ code, signal });
+      });
+    });
+    const nsenterPid = child.pid;
+    const hostPidKnown: Promise<number | undefined> =
+      nsenterPid === undefined
+        ? Promise.resolve(undefined)
+        : waitForChild(nsenterPid, `pod ${this.podKey} container ${args[0] ?? command}`).then(
+            (pid) => (hostPid = pid),
+            () => undefined,
+          );
+    return {
+      hostPid: () => hostPid,
+      hostPidKnown,
+      exited,
+      signal: (signal) => {
+        // NB: signalling nsenter instead would kill it and orphan the container.
+        void hostPidKnown.then((pid) => {
+          try {
+            if (pid !== undefined) process.kill(pid, signal);
+            else child.kill(signal);
+          } catch {
+            // already gone
+          }
+        });
+      },
+    };
+  }
+
+  /** Host PIDs of every process in the pod's namespace (init included). */
+  processes(): number[] {
+    return readdirSync('/proc')
+      .filter((e) => /^\d+$/.test(e))
+      .map(Number)
+      .filter((p) => nsOf(p) === this.namespace);
+  }
+
+  private nsenterPids(): number[] {
+    return [...this.nsenters].map((c) => c.pid).filter((p) => p !== undefined);
+  }
+
+  private static signal(pids: readonly number[], signal: NodeJS.Signals): void {
+    for (const pid of pids) {
+      try {
+        process.kill(pid, signal);
+      } catch {
+        // exited meanwhile
+      }
+    }
+  }
+
+  /**
+   * Freeze: SIGSTOP every process of the pod's namespace.
+   * NB: each nsenter parent sees its child stop and stops itself (that is how nsenter
+   * forwards job control), so it must be continued too on thaw, or it would never
+   * reap its child and report the container's exit.
+   */
+  freeze(): void {
+    PodSandbox.signal(this.processes(), 'SIGSTOP');
+  }
+
+  /** Thaw: SIGCONT the namespace, then the nsenter parents (again shortly after, see freeze). */
+  thaw(): void {
+    PodSandbox.signal(this.processes(), 'SIGCONT');
+    PodSandbox.signal(this.nsenterPids(), 'SIGCONT');
+    for (const delay of [100, 500, 2_000]) {
+      setTimeout(() => PodSandbox.signal(this.nsenterPids(), 'SIGCONT'), delay).unref();
+    }
+  }
+
+  /** SIGKILLs the namespace (and with it every container); resolves when unshare has exited. */
+  async kill(): Promise<void> {
+    const exitOf = (c: ChildProcess) =>
+      new Promise<void>((resolve) =>
+        c.exitCode !== null || c.signalCode !== null ? resolve() : c.once('exit', () => resolve()),
+      );
+    const nsenters = [...this.nsenters];
+    // Each nsenter parent must live to reap its container: a container whose parent
+    // died first stays a zombie until the host's init gets to it. A parent stopped by
+    // a freeze is continued first, and killed only if it does not exit in time.
+    PodSandbox.signal(this.nsenterPids(), 'SIGCONT');
+    PodSandbox.signal([this.initPid, ...this.processes()], 'SIGKILL');
+    this.unshare.kill('SIGKILL');
+    await exitOf(this.unshare);
+    const reaped = await Promise.race([
+      Promise.all(nsenters.map(exitOf)).then(() => true),
+      sleep(2_000).then(() => false),
+    ]);
+    if (!reaped) {
+      PodSandbox.signal(this.nsenterPids(), 'SIGKILL');
+      await Promise.all(nsenters.map(exitOf));
+    }
+    const deadline = performance.now() + 5_000;
+    while (this.processes().length > 0 && performance.now() < deadline) await sleep(20);
+  }
+}

@@ -1,0 +1,136 @@
+/**
+ * A pod's volumes on a simulated node, resolved the way a kubelet's volume manager
+ * does: a PVC volume needs its claim bound; a PV of the test CSI driver needs its
+ * VolumeAttachment to this node attached before the pod may start (the attach-detach
+ * controller creates it, the sim attacher attaches it). Host directories:
+ *   PVC -> <simRoot>/volumes/<pv-name>   (the PV's data: outlives pods and nodes)
+ *   emptyDir -> <simRoot>/pods/<uid>/volumes/<name>;  hostPath -> its path
+ * Other volume kinds (projected service-account token, configMap, secret) are not
+ * mapped: containers get KUBECONFIG instead of a mounted token.
+ */
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { V1Pod } from '@kubernetes/client-node';
+import { sleep } from '../../lib/clock.ts';
+import { k8s, kubeCall, withDeadline } from '../../lib/kube-client.ts';
+
+export const TEST_CSI_DRIVER = 'csi.leasehold.dev';
+
+export interface CsiVolume {
+  pvName: string;
+  /** As in node.status.volumesInUse: kubernetes.io/csi/<driver>^<volumeHandle>. */
+  uniqueName: string;
+}
+
+export type VolumeResolution =
+  | { kind: 'ready'; hostDirs: Map<string, string>; csi: CsiVolume[] }
+  | { kind: 'waiting'; message: string };
+
+export async function resolveVolumes(
+  pod: V1Pod,
+  kc: k8s.KubeConfig,
+  simRoot: string,
+): Promise<VolumeResolution> {
+  const core = kc.makeApiClient(k8s.CoreV1Api);
+  const namespace = pod.metadata?.namespace ?? 'default';
+  const hostDirs = new Map<string, string>();
+  const csi: CsiVolume[] = [];
+  for (const volume of pod.spec?.volumes ?? []) {
+    if (volume.persistentVolumeClaim) {
+      const claimName = volume.persistentVolumeClaim.claimName;
+      const pvc = await kubeCall(`read PVC ${namespace}/${claimName}`, () =>
+        core.readNamespacedPersistentVolumeClaim({ namespace, name: claimName }, withDeadline(5_000)),
+      );
+      const pvName = pvc.spec?.volumeName;
+      if (!pvName || pvc.status?.phase !== 'Bound') {
+        return { kind: 'waiting', message: `PVC ${namespace}/${claimName} is not bound yet` };
+      }
+      const pv = await kubeCall(`read PV ${pvName}`, () =>
+        core.readPersistentVolume({ name: pvName }, withDeadline(5_000)),
+      );
+      const dir = join(simRoot, 'volumes', pvName);
+      mkdirSync(dir, { recursive: true });
+      hostDirs.set(volume.name, dir);
+      if (pv.spec?.csi?.driver === TEST_CSI_DRIVER) {
+        csi.push({ pvName, uniqueName: `kubernetes.io/csi/${TEST_CSI_DRIVER}^${pv.spec.csi.volumeHandle}` });
+      }
+    } else if (volume.emptyDir) {
+      const dir = join(simRoot, 'pods', pod.metadata?.uid ?? 'unknown', 'volumes', volume.name);
+      mkdirSync(dir, { recursive: true });
+      hostDirs.set(volume.name, dir);
+    } else if (volume.hostPath) {
+      hostDirs.set(volume.name, volume.hostPath.path);
+    }
+  }
+  return { kind: 'ready', hostDirs, csi };
+}
+
+/** True when a VolumeAttachment of `pvName` to `nodeName` exists, is attached and not being deleted. */
+export async function isAttached(kc: k8s.KubeConfig, pvName: string, nodeName: string): Promise<boolean> {
+  const storage = kc.makeApiClient(k8s.StorageV1Api);
+  const list = await kubeCall('list VolumeAttachments', () =>
+    storage.listVolumeAttachment({}, withDeadline(5_000)),
+  );
+  return list.items.some(
+    (va) =>
+      va.spec.source.persistentVolumeName === pvName &&
+      va.spec.nodeName === nodeName &&
+      va.status?.attached === true &&
+      !va.metadata?.deletionTimestamp,
+  );
+}
+
+/** mountPath -> host dir for one container's volumeMounts (subPath appended). */
+export function mountsOf(
+  container: { volumeMounts?: Array<{ name: string; mountPath: string; subPath?: string }> },
+  hostDirs: ReadonlyMap<string, string>,
+): Map<string, string> {
+  const mounts = new Map<string, string>();
+  for (const m of container.volumeMounts ?? []) {
+    const dir = hostDirs.get(m.name);
+    if (dir === undefined) continue;
+    const full = m.subPath ? join(dir, m.subPath) : dir;
+    if (m.subPath) mkdirSync(full, { recursive: true });
+    mounts.set(m.mountPath, full);
+  }
+  return mounts;
+}
+
+/**
+ * Polls (every 250 ms) until every volume of the pod resolves and every CSI volume is
+ * attached to `nodeName`; reports CSI volumes in use as soon as they are known (the
+ * kubelet reports them before it mounts) and each reason to wait. Resolves with the
+ * host directories, or undefined when aborted.
+ */
+export async function waitForVolumes(
+  pod: V1Pod,
+  kc: k8s.KubeConfig,
+  simRoot: string,
+  nodeName: string,
+  signal: AbortSignal,
+  report: { inUse(csi: CsiVolume[]): void; waiting(message: string): void },
+): Promise<Map<string, string> | undefined> {
+  let reportedInUse = false;
+  while (!signal.aborted) {
+    const resolution = await resolveVolumes(pod, kc, simRoot).catch(
+      (err: unknown): VolumeResolution => ({ kind: 'waiting', message: String(err) }),
+    );
+    if (resolution.kind === 'waiting') {
+      report.waiting(resolution.message);
+    } else {
+      if (resolution.csi.length > 0 && !reportedInUse) {
+        reportedInUse = true;
+        report.inUse(resolution.csi);
+      }
+      const attached = await Promise.all(
+        resolution.csi.map((v) => isAttached(kc, v.pvName, nodeName).catch(() => false)),
+      );
+      if (attached.every(Boolean)) return resolution.hostDirs;
+      report.waiting(
+        `waiting for the VolumeAttachment of ${resolution.csi.map((v) => v.pvName).join(', ')} to ${nodeName}`,
+      );
+    }
+    await sleep(250, signal).catch(() => {});
+  }
+  return undefined;
+}

@@ -1,0 +1,55 @@
+/**
+ * Test support for the simulator's integration tests: a real control plane plus a
+ * simulator on it, started together and stopped together (also after a failure).
+ * LEASEHOLD_KEEP_CLUSTER=1 keeps the cluster dir and the sim root (logs) for reading.
+ */
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { startCluster } from '../../dev/cluster/cluster.ts';
+import type { Cluster, ClusterOptions } from '../../dev/cluster/types.ts';
+import { type Sim, type SimOptions, startSim } from '../../dev/sim/sim.ts';
+
+export async function startClusterAndSim(
+  simOpts: Omit<SimOptions, 'cluster'>,
+  clusterOpts: ClusterOptions = {},
+): Promise<{ cluster: Cluster; sim: Sim }> {
+  const cluster = await startCluster(clusterOpts);
+  try {
+    return { cluster, sim: await startSim({ ...simOpts, cluster }) };
+  } catch (err) {
+    await cluster.stop();
+    throw err;
+  }
+}
+
+/** Host PIDs of sandbox and container launchers (setpriv/unshare/nsenter) this process started. */
+export function leftoverPodProcesses(): number[] {
+  return readdirSync('/proc')
+    .filter((e) => /^\d+$/.test(e))
+    .filter((pid) => {
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+        const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        const argv0 = (cmd.split('\0')[0] ?? '').replace(/^.*\//, '');
+        return ppid === process.pid && ['setpriv', 'unshare', 'nsenter'].includes(argv0);
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
+export async function stopClusterAndSim(running: { cluster: Cluster; sim: Sim } | undefined): Promise<void> {
+  if (!running) return;
+  const keep = process.env.LEASEHOLD_KEEP_CLUSTER === '1';
+  let left: number[] = [];
+  try {
+    await running.sim.stop();
+    left = leftoverPodProcesses();
+  } finally {
+    await running.cluster.stop({ keepDir: keep });
+  }
+  if (left.length > 0) throw new Error(`the simulator left pod processes behind: ${left.join(', ')}`);
+  if (keep) process.stderr.write(`kept: cluster ${running.cluster.dir}, sim ${running.sim.root}\n`);
+  else rmSync(running.sim.root, { recursive: true, force: true });
+}

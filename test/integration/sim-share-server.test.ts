@@ -1,0 +1,148 @@
+/**
+ * The demo share server as a real process: it appends numbered records, serves them,
+ * continues the sequence after a restart, logs its serving windows, stops serving on
+ * SIGTERM (the agent's fence) and rejects bad configuration with exit code 2.
+ */
+import assert from 'node:assert/strict';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { readRecords } from '../../dev/share-server/record-file.ts';
+import { overlappingWindows, readServingWindows } from '../../dev/share-server/serving-window-log.ts';
+import { freePort } from '../../dev/sim/pod-prepare.ts';
+import { eventually } from '../support/cluster.ts';
+
+const MAIN = join(import.meta.dirname, '../../dist/dev/share-server/main.js');
+const dir = mkdtempSync(join(tmpdir(), 'leasehold-share-'));
+const children = new Set<ChildProcess>();
+after(() => {
+  for (const c of children) c.kill('SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function run(args: string[], env: Record<string, string> = {}) {
+  const child = spawn(process.execPath, [MAIN, ...args], {
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.add(child);
+  let output = '';
+  child.stdout?.on('data', (d) => (output += d));
+  child.stderr?.on('data', (d) => (output += d));
+  const exited = new Promise<{ code: number | null; output: string }>((resolve) =>
+    child.once('exit', (code) => {
+      children.delete(child);
+      resolve({ code, output });
+    }),
+  );
+  return { child, exited };
+}
+
+async function records(port: number, after = 0) {
+  const res = await fetch(`http://127.0.0.1:${port}/records?after=${after}`);
+  assert.equal(res.status, 200);
+  return (await res.json()) as {
+    server: string;
+    lastSeq: number;
+    records: Array<{ seq: number; writer: string }>;
+  };
+}
+
+test('appends and serves records, continues the sequence after a restart, logs serving windows', async () => {
+  const port = await freePort();
+  const first = run([`--dir=${dir}`, '--port', String(port), '--id=one'], {});
+  const seen = await eventually(
+    '30 records from the first server',
+    async () => {
+      const r = await records(port).catch(() => undefined);
+      return r && r.lastSeq >= 30 ? r : undefined;
+    },
+    20_000,
+  );
+  assert.equal(seen.server, 'one');
+  assert.deepEqual(
+    seen.records.map((r) => r.seq),
+    Array.from({ length: seen.records.length }, (_, i) => i + 1),
+  );
+  const health = await fetch(`http://127.0.0.1:${port}/healthz`);
+  assert.equal(health.status, 200);
+
+  const sigtermAt = Number(process.hrtime.bigint()) / 1e6;
+  first.child.kill('SIGTERM');
+  assert.equal((await first.exited).code, 0);
+  await assert.rejects(fetch(`http://127.0.0.1:${port}/healthz`), 'the fenced server must stop answering');
+  const lastOfFirst = readRecords(join(dir, 'records.jsonl')).at(-1)?.seq ?? 0;
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(readRecords(join(dir, 'records.jsonl')).at(-1)?.seq, lastOfFirst, 'no record after the fence');
+
+  // A replacement (configured by env this time) continues the sequence.
+  const port2 = await freePort();
+  const second = run([], { SHARE_SERVER_DIR: dir, SHARE_SERVER_PORT: String(port2), HOSTNAME: 'two' });
+  const next = await eventually(
+    'records from the second server',
+    async () => {
+      const r = await records(port2, lastOfFirst).catch(() => undefined);
+      return r && r.records.length >= 5 ? r : undefined;
+    },
+    20_000,
+  );
+  assert.equal(next.server, 'two');
+  assert.equal(next.records[0]?.seq, lastOfFirst + 1);
+  assert.equal(next.records[0]?.writer, 'two');
+  second.child.kill('SIGTERM');
+  assert.equal((await second.exited).code, 0);
+
+  const all = readRecords(join(dir, 'records.jsonl'));
+  assert.deepEqual(
+    all.map((r) => r.seq),
+    Array.from({ length: all.length }, (_, i) => i + 1),
+    'no gap, no duplicate',
+  );
+  const windows = readServingWindows(join(dir, 'serving-windows.jsonl'));
+  assert.equal(windows.length, 2);
+  assert.deepEqual(
+    windows.map((w) => w.id),
+    ['one', 'two'],
+  );
+  assert.ok(windows.every((w) => w.stopMonoMs !== undefined && w.stopMonoMs > w.startMonoMs));
+  assert.ok((windows[0]?.stopMonoMs ?? 0) >= sigtermAt, 'the first window ends after the SIGTERM');
+  assert.equal(windows[0]?.lastSeq, lastOfFirst);
+  assert.equal(windows[1]?.firstSeq, lastOfFirst + 1);
+  assert.deepEqual(overlappingWindows(windows), []);
+});
+
+test('the overlap check finds two servers serving at once', () => {
+  const w = (id: string, start: number, stop: number | undefined) => ({
+    id,
+    pid: 1,
+    startMonoMs: start,
+    startWall: '',
+    firstSeq: 1,
+    stopMonoMs: stop,
+    stopWall: undefined,
+    lastSeq: undefined,
+    reason: undefined,
+  });
+  assert.equal(overlappingWindows([w('a', 0, 10), w('b', 10, 20)]).length, 0);
+  assert.equal(overlappingWindows([w('a', 0, 10), w('b', 9, 20)]).length, 1);
+  assert.equal(
+    overlappingWindows([w('a', 0, undefined), w('b', 100, 200)]).length,
+    1,
+    'an open window overlaps what follows',
+  );
+});
+
+test('bad configuration: exit 2 and a message naming the input, the value and the rule', async () => {
+  const bad = run(['--dir=relative/path', '--port=99999', '--interval=fast', '--bogus']);
+  const { code, output } = await bad.exited;
+  assert.equal(code, 2);
+  assert.match(output, /--dir="relative\/path": must be an absolute path/);
+  assert.match(output, /--port="99999": must be a whole number from 0 to 65535/);
+  assert.match(output, /--interval="fast": must be a duration/);
+  assert.match(output, /argument "--bogus": unknown/);
+  const missing = await run([]).exited;
+  assert.equal(missing.code, 2);
+  assert.match(missing.output, /SHARE_SERVER_DIR is not set/);
+});
