@@ -1,0 +1,99 @@
+/**
+ * Node crashes with the leasehold manager installed (chart defaults, or other agent
+ * timings such as Longhorn's): one share, `runs` times: crash the node serving it,
+ * measure detection (status.lastFailover.detectedAt, first value seen) and
+ * crash-to-serving (the replacement's serving-window start), heal (reboot) the node,
+ * wait until it is Ready again, repeat. A run that is not served within `budgetMs` is
+ * recorded with a note and the next run proceeds. Each crash comes after a random pause
+ * of up to `phaseSpreadMs` (the attach-detach controller's sync period), so that crash
+ * times are spread uniformly over that controller's cycle.
+ *
+ * With `longhorn`, each sample also gets the emulated Longhorn verdict (1 s periodic
+ * wall-clock check of renewTime, see stats.ts) and crash-to-serving shifted by the
+ * difference between that verdict and ours (the rest of the pipeline is the same).
+ */
+import { PodTracker } from '../../dev/demo/failover-facts.ts';
+import { createShare, pvName, shareStatus, waitServing } from '../../dev/demo/shares.ts';
+import { SHARES_NAMESPACE, type System } from '../../dev/demo/system.ts';
+import { sleep } from '../../lib/clock.ts';
+import { k8s, withDeadline } from '../../lib/kube-client.ts';
+import { longhornVerdictMs, round } from './stats.ts';
+
+export interface CrashSample {
+  run: number;
+  node: string;
+  detectS?: number;
+  servingS?: number;
+  note?: string;
+}
+
+const SHARE = 'bench';
+
+async function nodeReady(sys: System, node: string): Promise<boolean> {
+  const n = await sys.core.readNode({ name: node }, withDeadline(5_000));
+  return n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+}
+
+async function lastRenewMs(sys: System): Promise<number | undefined> {
+  const coord = sys.kc.makeApiClient(k8s.CoordinationV1Api);
+  const lease = await coord.readNamespacedLease(
+    { namespace: SHARES_NAMESPACE, name: SHARE },
+    withDeadline(5_000),
+  );
+  const renew = lease.spec?.renewTime as unknown as string | Date | undefined;
+  return renew === undefined ? undefined : new Date(renew).getTime();
+}
+
+export async function leaseholdCrashRuns(
+  sys: System,
+  runs: number,
+  budgetMs: number,
+  say: (line: string) => void,
+  phaseSpreadMs: number,
+  longhorn?: { leaseMs: number },
+): Promise<CrashSample[]> {
+  const samples: CrashSample[] = [];
+  await createShare(sys, SHARE);
+  for (let run = 1; run <= runs; run++) {
+    const before = await waitServing(sys, SHARE, 120_000);
+    // A random phase against the renew period and the attach-detach controller's state
+    // sync: without it, runs that each last about one sync period lock onto its phase.
+    await sleep(Math.random() * phaseSpreadMs);
+    const tracker = new PodTracker(sys, SHARE);
+    const crashAt = Date.now();
+    await sys.sim.node(before.node).crash();
+    const renewMs = await lastRenewMs(sys).catch(() => undefined);
+    const sample: CrashSample = { run, node: before.node };
+    try {
+      const after = await waitServing(sys, SHARE, budgetMs, before.pod);
+      const window = sys.sim.servingWindows(pvName(SHARE)).find((w) => w.id === after.pod);
+      if (window) sample.servingS = round((new Date(window.startWall).getTime() - crashAt) / 1000);
+      await sleep(500);
+    } catch {
+      sample.note = `not served again within ${budgetMs / 1000} s`;
+    } finally {
+      await tracker.stop();
+    }
+    const latest = (await shareStatus(sys, SHARE).catch(() => undefined))?.lastFailover?.detectedAt;
+    const detectedAt =
+      tracker.firstFailover.detectedAt ??
+      (latest !== undefined && new Date(latest).getTime() >= crashAt ? latest : undefined);
+    if (detectedAt) sample.detectS = round((new Date(detectedAt).getTime() - crashAt) / 1000);
+    if (longhorn && renewMs !== undefined && sample.detectS !== undefined) {
+      const verdict = longhornVerdictMs(renewMs, longhorn.leaseMs, crashAt + Math.random() * 1000);
+      const lhDetectS = round((verdict - crashAt) / 1000);
+      if (sample.servingS !== undefined)
+        sample.servingS = round(sample.servingS + (lhDetectS - sample.detectS));
+      sample.detectS = lhDetectS;
+    }
+    samples.push(sample);
+    say(
+      `run ${run}/${runs}: crashed ${before.node}: detected ${sample.detectS ?? '?'} s, serving ${sample.servingS ?? '?'} s${sample.note ? ` (${sample.note})` : ''}`,
+    );
+    sys.sim.node(before.node).heal();
+    const deadline = performance.now() + 60_000;
+    while (performance.now() < deadline && !(await nodeReady(sys, before.node).catch(() => false)))
+      await sleep(250);
+  }
+  return samples;
+}

@@ -1,0 +1,205 @@
+/**
+ * The failover benchmark (not a test): node crashes on the local cluster, measured for
+ *   leasehold  the chart's defaults (lease 6 s, renew 2 s, deadline 4 s)
+ *   longhorn   Longhorn v1.7's timings (renew 3 s, lease 7 s) given to leasehold's
+ *              agent and manager; Longhorn's 1 s periodic wall-clock check is emulated
+ *              from each run's last renewTime (see stats.ts), the rest is measured
+ *   stock      no manager: Deployments whose pods tolerate an unreachable node for 30 s
+ *              (instead of the default 300 s); one crash carrying `runs` volumes, capped
+ * The three modes run at once, each on its own control plane with 3 simulated nodes
+ * (timer-dominated figures; the machine is mostly idle while they wait).
+ * Prints p50/p95 of detection and crash-to-serving and the ratios between modes from
+ * this same run; writes bench/results/failover.json.
+ *
+ *   npm run bench -- failover [--runs N] [--adc-sync 1m] [--budget 150] [--stock-budget 600]
+ *                             [--modes leasehold,longhorn,stock]
+ * Results: bench/results/failover.json (--adc-sync 1m, the Kubernetes default), else
+ * bench/results/failover-adc-sync-<d>.json.
+ * Exit codes: 0 done (even when capped), 2 bad arguments.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { REPO_ROOT } from '../../dev/demo/helm-install.ts';
+import { type System, startSystem } from '../../dev/demo/system.ts';
+import { type CrashSample, leaseholdCrashRuns } from './leasehold-runs.ts';
+import { ratio, type Summary, summarize } from './stats.ts';
+import { stockCrash, TOLERATION_SECONDS } from './stock-runs.ts';
+
+type Mode = 'leasehold' | 'longhorn' | 'stock';
+
+interface ModeResult {
+  mode: Mode;
+  settings: string;
+  samples: CrashSample[];
+  detection: Summary;
+  crashToServing: Summary;
+  notes: string[];
+}
+
+function usage(problem: string): never {
+  process.stderr.write(
+    `bench failover: ${problem}\nusage: bench/failover/run.ts [--runs N (1-50, default 10)] [--adc-sync DURATION (default 1m)] [--budget SECONDS (per leasehold crash, default 150)] [--stock-budget SECONDS (default 600)] [--modes leasehold,longhorn,stock]\n`,
+  );
+  process.exit(2);
+}
+
+const { values } = parseArgs({
+  options: {
+    runs: { type: 'string', default: '10' },
+    'adc-sync': { type: 'string', default: '1m' },
+    budget: { type: 'string', default: '150' },
+    'stock-budget': { type: 'string', default: '600' },
+    modes: { type: 'string', default: 'leasehold,longhorn,stock' },
+  },
+  strict: true,
+});
+const runs = Number(values.runs);
+if (!Number.isInteger(runs) || runs < 1 || runs > 50)
+  usage(`--runs=${values.runs}: must be a whole number 1-50`);
+const budgetS = Number(values.budget);
+const stockBudgetS = Number(values['stock-budget']);
+if (!(budgetS >= 10)) usage(`--budget=${values.budget}: must be a number of seconds >= 10`);
+if (!(stockBudgetS >= 30))
+  usage(`--stock-budget=${values['stock-budget']}: must be a number of seconds >= 30`);
+const adcSync = values['adc-sync'] ?? '1m';
+if (!/^\d+(s|m)$/.test(adcSync)) usage(`--adc-sync=${adcSync}: must be like 2s or 1m`);
+const modes = (values.modes ?? '').split(',').filter((m) => m !== '') as Mode[];
+for (const m of modes)
+  if (!['leasehold', 'longhorn', 'stock'].includes(m))
+    usage(`--modes=${values.modes}: ${m} is not leasehold, longhorn or stock`);
+if (modes.length === 0) usage('--modes: name at least one of leasehold, longhorn, stock');
+const adcSyncMs = Number.parseInt(adcSync, 10) * (adcSync.endsWith('m') ? 60_000 : 1000);
+
+const t0 = performance.now();
+const sayFor = (mode: string) => (line: string) =>
+  process.stdout.write(
+    `[${((performance.now() - t0) / 1000).toFixed(0).padStart(4)}s ${mode.padEnd(9)}] ${line}\n`,
+  );
+
+const running = new Set<System>();
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    process.stderr.write(`bench failover: ${signal}: stopping ${running.size} clusters\n`);
+    void Promise.allSettled([...running].map((s) => s.stop())).then(() => process.exit(130));
+  });
+}
+
+async function withSystem<T>(
+  mode: Mode,
+  managerValues: Record<string, string> | false,
+  body: (sys: System) => Promise<T>,
+): Promise<T> {
+  const sys = await startSystem({
+    nodes: 3,
+    cluster: { attachDetachReconcileSyncPeriod: adcSync },
+    managers: managerValues !== false,
+    values: managerValues === false ? {} : managerValues,
+    progress: sayFor(mode),
+  });
+  running.add(sys);
+  try {
+    return await body(sys);
+  } finally {
+    running.delete(sys);
+    await sys.stop();
+  }
+}
+
+async function runMode(mode: Mode): Promise<ModeResult> {
+  const say = sayFor(mode);
+  if (mode === 'stock') {
+    const result = await withSystem(mode, false, (sys) => stockCrash(sys, runs, stockBudgetS * 1000, say));
+    return {
+      mode,
+      settings: `no manager; Deployment pods tolerate node.kubernetes.io/unreachable and not-ready for ${TOLERATION_SECONDS} s (default 300 s); detection = the node lifecycle controller's unreachable taint`,
+      samples: result.samples,
+      detection: summarize(result.samples.map((s) => s.detectS ?? Number.NaN)),
+      crashToServing: summarize(result.samples.map((s) => s.servingS ?? Number.NaN)),
+      notes: result.notes,
+    };
+  }
+  const longhorn = mode === 'longhorn';
+  const chartValues: Record<string, string> = longhorn
+    ? { 'agent.leaseDuration': '7s', 'agent.renewInterval': '3s', 'agent.renewDeadline': '5s' }
+    : {};
+  const samples = await withSystem(mode, chartValues, (sys) =>
+    leaseholdCrashRuns(sys, runs, budgetS * 1000, say, adcSyncMs, longhorn ? { leaseMs: 7000 } : undefined),
+  );
+  return {
+    mode,
+    settings: longhorn
+      ? 'leasehold agent+manager with lease 7 s, renew 3 s (deadline 5 s); detection = emulated Longhorn verdict: first 1 s tick after renewTime + 7 s (wall clock); crash-to-serving = measured + (emulated - measured detection)'
+      : 'leasehold chart defaults: lease 6 s, renew 2 s, deadline 4 s; detection = status.lastFailover.detectedAt',
+    samples,
+    detection: summarize(samples.map((s) => s.detectS ?? Number.NaN)),
+    crashToServing: summarize(samples.map((s) => s.servingS ?? Number.NaN)),
+    notes: samples.filter((s) => s.note).map((s) => `run ${s.run}: ${s.note}`),
+  };
+}
+
+function fmt(x: number | undefined): string {
+  return x === undefined ? '     -' : x.toFixed(1).padStart(6);
+}
+
+async function main(): Promise<void> {
+  sayFor('bench')('compiling TypeScript to dist/');
+  const tsc = spawnSync('tsc', ['-p', join(REPO_ROOT, 'tsconfig.build.json')], { stdio: 'inherit' });
+  if (tsc.status !== 0) throw new Error('tsc -p tsconfig.build.json failed');
+  const settled = await Promise.allSettled(modes.map((m) => runMode(m)));
+  const results: ModeResult[] = [];
+  settled.forEach((s, i) => {
+    if (s.status === 'fulfilled') results.push(s.value);
+    else
+      process.stderr.write(
+        `mode ${modes[i]} failed: ${s.reason instanceof Error ? s.reason.message : String(s.reason)}\n`,
+      );
+  });
+  const by = (m: Mode) => results.find((r) => r.mode === m);
+  const lh = by('leasehold');
+  const lines = [
+    '',
+    `Failover after a node crash: ${runs} runs per mode, kube-controller-manager --attach-detach-reconcile-sync-period=${adcSync}, --node-monitor-grace-period=8s (test cluster)`,
+    'mode        detection p50/p95 (s)   crash-to-serving p50/p95 (s)   n',
+    ...results.map(
+      (r) =>
+        `${r.mode.padEnd(10)}  ${fmt(r.detection.p50)} ${fmt(r.detection.p95)}          ${fmt(r.crashToServing.p50)} ${fmt(r.crashToServing.p95)}            ${r.crashToServing.n}/${r.samples.length}`,
+    ),
+    '',
+    ...results
+      .filter((r) => r.mode !== 'leasehold' && lh)
+      .map(
+        (r) =>
+          `${r.mode} / leasehold: detection x${ratio(r.detection.p50, lh?.detection.p50) ?? '?'} (p50), x${ratio(r.detection.p95, lh?.detection.p95) ?? '?'} (p95); crash-to-serving x${ratio(r.crashToServing.p50, lh?.crashToServing.p50) ?? '?'} (p50), x${ratio(r.crashToServing.p95, lh?.crashToServing.p95) ?? '?'} (p95)`,
+      ),
+    ...results.map((r) => `${r.mode}: ${r.settings}`),
+    ...results.flatMap((r) => r.notes.map((n) => `${r.mode}: ${n}`)),
+    '',
+  ];
+  process.stdout.write(lines.join('\n'));
+  const dir = join(REPO_ROOT, 'bench', 'results');
+  // The Kubernetes default sync period gives the headline file; other settings their own.
+  const resultFile = adcSync === '1m' ? 'failover.json' : `failover-adc-sync-${adcSync}.json`;
+  mkdirSync(dir, { recursive: true });
+  const ratios = Object.fromEntries(
+    results
+      .filter((r) => r.mode !== 'leasehold' && lh)
+      .map((r) => [
+        `${r.mode}/leasehold`,
+        {
+          detectionP50: ratio(r.detection.p50, lh?.detection.p50),
+          detectionP95: ratio(r.detection.p95, lh?.detection.p95),
+          crashToServingP50: ratio(r.crashToServing.p50, lh?.crashToServing.p50),
+          crashToServingP95: ratio(r.crashToServing.p95, lh?.crashToServing.p95),
+        },
+      ]),
+  );
+  writeFileSync(
+    join(dir, resultFile),
+    `${JSON.stringify({ date: new Date().toISOString(), runs, adcSync, results, ratios }, null, 2)}\n`,
+  );
+  process.stdout.write(`wrote ${join('bench', 'results', resultFile)}\n`);
+}
+
+await main();

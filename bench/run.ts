@@ -1,0 +1,51 @@
+/**
+ * `npm run bench -- <name> [args]`: runs a benchmark by name, each in its own Node
+ * process (the same toolchain: tsx, the control-plane binaries on PATH):
+ *   failover        bench/failover/run.ts       node crashes: leasehold vs Longhorn timings vs stock
+ *   agent           bench/agent/run.ts          one agent's memory, CPU, requests per renewal
+ *   manager-scale   bench/manager-scale/run.ts  manager CPU/RSS and detection lag at N leases
+ *   all             each of the above in turn (args go to every one)
+ * Exit codes: the benchmark's own; 2 for an unknown name; with `all`, the first failure's.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = fileURLToPath(new URL('.', import.meta.url));
+const BENCHMARKS = {
+  failover: 'failover/run.ts',
+  agent: 'agent/run.ts',
+  'manager-scale': 'manager-scale/run.ts',
+} as const;
+type Name = keyof typeof BENCHMARKS;
+
+function runOne(name: Name, args: string[]): number {
+  const script = join(here, BENCHMARKS[name]);
+  if (!existsSync(script)) {
+    process.stderr.write(`bench: ${name}: ${script} does not exist (not written yet)\n`);
+    return 1;
+  }
+  process.stdout.write(`\n== bench ${name} ==\n`);
+  const child = spawnSync(process.execPath, ['--import', 'tsx', script, ...args], { stdio: 'inherit' });
+  return child.status ?? 1;
+}
+
+const [name, ...args] = process.argv.slice(2);
+const names = Object.keys(BENCHMARKS) as Name[];
+if (name === 'all') {
+  let code = 0;
+  for (const n of names) {
+    const c = runOne(n, args);
+    if (c !== 0 && code === 0) code = c;
+  }
+  process.exitCode = code;
+} else if (name !== undefined && (names as string[]).includes(name)) {
+  process.exitCode = runOne(name as Name, args);
+} else {
+  process.stderr.write(
+    `bench: unknown benchmark ${JSON.stringify(name ?? '')}: expected one of ${[...names, 'all'].join(', ')}\n` +
+      'usage: npm run bench -- <failover|agent|manager-scale|all> [args]\n',
+  );
+  process.exitCode = 2;
+}

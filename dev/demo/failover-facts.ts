@@ -1,0 +1,171 @@
+/**
+ * What happened during one failover of one share, gathered from the sources that saw
+ * each step (each on this machine's wall clock, so they compare with the crash time):
+ *   - the ShareManager's status.lastFailover (the manager's timestamps: detected,
+ *     marked delinquent, pod deleted, volume detached, replacement created, acquired);
+ *   - a pod tracker polling the share's pods (replacement created, scheduled: the first
+ *     time its spec.nodeName was seen);
+ *   - the simulator's CSI attacher (detach of the old node's attachment, attach to the new);
+ *   - the share server's serving-window log (the new server started serving).
+ * Pure `timelineOf` turns the facts into ordered steps with seconds since the crash.
+ */
+import { sleep } from '../../lib/clock.ts';
+import { pvName, type ShareStatus, sharePods, shareStatus } from './shares.ts';
+import type { System } from './system.ts';
+
+/**
+ * First-seen times of the share's pods (created, scheduled), and the first value of each
+ * status.lastFailover field, polled every `periodMs`.
+ * NB: the first value matters: a manager that takes a slow failover over rewrites
+ * lastFailover with its own times, which would hide when the failover really began.
+ */
+export class PodTracker {
+  readonly created = new Map<string, Date>();
+  readonly scheduled = new Map<string, { node: string; at: Date }>();
+  /** When a pod seen before was first missing from the list (deleted from the API). */
+  readonly gone = new Map<string, Date>();
+  readonly firstFailover: Record<string, string> = {};
+  private running = true;
+  private readonly done: Promise<void>;
+  private readonly startedAt = Date.now();
+
+  constructor(sys: System, share: string, periodMs = 100) {
+    this.done = (async () => {
+      while (this.running) {
+        const pods = await sharePods(sys, share).catch(() => []);
+        const now = new Date();
+        const live = new Set(pods.map((p) => p.metadata?.name ?? ''));
+        for (const name of this.created.keys()) {
+          if (!live.has(name) && !this.gone.has(name)) this.gone.set(name, now);
+        }
+        for (const pod of pods) {
+          const name = pod.metadata?.name ?? '';
+          if (!this.created.has(name)) this.created.set(name, now);
+          const node = pod.spec?.nodeName;
+          if (node && !this.scheduled.has(name)) this.scheduled.set(name, { node, at: now });
+        }
+        const status = await shareStatus(sys, share).catch(() => undefined);
+        const detected = status?.lastFailover?.detectedAt;
+        // A lastFailover from before this tracker started belongs to an earlier failover.
+        if (detected === undefined || new Date(detected).getTime() < this.startedAt - 1_000) {
+          await sleep(periodMs);
+          continue;
+        }
+        for (const [k, v] of Object.entries(status?.lastFailover ?? {})) {
+          if (v !== undefined && this.firstFailover[k] === undefined) this.firstFailover[k] = v;
+        }
+        await sleep(periodMs);
+      }
+    })();
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    await this.done;
+  }
+}
+
+export interface FailoverFacts {
+  share: string;
+  /** What happened to the node, as a past participle (default "crashed"). */
+  fault?: string;
+  crashedNode: string;
+  crashAt: Date;
+  oldPod: string;
+  newPod: string;
+  newNode: string;
+  status: ShareStatus;
+  scheduledAt?: Date;
+  oldPodGoneAt?: Date;
+  newPodSeenAt?: Date;
+  oldDetachedAt?: Date;
+  attachedAt?: Date;
+  servingAt?: Date;
+}
+
+export interface TimelineStep {
+  step: string;
+  seconds: number | undefined;
+  source: string;
+}
+
+const at = (iso: string | undefined): Date | undefined => (iso ? new Date(iso) : undefined);
+
+export function gatherFacts(
+  sys: System,
+  tracker: PodTracker,
+  base: Omit<
+    FailoverFacts,
+    'scheduledAt' | 'oldPodGoneAt' | 'newPodSeenAt' | 'oldDetachedAt' | 'attachedAt' | 'servingAt'
+  >,
+): FailoverFacts {
+  const pv = pvName(base.share);
+  const timings = sys.sim.attacher.timings.filter((t) => t.pv === pv && t.doneWall >= base.crashAt);
+  const window = sys.sim
+    .servingWindows(pv)
+    .find((w) => w.id === base.newPod && new Date(w.startWall) >= base.crashAt);
+  const first = tracker.firstFailover;
+  const status: ShareStatus = {
+    ...base.status,
+    lastFailover: { ...(base.status.lastFailover ?? {}), ...first },
+  };
+  return {
+    ...base,
+    status,
+    scheduledAt: tracker.scheduled.get(base.newPod)?.at,
+    oldPodGoneAt: tracker.gone.get(base.oldPod),
+    newPodSeenAt: tracker.created.get(base.newPod),
+    oldDetachedAt: timings.find((t) => t.op === 'detach' && t.node === base.crashedNode)?.doneWall,
+    attachedAt: timings.find((t) => t.op === 'attach' && t.node === base.newNode)?.doneWall,
+    servingAt: at(window?.startWall),
+  };
+}
+
+export function timelineOf(f: FailoverFacts): TimelineStep[] {
+  const since = (d: Date | undefined) =>
+    d === undefined ? undefined : Math.round((d.getTime() - f.crashAt.getTime()) / 10) / 100;
+  const lf = f.status.lastFailover ?? {};
+  // The earliest report of a step wins: status.lastFailover may have been rewritten by a
+  // manager that took a slow failover over (its times come late), the other sources not.
+  const earliest = (...options: Array<[Date | undefined, string]>) => {
+    const known = options.filter((o): o is [Date, string] => o[0] !== undefined);
+    known.sort((a, b) => a[0].getTime() - b[0].getTime());
+    const first = known[0];
+    return { seconds: since(first?.[0]), source: first?.[1] ?? 'not seen' };
+  };
+  const steps: TimelineStep[] = [
+    { step: `node ${f.crashedNode} ${f.fault ?? 'crashed'}`, seconds: 0, source: 'simulator' },
+    { step: 'stale lease detected', seconds: since(at(lf.detectedAt)), source: 'status.lastFailover' },
+    { step: 'lease marked delinquent', seconds: since(at(lf.markedAt)), source: 'status.lastFailover' },
+    {
+      step: `pod ${f.oldPod} force-deleted`,
+      ...earliest([at(lf.podDeletedAt), 'status.lastFailover'], [f.oldPodGoneAt, 'pod watch']),
+    },
+    {
+      step: `volume detached from ${f.crashedNode} (VolumeAttachment deleted)`,
+      ...earliest([at(lf.detachedAt), 'status.lastFailover'], [f.oldDetachedAt, 'sim CSI attacher']),
+    },
+    {
+      step: `replacement ${f.newPod} created`,
+      ...earliest([at(lf.replacementCreatedAt), 'status.lastFailover'], [f.newPodSeenAt, 'pod watch']),
+    },
+    { step: `scheduled on ${f.newNode}`, seconds: since(f.scheduledAt), source: 'pod watch' },
+    { step: `volume attached to ${f.newNode}`, seconds: since(f.attachedAt), source: 'sim CSI attacher' },
+    {
+      step: 'new agent acquired the lease',
+      seconds: since(at(lf.completedAt)),
+      source: 'status.lastFailover',
+    },
+    { step: `share served from ${f.newNode}`, seconds: since(f.servingAt), source: 'serving-window log' },
+  ];
+  return steps;
+}
+
+export function formatTimeline(steps: TimelineStep[]): string {
+  return steps
+    .map((s) => {
+      const t = s.seconds === undefined ? '     ?  ' : `${s.seconds.toFixed(2).padStart(7)} s`;
+      return `  ${t}  ${s.step.padEnd(58)} (${s.source})`;
+    })
+    .join('\n');
+}

@@ -1,0 +1,79 @@
+/**
+ * One stale share manager among 20 on one node: only it moves. The 20 shares start on
+ * sim-1 (sim-2 cordoned meanwhile); then the processes of one share-manager pod are
+ * frozen (SIGSTOP: its agent stops renewing while its node stays healthy). Exactly that
+ * share fails over (to sim-2, the lost node being avoided); the 19 others keep their
+ * pods, and no storm guard or neighbour failover is triggered.
+ * kube-controller-manager: --attach-detach-reconcile-sync-period=2s (see node-faults.test.ts).
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { createShare, waitServing } from '../../dev/demo/shares.ts';
+import { SHARES_NAMESPACE } from '../../dev/demo/system.ts';
+import { k8s, withDeadline } from '../../lib/kube-client.ts';
+import {
+  assertNoOverlap,
+  eventsOf,
+  failedOver,
+  faultAndWaitForReplacement,
+  useSystem,
+} from './e2e-support.ts';
+
+const system = useSystem({ nodes: 2, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
+const SHARES = Array.from({ length: 20 }, (_, i) => `m-${String(i + 1).padStart(2, '0')}`);
+const STALE = 'm-07';
+
+async function setUnschedulable(node: string, unschedulable: boolean): Promise<void> {
+  await system().core.patchNode(
+    { name: node, body: { spec: { unschedulable } } },
+    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000)),
+  );
+}
+
+test('20 share managers serve from sim-1', { timeout: 300_000 }, async () => {
+  await setUnschedulable('sim-2', true);
+  try {
+    for (const share of SHARES) await createShare(system(), share);
+    for (const share of SHARES) {
+      const serving = await waitServing(system(), share, 240_000);
+      assert.equal(serving.node, 'sim-1');
+    }
+  } finally {
+    await setUnschedulable('sim-2', false);
+  }
+});
+
+test('one frozen share manager among 20 on a healthy node: only it moves', { timeout: 120_000 }, async () => {
+  const sys = system();
+  const before = new Map<string, string>();
+  for (const share of SHARES) before.set(share, (await waitServing(sys, share, 10_000)).pod);
+  const r = await faultAndWaitForReplacement(
+    sys,
+    STALE,
+    async (node) => {
+      const worker = sys.sim
+        .node(node)
+        .pods()
+        .find((p) => p.key === `${SHARES_NAMESPACE}/${before.get(STALE)}`);
+      const pids = worker?.processes() ?? [];
+      assert.ok(pids.length > 0, `processes of ${before.get(STALE)}`);
+      for (const pid of pids) process.kill(pid, 'SIGSTOP');
+    },
+    60_000,
+    `hosts the frozen pod ${before.get(STALE)}`,
+  );
+  process.stderr.write(
+    `one stale among 20: freeze to serving ${r.toServingS.toFixed(2)} s on ${r.after.node}\n`,
+  );
+  assert.equal(r.status.lastFailover?.lostPod, before.get(STALE));
+  const moved = [...(await failedOver(sys)).keys()];
+  assert.deepEqual(moved, [STALE], 'only the stale share failed over');
+  for (const share of SHARES) {
+    if (share === STALE) continue;
+    assert.equal((await waitServing(sys, share, 10_000)).pod, before.get(share), `${share} kept its pod`);
+  }
+  const expired = await eventsOf(sys, 'LeaseExpired');
+  assert.equal(expired.length, 1, `one LeaseExpired event: ${expired.join(' | ')}`);
+  assert.deepEqual(await eventsOf(sys, 'StormGuardActive'), [], 'the storm guard stayed quiet');
+  assertNoOverlap(sys, STALE);
+});
