@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -68,6 +68,7 @@ describe('local control plane lifecycle', () => {
       return true;
     });
     assert.deepEqual(processesMentioning(dir), [], 'etcd was stopped too');
+    rmSync(dir, { recursive: true, force: true });
   });
 
   it('stops and restarts the API server on the same address', async () => {
@@ -101,6 +102,7 @@ describe('local control plane lifecycle', () => {
       ),
     );
     assert.equal(result.code, 1);
+    rmSync(cache, { recursive: true, force: true });
     assert.match(result.stderr, /no Go toolchain on PATH/);
   });
 });
