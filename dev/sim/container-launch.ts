@@ -7,8 +7,9 @@
  *   leasehold.dev/demo-share-server:<tag>  -> node dist/dev/share-server/main.js args
  * `command` is ignored (the image's entrypoint is the script above).
  *
- * Because every pod of every simulated node shares the host's network namespace
- * (pod IP 127.0.0.1), the kubelet gives each pod its own host ports and translates:
+ * Because every pod of every simulated node shares the host's network namespace (its
+ * reported pod IP, see pod-ip.ts, is bound nowhere), the kubelet gives each pod its own
+ * host ports and translates:
  *  - PORTS: every containerPort declared by any container of the pod gets a free host
  *    port; in env values and args a declared port number is replaced by its host port
  *    where it stands alone ("8081"), after "=" or ":" ("--port=8080",

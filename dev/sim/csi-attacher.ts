@@ -79,7 +79,12 @@ export class SimCsiAttacher {
           this.enqueue(va);
         }
       },
-      onError: (err) => this.log('VolumeAttachment watch failed; listing again', { error: String(err) }),
+      onError: (err) => this.log('VolumeAttachment list failed; listing again', { error: String(err) }),
+      onWatchEnd: (end) =>
+        this.log('VolumeAttachment watch ended; listing again', {
+          why: end.kind,
+          ...(end.kind === 'error' ? { error: String(end.error) } : {}),
+        }),
     });
   }
 

@@ -69,7 +69,12 @@ export class Kubelet {
           this.handle(pod);
         }
       },
-      onError: (err) => this.opts.log('pod watch failed; listing again', { error: String(err) }),
+      onError: (err) => this.opts.log('pod list failed; listing again', { error: String(err) }),
+      onWatchEnd: (end) =>
+        this.opts.log('pod watch ended; listing again', {
+          why: end.kind,
+          ...(end.kind === 'error' ? { error: String(end.error) } : {}),
+        }),
     });
     void this.flush();
   }

@@ -19,6 +19,7 @@ import { sleep } from '../../lib/clock.ts';
 import type { k8s } from '../../lib/kube-client.ts';
 import type { Launch } from './container-launch.ts';
 import { ContainerRunner, type ContainerView } from './container-runner.ts';
+import { allocatePodIP } from './pod-ip.ts';
 import { allocatePorts, requestPodToken, resolvePodLaunches } from './pod-prepare.ts';
 import { type ContainerExit, PodSandbox } from './pod-sandbox.ts';
 import { type PodRuntimeView, podStatusPatch, type TransitionMemory } from './pod-status.ts';
@@ -82,7 +83,8 @@ export class PodWorker {
     });
     this.view = {
       podUid: pod.metadata?.uid ?? '',
-      podIP: '127.0.0.1',
+      // Reported only (EndpointSlices reject loopback); processes listen on the host ports.
+      podIP: allocatePodIP(),
       hostIP: '127.0.0.1',
       startTime: new Date(),
       phase: 'Pending',

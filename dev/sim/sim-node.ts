@@ -162,9 +162,11 @@ export class SimNode {
   async crash(): Promise<void> {
     this.requireRunning('crash');
     this.nodeState = 'crashed';
+    // NB: recorded before the processes are reaped: the fault time is when the machine
+    // died, and timelines measured from it must not start late by the reaping time.
+    this.record('crash');
     this.heartbeat.pause();
     await this.kubelet.crash();
-    this.record('crash');
   }
 
   freeze(): void {

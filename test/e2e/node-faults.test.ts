@@ -3,8 +3,8 @@
  * by helm), default lease timings (D 6 s, R 2 s, T 4 s):
  *  - crash: the node serving a share dies with its manager; another node's manager runs
  *    the failover; the replacement serves on another node within 20 s of the crash,
- *    the Service endpoints point at it, no record written before the crash is lost and
- *    the serving windows never overlap;
+ *    the Service's EndpointSlices point at it, no record written before the crash is
+ *    lost and the serving windows never overlap;
  *  - partition: the node serving a share is cut from the API server; its server fences
  *    itself before the replacement starts (windows never overlap) and stays fenced
  *    after the partition heals.
@@ -16,7 +16,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createShare, pvName, serviceBackends, waitServing } from '../../dev/demo/shares.ts';
+import { createShare, pvName, serviceEndpointPods, waitServing } from '../../dev/demo/shares.ts';
 import { sleep } from '../../lib/clock.ts';
 import { eventually } from '../support/cluster.ts';
 import {
@@ -58,14 +58,18 @@ test('node crash: another node serves within 20 s; endpoints follow; no data los
   const expired = (await eventsOf(sys, 'LeaseExpired')).filter((e) => e.startsWith('crash-a:'));
   assert.equal(expired.length, 1, `exactly one failover of crash-a: ${expired.join(' | ')}`);
 
+  // What the EndpointSlice controller published (simulated pods report non-loopback IPs).
   await eventually(
-    'the Service of crash-a selects the replacement only (its ready endpoints)',
+    'the EndpointSlices of the Service of crash-a point at the replacement only',
     async () => {
-      const pods = await serviceBackends(sys, 'crash-a');
+      const pods = await serviceEndpointPods(sys, 'crash-a');
       return pods.length === 1 && pods[0] === r.after.pod ? pods : undefined;
     },
     15_000,
-  );
+  ).catch(async (err: unknown) => {
+    const now = await serviceEndpointPods(sys, 'crash-a').catch((e: unknown) => [String(e)]);
+    throw new Error(`${String(err)}; endpoints now: ${JSON.stringify(now)}`, { cause: err });
+  });
   await assertRecordsKept(r.after, r.acked);
   assertNoOverlap(sys, 'crash-a');
 });

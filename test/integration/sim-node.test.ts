@@ -100,7 +100,12 @@ test('the kubelet runs a share-server pod in its own PID namespace, reports Runn
     30_000,
   );
   assert.equal(pod.spec?.nodeName, 'sim-a', 'scheduled by the real scheduler onto the selected node');
-  assert.equal(pod.status?.podIP, '127.0.0.1');
+  // Reported only (EndpointSlices reject loopback); the server is reached at its host port.
+  assert.match(pod.status?.podIP ?? '', /^10\.244\.\d+\.\d+$/, 'a non-loopback pod IP');
+  assert.deepEqual(
+    pod.status?.podIPs?.map((p) => p.ip),
+    [pod.status?.podIP],
+  );
   assert.equal(pod.status?.containerStatuses?.[0]?.ready, true);
   assert.equal(pod.status?.containerStatuses?.[0]?.restartCount, 0);
 
@@ -200,7 +205,15 @@ test('a crashed node is marked NotReady by the node-lifecycle controller, its pr
       ?.processes() ?? [];
   assert.ok(pids.length > 0);
   const crashedAt = performance.now();
-  await sim.node('sim-b').crash();
+  const calledMonoMs = Number(process.hrtime.bigint()) / 1e6;
+  const crashing = sim.node('sim-b').crash();
+  // The fault time is when the machine died, not when its processes were reaped.
+  const recorded = sim.faults().find((f) => f.node === 'sim-b' && f.fault === 'crash');
+  assert.ok(recorded, 'the crash is recorded at once, before its processes are reaped');
+  await crashing;
+  t.diagnostic(
+    `crash recorded ${(recorded.monoMs - calledMonoMs).toFixed(1)} ms after the call, reaped ${(Number(process.hrtime.bigint()) / 1e6 - calledMonoMs).toFixed(1)} ms after it`,
+  );
   for (const pid of pids)
     assert.equal(readlinkSafe(`/proc/${pid}/ns/pid`), undefined, `process ${pid} killed by the crash`);
   await eventually(
