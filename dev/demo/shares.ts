@@ -200,31 +200,6 @@ export async function serviceEndpointPods(sys: System, name: string): Promise<st
   );
 }
 
-/**
- * The pods the share's Service selects that are Ready: what its endpoints hold, as the
- * EndpointSlice controller computes them.
- * NB: read from the selector, not from the EndpointSlices, because simulated pods
- * report pod IP 127.0.0.1, which EndpointSlice validation rejects (loopback range).
- */
-export async function serviceBackends(sys: System, name: string): Promise<string[]> {
-  const service = await sys.core.readNamespacedService(
-    { namespace: SHARES_NAMESPACE, name },
-    withDeadline(5_000),
-  );
-  const selector = Object.entries(service.spec?.selector ?? {})
-    .map(([k, v]) => `${k}=${v}`)
-    .join(',');
-  if (selector === '') return [];
-  const pods = await sys.core.listNamespacedPod(
-    { namespace: SHARES_NAMESPACE, labelSelector: selector },
-    withDeadline(5_000),
-  );
-  return pods.items
-    .filter((p) => !p.metadata?.deletionTimestamp)
-    .filter((p) => p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'))
-    .map((p) => p.metadata?.name ?? '');
-}
-
 /** Deletes the share's ShareManager (best effort: absent is fine). */
 export async function deleteShare(sys: System, name: string): Promise<void> {
   const custom = sys.kc.makeApiClient(k8s.CustomObjectsApi);
