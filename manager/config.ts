@@ -26,6 +26,7 @@
  * | LEASEHOLD_FAILOVER_TAKEOVER_TIMEOUT    | 30s                       | take over a failover whose owner made no visible progress this long |
  * | LEASEHOLD_POD_CREATE_TIMEOUT           | 30s                       | retry a claimed pod creation that produced no pod this long |
  * | LEASEHOLD_NODE_LEASE_GRACE             | 40s                       | a node heartbeat Lease unchanged this long (by our observation) counts as stale |
+ * | LEASEHOLD_OUT_OF_SERVICE_TAINT         | false                     | taint the lost node of OUR failover node.kubernetes.io/out-of-service=nodeshutdown:NoExecute once it is not Ready with a stale heartbeat for D (our observation), so its volumes detach at once; removed when it is Ready again. NB: node-wide: every pod on it is force-deleted and every volume force-detached |
  * | LEASEHOLD_WATCH_QUIET_TIMEOUT          | 90s                       | restart a watch that delivered nothing this long (bookmarks come every ~60s) |
  * | LEASEHOLD_REQUEST_TIMEOUT              | 5s                        | deadline of each API request |
  * | LEASEHOLD_HTTP_PORT                    | 8090                      | /healthz /readyz /metrics (0 = any free port) |
@@ -66,6 +67,8 @@ export interface ManagerConfig {
   takeoverTimeoutMs: number;
   podCreateTimeoutMs: number;
   nodeLeaseGraceMs: number;
+  /** Add/remove the out-of-service taint on lost nodes (out-of-service.ts). */
+  outOfServiceTaint: boolean;
   watchQuietTimeoutMs: number;
   requestTimeoutMs: number;
   httpPort: number;
@@ -103,6 +106,7 @@ export function readManagerConfig(env: Env): ManagerConfig {
     takeoverTimeoutMs: r.duration('LEASEHOLD_FAILOVER_TAKEOVER_TIMEOUT', 30_000, 1000, 3_600_000),
     podCreateTimeoutMs: r.duration('LEASEHOLD_POD_CREATE_TIMEOUT', 30_000, 1000, 3_600_000),
     nodeLeaseGraceMs: r.duration('LEASEHOLD_NODE_LEASE_GRACE', 40_000, 1000, 3_600_000),
+    outOfServiceTaint: r.boolean('LEASEHOLD_OUT_OF_SERVICE_TAINT', false),
     watchQuietTimeoutMs: r.duration('LEASEHOLD_WATCH_QUIET_TIMEOUT', 90_000, 5000, 3_600_000),
     requestTimeoutMs: r.duration('LEASEHOLD_REQUEST_TIMEOUT', 5000, 100, 120_000),
     httpPort: r.port('LEASEHOLD_HTTP_PORT', 8090),

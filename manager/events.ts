@@ -15,7 +15,8 @@ export type EventReason =
   | 'FailoverCompleted'
   | 'WouldFailOver'
   | 'StormGuardActive'
-  | 'InvalidSpec';
+  | 'InvalidSpec'
+  | 'LeaseReleased';
 
 export class EventRecorder {
   private readonly api: k8s.CoreV1Api;

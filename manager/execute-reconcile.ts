@@ -2,6 +2,10 @@
  * The I/O of reconcile actions (reconcile-share-manager.ts decides them). Thin: each
  * action is one or two API calls; "already exists" and "already gone" are successes.
  * Returns a requeue delay when the action asks for one (a lost claim, a pending request).
+ *
+ * releaseLease is a CAS with exactly the version the decision saw: a 409 means the lease
+ * moved (a new holder, a delinquent mark); the watch delivers the change and the next
+ * pass decides again. It is never retried blindly.
  */
 import { randomBytes } from 'node:crypto';
 import { KubeApiError } from '../lib/errors.ts';
@@ -10,6 +14,7 @@ import { LABEL_SHARE_MANAGER, newLeaseRecord } from '../lib/lease-record.ts';
 import type { LeaseStore } from '../lib/lease-store.ts';
 import type { Logger } from '../lib/logger.ts';
 import type { ManagerConfig } from './config.ts';
+import type { EventRecorder } from './events.ts';
 import { ANNOTATION_POD_REQUEST, buildSharePod } from './pod-spec.ts';
 import type { ReconcileAction } from './reconcile-share-manager.ts';
 import { resolveSpec, type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
@@ -29,6 +34,7 @@ export class ReconcileExecutor {
     private readonly leases: LeaseStore,
     private readonly status: StatusWriter,
     private readonly config: ManagerConfig,
+    private readonly events: EventRecorder,
     private readonly log: Logger,
   ) {
     this.core = kc.makeApiClient(k8s.CoreV1Api);
@@ -114,11 +120,33 @@ export class ReconcileExecutor {
           if (status !== 404 && status !== 409) throw fail(`deleting pod ${namespace}/${action.name}`, err);
         }
         return undefined;
+      case 'releaseLease':
+        await this.releaseLease(sm, action);
+        return undefined;
       case 'claimPodCreation':
         return this.claimAndCreate(sm, action.requestId);
       case 'requeueAfter':
         return action.ms;
     }
+  }
+
+  private async releaseLease(
+    sm: ShareManager,
+    action: Extract<ReconcileAction, { kind: 'releaseLease' }>,
+  ): Promise<void> {
+    const { lease, pod, phase } = action;
+    const key = `${lease.namespace}/${lease.name}`;
+    const outcome = await this.leases.update(
+      { ...lease, holder: '', holderNode: '' },
+      this.config.requestTimeoutMs,
+    );
+    if (outcome.kind === 'conflict') {
+      this.log.info({ lease: key, pod }, 'freeing the lease of an ended pod met a conflict: re-observing');
+      return;
+    }
+    const message = `holder pod ${pod} ended (phase ${phase}); lease freed for the replacement`;
+    this.log.info({ lease: key, pod, phase, transitions: lease.transitions }, message);
+    await this.events.record(sm, 'Normal', 'LeaseReleased', message);
   }
 
   private async claimAndCreate(sm: ShareManager, requestId: string): Promise<number | undefined> {

@@ -11,6 +11,9 @@
  *    guard allows it, and fewer than maxConcurrentFailovers are running here. A paused
  *    or deferred lease is judged again later, never dropped.
  *  - In observe-only mode the machine records what it would do and writes nothing.
+ *  - A follower learns whether the owner's replacement exists from the pod cache, level-
+ *    based (`replacementLive` / `replacementFailed`), on entering `following` and on every
+ *    pod change of that share manager.
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import type { Clock } from '../lib/clock.ts';
@@ -24,6 +27,7 @@ import { announceFailover, completeFailover, type FailoverTimes } from './failov
 import { type ClusterView, runStep, type StepDeps } from './failover-steps.ts';
 import type { LeaseMonitor, StaleVerdict } from './lease-monitor.ts';
 import type { ManagerMetrics } from './manager-metrics.ts';
+import type { LastFailover } from './share-manager-spec.ts';
 import {
   considerStale,
   emptyStormGuard,
@@ -43,6 +47,8 @@ interface Machine {
   /** The lease version the stale verdict was about: the mark's CAS uses exactly this one. */
   verdictLease: LeaseRecord | undefined;
   times: FailoverTimes;
+  /** After a takeover: the record the previous owner wrote, whose first timestamps we keep. */
+  inherited: LastFailover | undefined;
   takeoverTimer: NodeJS.Timeout | undefined;
   retryTimer: NodeJS.Timeout | undefined;
 }
@@ -183,9 +189,28 @@ export class FailoverDriver {
   onPodChange(pod: V1Pod, deleted: boolean): void {
     const key = `${pod.metadata?.namespace}/${pod.metadata?.labels?.['leasehold.dev/share-manager'] ?? ''}`;
     const m = this.machines.get(key);
-    if (m?.phase !== 'awaitingAcquire' || pod.metadata?.name !== m.replacementPod) return;
+    if (!m) return;
+    if (m.phase === 'following' || m.phase === 'followingAcquire') {
+      this.noticeReplacement(m);
+      return;
+    }
+    if (m.phase !== 'awaitingAcquire' || pod.metadata?.name !== m.replacementPod) return;
     const phase = pod.status?.phase;
     if (deleted || phase === 'Failed' || phase === 'Succeeded') this.dispatch(key, 'replacementFailed');
+  }
+
+  /**
+   * While following: whether the owner's replacement exists, judged from the pod cache
+   * (level-based, so a pod seen before the machine started counts too).
+   */
+  private noticeReplacement(m: Machine): void {
+    const replacement = this.view.livePods(m.key).find((p) => p.metadata?.name !== m.lostPod);
+    if (replacement) {
+      m.replacementPod = replacement.metadata?.name;
+      if (m.phase === 'following') this.dispatch(m.key, 'replacementLive');
+    } else if (m.phase === 'followingAcquire') {
+      this.dispatch(m.key, 'replacementFailed');
+    }
   }
 
   // ---- the machine --------------------------------------------------------------
@@ -202,6 +227,7 @@ export class FailoverDriver {
       replacementPod: undefined,
       verdictLease: undefined,
       times: {},
+      inherited: undefined,
       takeoverTimer: undefined,
       retryTimer: undefined,
     };
@@ -226,6 +252,8 @@ export class FailoverDriver {
       this.clearTimers(m);
       this.machines.delete(key);
     }
+    // Entering `following`: the replacement may already exist (no pod event will say so).
+    if (t.next !== from && t.next === 'following' && this.machines.get(key) === m) this.noticeReplacement(m);
   }
 
   /** Runs an I/O step; its outcome event reaches the machine only if the phase did not change. */
@@ -313,6 +341,7 @@ export class FailoverDriver {
       lostNode: m.lostNode,
       replacementPod: m.replacementPod,
       times: { ...m.times },
+      inherited: m.inherited,
       durationMs: this.monitor?.observation(m.key)?.durationMs ?? this.config.defaults.leaseDurationMs,
       identity: this.config.identity,
       status: this.executor.status,

@@ -3,6 +3,10 @@
  * starts, the FailoverCompleted event with phase timings, status Running and the
  * histogram observations when the new pod's agent acquired. Best effort: a failed
  * status write or event is logged and never blocks the failover itself.
+ *
+ * After a takeover the status keeps the phase timestamps the first owner already wrote
+ * (status.lastFailover tells when the failover began, not when we joined it); the
+ * histograms only ever get spans measured on this manager's own monotonic clock.
  */
 import type { Logger } from '../lib/logger.ts';
 import type { EventRecorder } from './events.ts';
@@ -30,6 +34,8 @@ export interface ReportContext {
   lostNode: string;
   replacementPod: string | undefined;
   times: FailoverTimes;
+  /** The previous owner's record of this failover (after a takeover). */
+  inherited?: LastFailover | undefined;
   durationMs: number;
   identity: string;
   status: StatusWriter;
@@ -38,18 +44,32 @@ export interface ReportContext {
   log: Logger;
 }
 
-function lastFailover(c: ReportContext): LastFailover {
+/**
+ * The record a previous owner wrote about the same failover (same lost pod, not
+ * completed), whose timestamps a taker keeps; undefined when `previous` is about
+ * another (or a finished) failover.
+ */
+export function inheritedRecord(
+  previous: LastFailover | undefined,
+  lostPod: string,
+): LastFailover | undefined {
+  if (!previous || lostPod === '' || previous.lostPod !== lostPod || previous.completedAt) return undefined;
+  return previous;
+}
+
+export function lastFailover(c: ReportContext): LastFailover {
   const iso = (i: Instant | undefined) => i?.wall.toISOString();
+  const first = c.inherited;
   const record: LastFailover = {
     reason: 'LeaseExpired',
     lostNode: c.lostNode,
     lostPod: c.lostPod,
     by: c.identity,
-    detectedAt: iso(c.times.detected),
-    markedAt: iso(c.times.marked),
-    podDeletedAt: iso(c.times.podDeleted),
-    detachedAt: iso(c.times.detached),
-    replacementCreatedAt: iso(c.times.replacementCreated),
+    detectedAt: first?.detectedAt ?? iso(c.times.detected),
+    markedAt: first?.markedAt ?? iso(c.times.marked),
+    podDeletedAt: first?.podDeletedAt ?? iso(c.times.podDeleted),
+    detachedAt: first?.detachedAt ?? iso(c.times.detached),
+    replacementCreatedAt: first?.replacementCreatedAt ?? iso(c.times.replacementCreated),
     completedAt: iso(c.times.acquired),
     replacementPod: c.replacementPod,
   };

@@ -16,11 +16,11 @@ import type { Logger } from '../lib/logger.ts';
 import type { ManagerConfig } from './config.ts';
 import type { FailoverExecutor } from './execute-failover.ts';
 import type { FailoverEvent } from './failover.ts';
-import type { FailoverTimes } from './failover-report.ts';
+import { type FailoverTimes, inheritedRecord } from './failover-report.ts';
 import type { LeaseMonitor } from './lease-monitor.ts';
 import type { ManagerMetrics } from './manager-metrics.ts';
 import { avoidanceFor, type NodeHealth } from './node-health.ts';
-import type { ShareManager } from './share-manager-spec.ts';
+import type { LastFailover, ShareManager } from './share-manager-spec.ts';
 
 export interface ClusterView {
   shareManager(key: string): ShareManager | undefined;
@@ -39,6 +39,7 @@ export interface StepMachine {
   replacementPod: string | undefined;
   verdictLease: LeaseRecord | undefined;
   times: FailoverTimes;
+  inherited: LastFailover | undefined;
 }
 
 export interface StepDeps {
@@ -148,7 +149,9 @@ export function runStep(
           if (!lease) return 'leaseGone';
           const outcome = await executor.takeOver(lease);
           if (outcome.kind === 'conflict') return 'takeoverConflict';
+          // Our own clock's instants for the metrics; the status keeps the first owner's.
           m.times = { detected: now(), marked: now() };
+          m.inherited = inheritedRecord(view.shareManager(m.key)?.status?.lastFailover, m.lostPod);
           m.owner = config.identity;
           monitor?.record(outcome.lease);
           return 'takeoverWon';

@@ -10,8 +10,14 @@
  *    written out as `stay`.
  *  - Only the manager whose CAS put its identity in `failover-by` acts on the share
  *    manager (phases `marking` .. `awaitingAcquire` and `takingOver`). Seeing another
- *    identity there (`markedByOther`) always stands down to `following`.
+ *    identity there (`markedByOther`) always stands down to `following` (or stays in
+ *    `followingAcquire`).
  *  - `following` is the only phase with a takeover timer; taking over is again a CAS.
+ *    Once the owner's replacement pod exists (live: created, not deleted, not ended) the
+ *    failover waits only for its agent to acquire, which may take as long as the volume's
+ *    attach (the attach-detach controller syncs once a minute): that is progress, not a
+ *    stall. So `followingAcquire` has no timer; the replacement ending without acquiring
+ *    sends it back to `following` with a full timeout.
  *  - The failover ends (`idle`) only when a new holder acquired the lease (the delinquent
  *    mark is cleared by that acquisition), when the holder proved alive before the mark
  *    landed, or when the lease went away.
@@ -27,6 +33,8 @@ export const PHASES = [
   'replacing',
   'awaitingAcquire',
   'following',
+  /** Following, and the owner's replacement pod exists: no takeover timer. */
+  'followingAcquire',
   'takingOver',
 ] as const;
 export type Phase = (typeof PHASES)[number];
@@ -49,8 +57,10 @@ export const EVENTS = [
   'podGone',
   'detached',
   'replacementCreated',
-  /** The replacement pod ended without acquiring. */
+  /** The replacement pod ended (or was deleted) without acquiring. */
   'replacementFailed',
+  /** Seen while following: a live pod of the share manager other than the lost one exists. */
+  'replacementLive',
   /** A new holder acquired the lease (delinquent cleared). */
   'acquired',
   'takeoverDue',
@@ -104,6 +114,7 @@ function owning(
     detached: stay,
     replacementCreated: stay,
     replacementFailed: stay,
+    replacementLive: stay,
     acquired: to('idle', 'complete'),
     takeoverDue: stay,
     takeoverWon: stay,
@@ -128,6 +139,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     detached: to('idle'),
     replacementCreated: to('idle'),
     replacementFailed: to('idle'),
+    replacementLive: to('idle'),
     acquired: to('idle'),
     takeoverDue: to('idle'),
     takeoverWon: to('idle'),
@@ -147,6 +159,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     detached: to('marking'),
     replacementCreated: to('marking'),
     replacementFailed: to('marking'),
+    replacementLive: to('marking'),
     acquired: to('idle'),
     takeoverDue: to('marking'),
     takeoverWon: to('marking'),
@@ -173,12 +186,37 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     detached: to('following'),
     replacementCreated: to('following'),
     replacementFailed: to('following'),
+    // The owner made its replacement: waiting for the agent to acquire is not a stall.
+    replacementLive: to('followingAcquire', 'cancelTakeoverTimer'),
     acquired: to('idle', 'cancelTakeoverTimer'),
     takeoverDue: to('takingOver', 'writeTakeover'),
     takeoverWon: to('following'),
     takeoverConflict: to('following'),
     stepFailed: to('following'),
     leaseGone: to('idle', 'cancelTakeoverTimer'),
+  },
+  followingAcquire: {
+    stale: to('followingAcquire'),
+    staleObserveOnly: to('followingAcquire'),
+    markWon: to('followingAcquire'),
+    markConflict: to('followingAcquire'),
+    renewed: to('idle'),
+    // A third manager took over; the replacement still exists, so there is still nothing to time.
+    markedByOther: to('followingAcquire'),
+    markedByMe: to('deletingPod', 'deletePod'),
+    podGone: to('followingAcquire'),
+    detached: to('followingAcquire'),
+    replacementCreated: to('followingAcquire'),
+    // It ended without acquiring: the owner must make another; give it a full timeout.
+    replacementFailed: to('following', 'startTakeoverTimer'),
+    replacementLive: to('followingAcquire'),
+    acquired: to('idle'),
+    // NB: the timer was cancelled on entry; a late one changes nothing.
+    takeoverDue: to('followingAcquire'),
+    takeoverWon: to('followingAcquire'),
+    takeoverConflict: to('followingAcquire'),
+    stepFailed: to('followingAcquire'),
+    leaseGone: to('idle'),
   },
   takingOver: {
     stale: to('takingOver'),
@@ -192,6 +230,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     detached: to('takingOver'),
     replacementCreated: to('takingOver'),
     replacementFailed: to('takingOver'),
+    replacementLive: to('takingOver'),
     acquired: to('idle'),
     takeoverDue: to('takingOver'),
     takeoverWon: to('deletingPod', 'announceTakeover', 'deletePod'),
@@ -207,7 +246,7 @@ export function transition(phase: Phase, event: FailoverEvent): Transition {
 
 /** Phases in which this manager runs the failover (they count against the concurrency limit). */
 export function isOwning(phase: Phase): boolean {
-  return phase !== 'idle' && phase !== 'following';
+  return phase !== 'idle' && phase !== 'following' && phase !== 'followingAcquire';
 }
 
 /** The step action a phase repeats after `retryStepLater`. */

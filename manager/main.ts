@@ -20,11 +20,13 @@ import { createRegistry } from '../lib/metrics.ts';
 import { type ManagerConfig, readManagerConfig } from './config.ts';
 import { EventRecorder } from './events.ts';
 import { FailoverExecutor } from './execute-failover.ts';
+import { OutOfServiceExecutor } from './execute-out-of-service.ts';
 import { ReconcileExecutor } from './execute-reconcile.ts';
 import { FailoverDriver } from './failover-driver.ts';
 import { LeaseMonitor } from './lease-monitor.ts';
 import { createManagerMetrics } from './manager-metrics.ts';
 import { NodeObserver } from './node-observer.ts';
+import { createOutOfServiceMetrics, OutOfServiceReconciler } from './out-of-service-reconciler.ts';
 import { isLive } from './reconcile-share-manager.ts';
 import { ShareManagerController } from './share-manager-controller.ts';
 import { type ShareManager, SM_GROUP, SM_PLURAL, SM_VERSION } from './share-manager-spec.ts';
@@ -82,6 +84,7 @@ let controller: ShareManagerController | undefined;
 let driver: FailoverDriver | undefined;
 let monitor: LeaseMonitor | undefined;
 let nodeObserver: NodeObserver | undefined;
+let outOfService: OutOfServiceReconciler | undefined;
 
 const shareManagers = informer<ShareManager>({
   resource: 'sharemanagers',
@@ -98,6 +101,7 @@ const leases = informer<k8s.V1Lease>({
     else monitor?.leaseSeen(lease);
     metrics.leasesTracked.set(monitor?.tracked ?? 0);
     controller?.enqueueFor(lease, false);
+    outOfService?.shareLeaseSeen(lease);
   },
   onConnected: () => monitor?.watchConnected(),
   onDisconnected: () => monitor?.watchDisconnected(),
@@ -111,15 +115,37 @@ const pods = informer<V1Pod>({
     controller?.enqueueFor(pod, true);
   },
 });
-const nodes = informer<V1Node>({ resource: 'nodes', path: '/api/v1/nodes', onEvent: () => {} });
+const nodes = informer<V1Node>({
+  resource: 'nodes',
+  path: '/api/v1/nodes',
+  onEvent: (type, node) => outOfService?.nodeSeen(node, type === 'deleted'),
+});
 const nodeLeases = informer<k8s.V1Lease>({
   resource: 'node-leases',
   path: '/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases',
-  onEvent: (type, lease) =>
-    type === 'deleted' ? nodeObserver?.heartbeatGone(lease) : nodeObserver?.heartbeatSeen(lease),
+  onEvent: (type, lease) => {
+    if (type === 'deleted') nodeObserver?.heartbeatGone(lease);
+    else nodeObserver?.heartbeatSeen(lease);
+    outOfService?.heartbeatSeen(lease.metadata?.name ?? '');
+  },
   onConnected: () => nodeObserver?.resetHeartbeats(),
 });
 nodeObserver = new NodeObserver(clock, nodes, config.nodeLeaseGraceMs);
+const observer = nodeObserver;
+outOfService = new OutOfServiceReconciler(
+  config,
+  clock,
+  log,
+  createOutOfServiceMetrics(registry),
+  new OutOfServiceExecutor(kc, config.identity, config.nodeName, log, config.requestTimeoutMs),
+  {
+    nodes: () => nodes.list(),
+    node: (name) => nodes.get('', name),
+    shareLeases: () => leases.list(),
+    heartbeatObservedAt: (node) => observer.heartbeatObservedAt(node),
+    heartbeatsWatched: () => nodeLeases.healthy,
+  },
+);
 
 const failoverExecutor = new FailoverExecutor(kc, leaseStore, status, config);
 driver = new FailoverDriver(config, clock, log, metrics, failoverExecutor, events, {
@@ -161,7 +187,7 @@ controller = new ShareManagerController(
   clock,
   log,
   { shareManagers, leases, pods, failoverRunning: (key) => failovers.phaseOf(key) !== 'idle' },
-  new ReconcileExecutor(kc, leaseStore, status, config, log),
+  new ReconcileExecutor(kc, leaseStore, status, config, events, log),
 );
 
 const all = [shareManagers, leases, pods, nodes, nodeLeases];
@@ -182,11 +208,13 @@ const endpoints = await serveEndpoints({
   },
 });
 for (const i of all) i.start();
+outOfService.start();
 log.info(
   {
     port: endpoints.port,
     observeOnly: config.observeOnly,
     fastFailover: config.fastFailover,
+    outOfServiceTaint: config.outOfServiceTaint,
     namespace: config.namespace ?? '(all)',
   },
   'manager started',
@@ -202,6 +230,7 @@ async function shutdown(signal: string): Promise<void> {
   monitor?.stop();
   confirmation.stop();
   failovers.stop();
+  outOfService?.stop();
   await Promise.all(all.map((i) => i.stop()));
   await endpoints.close();
   process.exit(0);

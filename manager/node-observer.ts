@@ -36,6 +36,11 @@ export class NodeObserver {
     for (const hb of this.heartbeats.values()) hb.observedAt = now;
   }
 
+  /** Our monotonic time of the node's last heartbeat change (or of the last reset); undefined = never seen. */
+  heartbeatObservedAt(node: string): number | undefined {
+    return this.heartbeats.get(node)?.observedAt;
+  }
+
   health(node: string): NodeHealth {
     if (node === '') return 'unknown';
     return nodeHealth(

@@ -10,13 +10,21 @@
  *     message; nothing else is touched.
  *  2. the Lease is missing -> create it (labelled, owned by the ShareManager).
  *  3. the Service is not known to exist -> ensure it.
- *  4. a failover is in progress (Lease delinquent) -> pods belong to the failover.
- *  5. finished pods (Succeeded/Failed: restartPolicy Never, so an ended incarnation) -> delete.
- *  6. no live pod and no pod request outstanding -> claim the creation (a CAS on the
+ *  4. the Lease (not delinquent) names a pod of this ShareManager that the kubelet reported
+ *     ended (phase Succeeded/Failed, no container running) -> free the lease by CAS, so the
+ *     replacement's agent acquires at once instead of after D, and no manager ever judges
+ *     it stale. This is what follows an API outage longer than T: every agent fenced, as
+ *     it must, and its pod ended; it is not a failure of the node. NB: never for a pod that
+ *     is merely deleted or gone from the cache (a force-deleted pod's containers may still
+ *     run), nor for a pod still running: its name in the Lease is the evidence.
+ *  5. a failover is in progress (Lease delinquent) -> pods belong to the failover.
+ *  6. finished pods (Succeeded/Failed: restartPolicy Never, so an ended incarnation) -> delete,
+ *     except the pod the Lease still names: it is deleted once the lease is freed or moved.
+ *  7. no live pod and no pod request outstanding -> claim the creation (a CAS on the
  *     status: `status.podRequest`), then create the pod. With several managers exactly
  *     one claim wins; a claim whose pod never appears is retried after a timeout measured
  *     from when THIS manager first saw it.
- *  7. status (state, node, pod, leaseHolder) -> written only when it differs.
+ *  8. status (state, node, pod, leaseHolder) -> written only when it differs.
  *
  * Not guaranteed: at most one live pod at every instant (a claim retried after its
  * timeout may race a very slow creator); the lease gate still lets only one serve.
@@ -57,12 +65,31 @@ export type ReconcileAction =
   | { kind: 'createLease'; durationSeconds: number }
   | { kind: 'ensureService' }
   | { kind: 'deletePod'; name: string; uid: string; reason: string }
+  /** CAS on `lease` (exactly this version): holder emptied, transitions kept. */
+  | { kind: 'releaseLease'; lease: LeaseRecord; pod: string; phase: string }
   | { kind: 'claimPodCreation'; requestId: string }
   | { kind: 'requeueAfter'; ms: number; reason: string };
 
 export function isLive(pod: V1Pod): boolean {
   const phase = pod.status?.phase;
   return !pod.metadata?.deletionTimestamp && phase !== 'Succeeded' && phase !== 'Failed';
+}
+
+/**
+ * The kubelet reported this pod ended: a terminal phase and no container (init, sidecar,
+ * main) reported running. NB: the phase alone is not enough: the pod garbage collector
+ * sets Failed on pods of a vanished node without knowing whether their processes run,
+ * and leaves the container statuses as last reported (running).
+ */
+export function endedByKubelet(pod: V1Pod): boolean {
+  const phase = pod.status?.phase;
+  if (phase !== 'Succeeded' && phase !== 'Failed') return false;
+  const containers = [
+    ...(pod.status?.initContainerStatuses ?? []),
+    ...(pod.status?.containerStatuses ?? []),
+    ...(pod.status?.ephemeralContainerStatuses ?? []),
+  ];
+  return !containers.some((c) => c.state?.running);
 }
 
 export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
@@ -83,12 +110,18 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
   }
   if (!s.serviceKnown) actions.push({ kind: 'ensureService' });
 
+  // The pod the (non-delinquent) Lease names; its deletion waits for the lease to be freed.
+  const holding = s.lease && !s.lease.delinquentSince ? s.lease.holder : '';
+  const release = releaseOfEndedHolder(s.lease, s.pods);
+  if (release) actions.push(release);
+
   const failingOver = s.failoverRunning || Boolean(s.lease?.delinquentSince);
   const live = s.pods.filter(isLive);
   if (!failingOver) {
     for (const pod of s.pods) {
       const phase = pod.status?.phase;
-      if (!pod.metadata?.deletionTimestamp && (phase === 'Succeeded' || phase === 'Failed')) {
+      const ended = phase === 'Succeeded' || phase === 'Failed';
+      if (ended && !pod.metadata?.deletionTimestamp && pod.metadata?.name !== holding) {
         actions.push({
           kind: 'deletePod',
           name: pod.metadata?.name ?? '',
@@ -101,6 +134,17 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
   }
   actions.push(...statusIfChanged(s.sm, desiredStatus(s, live, failingOver)));
   return actions;
+}
+
+/** Step 4: the release of a lease whose holder pod ended, if that is the case. */
+function releaseOfEndedHolder(
+  lease: LeaseRecord | undefined,
+  pods: readonly V1Pod[],
+): ReconcileAction | undefined {
+  if (!lease || lease.delinquentSince || lease.holder === '') return undefined;
+  const pod = pods.find((p) => p.metadata?.name === lease.holder);
+  if (!pod || !endedByKubelet(pod)) return undefined;
+  return { kind: 'releaseLease', lease, pod: lease.holder, phase: pod.status?.phase ?? '' };
 }
 
 function podCreation(s: ShareManagerSnapshot): ReconcileAction[] {

@@ -17,6 +17,7 @@ import {
   HolderLoop,
   podsOf,
   readLease,
+  reportPodEnded,
   runningShare as runningShareOn,
   runPodOn,
   startManager,
@@ -172,12 +173,14 @@ describe('manager failover on a stale lease', () => {
     }
   });
 
-  it('a manager killed mid-failover: another takes it over and completes it, no duplicate pod', async () => {
+  it('owner killed after creating the replacement: no takeover while it lives (slow attach); it ends -> taken over, first timestamps kept', async () => {
     const kc = cluster().kubeConfig;
     await createNamespace(kc, 'takeover');
+    const TAKEOVER_MS = 3000;
     const env = { LEASEHOLD_FAILOVER_TAKEOVER_TIMEOUT: '3s', LEASEHOLD_WATCH_NAMESPACE: 'takeover' };
     const managers = [startManager(cluster(), 'k1', env), startManager(cluster(), 'k2', env)];
     const { pod, holder } = await runningShare('takeover', 'vol-k', 'node-1');
+    const lostPod = pod.metadata?.name ?? '';
     const { history, stop } = await recordHistory('takeover', 'vol-k');
     try {
       await holder.stop();
@@ -193,24 +196,48 @@ describe('manager failover on a stale lease', () => {
       const owner = managers.find((m) => m.name === marked.failoverBy);
       const survivor = managers.find((m) => m.name !== marked.failoverBy);
       assert.ok(owner && survivor);
+      const first = await waitForReplacement(kc, 'takeover', 'vol-k', lostPod);
+      const announced = await eventually("the owner's status FailingOver", async () => {
+        const s = await getShareManager(kc, 'takeover', 'vol-k');
+        return s.status?.lastFailover?.markedAt ? s.status.lastFailover : undefined;
+      });
       await owner.kill('SIGKILL');
-      const replacementsAtKill = (await podsOf(kc, 'takeover', 'vol-k')).filter(
-        (p) => p.metadata?.name !== pod.metadata?.name,
-      ).length;
 
-      const takenOver = await eventually(
+      // The replacement stays Pending (its volume attaching): waiting for it is no stall.
+      await sleep(3 * TAKEOVER_MS);
+      assert.equal((await readLease(kc, 'takeover', 'vol-k')).failoverBy, owner.name, 'no takeover yet');
+      const early = await eventsFor(kc, 'takeover', 'vol-k');
+      assert.equal(early.filter((e) => e.reason === 'FailoverTakenOver').length, 0);
+
+      // The replacement ends without acquiring: the survivor takes over after its timeout.
+      await reportPodEnded(kc, 'takeover', first.metadata?.name ?? '', 'Failed');
+      const endedAt = performance.now();
+      await eventually(
         'the takeover',
-        async () => {
-          const l = await readLease(kc, 'takeover', 'vol-k');
-          return l.failoverBy === survivor.name ? l : undefined;
-        },
+        async () =>
+          (await readLease(kc, 'takeover', 'vol-k')).failoverBy === survivor.name ? true : undefined,
+        15_000,
+        50,
+      );
+      const waited = performance.now() - endedAt;
+      assert.ok(
+        waited >= TAKEOVER_MS - 200,
+        `taken over ${waited.toFixed(0)} ms after the replacement ended`,
+      );
+      const second = await eventually(
+        'a second replacement',
+        async () =>
+          (await podsOf(kc, 'takeover', 'vol-k')).find(
+            (p) =>
+              !p.metadata?.deletionTimestamp &&
+              p.metadata?.name !== lostPod &&
+              p.metadata?.name !== first.metadata?.name,
+          ),
         15_000,
       );
-      assert.ok(takenOver.delinquentSince, 'still delinquent while the takeover runs');
-      const replacement = await waitForReplacement(kc, 'takeover', 'vol-k', pod.metadata?.name ?? '');
-      await runPodOn(kc, replacement, 'node-2');
+      await runPodOn(kc, second, 'node-2');
       holders.push(
-        new HolderLoop(kc, 'takeover', 'vol-k', replacement.metadata?.name ?? '', 'node-2', 1000).start(),
+        new HolderLoop(kc, 'takeover', 'vol-k', second.metadata?.name ?? '', 'node-2', 1000).start(),
       );
       const sm = await eventually(
         'completion by the survivor',
@@ -220,19 +247,21 @@ describe('manager failover on a stale lease', () => {
         },
         15_000,
       );
-      assert.equal(sm.status?.lastFailover?.by, survivor.name);
+      const record = sm.status?.lastFailover;
+      assert.equal(record?.by, survivor.name);
+      assert.equal(record?.detectedAt, announced.detectedAt, 'first detection time kept');
+      assert.equal(record?.markedAt, announced.markedAt, 'first mark time kept');
+      assert.equal(record?.replacementPod, second.metadata?.name);
       await sleep(D_MS);
-      const live = (await podsOf(kc, 'takeover', 'vol-k')).filter((p) => !p.metadata?.deletionTimestamp);
+      const live = (await podsOf(kc, 'takeover', 'vol-k')).filter(
+        (p) => !p.metadata?.deletionTimestamp && p.status?.phase !== 'Failed',
+      );
       assert.deepEqual(
         live.map((p) => p.metadata?.name),
-        [replacement.metadata?.name],
+        [second.metadata?.name],
         'no duplicate pod',
       );
-      assert.deepEqual(
-        history.podsAdded,
-        [replacement.metadata?.name],
-        `one replacement (${replacementsAtKill} existed at the kill)`,
-      );
+      assert.deepEqual(history.podsAdded, [first.metadata?.name, second.metadata?.name]);
       const events = await eventsFor(kc, 'takeover', 'vol-k');
       assert.equal(events.filter((e) => e.reason === 'FailoverTakenOver').length, 1);
       assert.equal(events.filter((e) => e.reason === 'FailoverCompleted').length, 1);

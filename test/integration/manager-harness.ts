@@ -294,3 +294,33 @@ export async function runningShare(
   );
   return { pod, holder };
 }
+
+/**
+ * Plays the kubelet reporting that every container of the pod ended (restartPolicy
+ * Never): phase Succeeded or Failed, the agent sidecar and the server terminated.
+ */
+export async function reportPodEnded(
+  kc: k8s.KubeConfig,
+  namespace: string,
+  name: string,
+  phase: 'Succeeded' | 'Failed',
+): Promise<void> {
+  const core = kc.makeApiClient(k8s.CoreV1Api);
+  const current = await core.readNamespacedPod({ namespace, name });
+  const exitCode = phase === 'Succeeded' ? 0 : 1;
+  const ended = (c: k8s.V1Container): k8s.V1ContainerStatus => ({
+    name: c.name,
+    image: c.image ?? '',
+    imageID: '',
+    ready: false,
+    restartCount: 0,
+    state: { terminated: { exitCode, reason: exitCode === 0 ? 'Completed' : 'Error' } },
+  });
+  current.status = {
+    ...current.status,
+    phase,
+    initContainerStatuses: (current.spec?.initContainers ?? []).map(ended),
+    containerStatuses: (current.spec?.containers ?? []).map(ended),
+  };
+  await core.replaceNamespacedPodStatus({ namespace, name, body: current });
+}

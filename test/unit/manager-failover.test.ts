@@ -9,6 +9,8 @@ import {
   TRANSITIONS,
   transition,
 } from '../../manager/failover.ts';
+import { inheritedRecord, lastFailover, type ReportContext } from '../../manager/failover-report.ts';
+import type { LastFailover } from '../../manager/share-manager-spec.ts';
 
 const OWNING: Phase[] = ['deletingPod', 'detaching', 'replacing', 'awaitingAcquire'];
 
@@ -55,6 +57,10 @@ test('seeing another manager own the failover always stands down (never acts)', 
     const t = transition(phase, 'markedByOther');
     if (phase === 'takingOver') {
       assert.equal(t.next, 'takingOver', 'our takeover CAS decides');
+      continue;
+    }
+    if (phase === 'followingAcquire') {
+      assert.deepEqual(t, { next: 'followingAcquire', actions: [] }, 'the replacement still exists');
       continue;
     }
     assert.equal(t.next, 'following', phase);
@@ -133,4 +139,100 @@ test('isOwning marks the phases counted against the concurrency limit', () => {
     'awaitingAcquire',
     'takingOver',
   ]);
+});
+
+test('a follower whose owner made the replacement stops timing; waiting for its attach is no stall', () => {
+  assert.deepEqual(transition('following', 'replacementLive'), {
+    next: 'followingAcquire',
+    actions: ['cancelTakeoverTimer'],
+  });
+  // However long the attach takes, a late timer or anything but the end of the replacement
+  // changes nothing: no takeover from followingAcquire.
+  for (const event of EVENTS) {
+    const t = transition('followingAcquire', event);
+    assert.ok(!t.actions.includes('writeTakeover'), event);
+    if (t.next === 'takingOver') assert.fail(`followingAcquire/${event} takes over`);
+  }
+  assert.deepEqual(transition('followingAcquire', 'takeoverDue'), { next: 'followingAcquire', actions: [] });
+  assert.deepEqual(transition('followingAcquire', 'acquired'), { next: 'idle', actions: [] });
+  assert.equal(transition('followingAcquire', 'leaseGone').next, 'idle');
+  assert.deepEqual(transition('followingAcquire', 'markedByMe'), {
+    next: 'deletingPod',
+    actions: ['deletePod'],
+  });
+});
+
+test('a replacement that ended without acquiring restarts a full takeover timeout', () => {
+  assert.deepEqual(transition('followingAcquire', 'replacementFailed'), {
+    next: 'following',
+    actions: ['startTakeoverTimer'],
+  });
+  // The owner replaces it again -> timing stops again; if it does not, the timer takes over.
+  assert.equal(transition('following', 'replacementLive').next, 'followingAcquire');
+  assert.deepEqual(transition('following', 'takeoverDue'), {
+    next: 'takingOver',
+    actions: ['writeTakeover'],
+  });
+});
+
+test('replacementLive is only an observation of followers: no other phase acts on it', () => {
+  for (const phase of PHASES) {
+    const t = transition(phase, 'replacementLive');
+    if (phase === 'following') continue;
+    assert.deepEqual(t, { next: phase, actions: [] }, phase);
+  }
+});
+
+const instant = (iso: string) => ({ mono: Date.parse(iso), wall: new Date(iso) });
+function context(over: Partial<ReportContext>): ReportContext {
+  return {
+    sm: undefined,
+    lostPod: 'vol-a',
+    lostNode: 'n1',
+    replacementPod: 'vol-b',
+    times: {},
+    durationMs: 6000,
+    identity: 'm2',
+    status: undefined as never,
+    events: undefined as never,
+    metrics: undefined as never,
+    log: undefined as never,
+    ...over,
+  };
+}
+
+test('a takeover keeps the phase timestamps the first owner wrote to status.lastFailover', () => {
+  const first: LastFailover = {
+    reason: 'LeaseExpired',
+    lostNode: 'n1',
+    lostPod: 'vol-a',
+    by: 'm1',
+    detectedAt: '2026-01-01T00:00:00.000Z',
+    markedAt: '2026-01-01T00:00:00.050Z',
+  };
+  assert.equal(inheritedRecord(first, 'vol-a'), first);
+  assert.equal(inheritedRecord(first, 'vol-x'), undefined, 'another failover');
+  assert.equal(
+    inheritedRecord({ ...first, completedAt: '2026-01-01T00:00:09Z' }, 'vol-a'),
+    undefined,
+    'done',
+  );
+  assert.equal(inheritedRecord(undefined, 'vol-a'), undefined);
+
+  const times = {
+    detected: instant('2026-01-01T00:00:31.000Z'),
+    marked: instant('2026-01-01T00:00:31.010Z'),
+    podDeleted: instant('2026-01-01T00:00:31.100Z'),
+    detached: instant('2026-01-01T00:00:31.200Z'),
+    replacementCreated: instant('2026-01-01T00:00:31.300Z'),
+    acquired: instant('2026-01-01T00:00:50.000Z'),
+  };
+  const record = lastFailover(context({ times, inherited: first }));
+  assert.equal(record.detectedAt, first.detectedAt);
+  assert.equal(record.markedAt, first.markedAt);
+  assert.equal(record.podDeletedAt, '2026-01-01T00:00:31.100Z', 'phases the first owner never reported');
+  assert.equal(record.completedAt, '2026-01-01T00:00:50.000Z');
+  assert.equal(record.by, 'm2');
+  // Without a takeover: our own instants.
+  assert.equal(lastFailover(context({ times })).detectedAt, '2026-01-01T00:00:31.000Z');
 });

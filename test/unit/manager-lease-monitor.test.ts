@@ -105,3 +105,19 @@ test('100 leases, one timer each: each fires once, in deadline order', () => {
     Array.from({ length: 100 }, (_, i) => `ns/l${i}`),
   );
 });
+
+test('a held lease freed before its deadline (holder pod ended) is never judged stale', () => {
+  const { m, stale } = monitor();
+  m.watchConnected();
+  m.leaseSeen(wire('a', 1, 't1'));
+  advance(4000);
+  m.leaseSeen(wire('a', 2, 't1', '')); // freed: holder emptied, renewTime kept
+  advance(60_000);
+  m.watchDisconnected();
+  m.watchConnected(); // re-list after an outage: still free, still no timer
+  advance(60_000);
+  assert.equal(stale.length, 0);
+  m.leaseSeen(wire('a', 3, 't2', 'pod-b')); // the replacement acquires: a deadline again
+  advance(6001);
+  assert.equal(stale.length, 1);
+});

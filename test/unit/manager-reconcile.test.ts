@@ -83,7 +83,7 @@ test('an outstanding pod request by another manager is waited for, then retried 
   const retried = decideShareManager(snap({ sm: requested, pods: [], podRequestSeenAt: 0, now: 31_000 }));
   assert.deepEqual(retried[0], { kind: 'claimPodCreation', requestId: 'req-2' });
   const fulfilledThenEnded = decideShareManager(
-    snap({ sm: requested, pods: [pod('vol-a', 'Failed', 'n1', 'req-1')], now: 1 }),
+    snap({ sm: requested, lease: lease(''), pods: [pod('vol-a', 'Failed', 'n1', 'req-1')], now: 1 }),
   );
   assert.deepEqual(
     fulfilledThenEnded.map((a) => a.kind),
@@ -114,4 +114,78 @@ test('a pod not holding the lease is Starting; nothing is decided before the lea
   const actions = decideShareManager(snap({ lease: lease('') }));
   assert.equal(actions[0]?.kind === 'setStatus' && actions[0].status.state, 'Starting');
   assert.deepEqual(decideShareManager(snap({ lease: 'unknown' })), []);
+});
+
+const ended = (name: string, phase: 'Failed' | 'Succeeded', running: string[] = []): V1Pod => {
+  const state = (c: string) =>
+    running.includes(c)
+      ? { running: { startedAt: new Date(0) } }
+      : { terminated: { exitCode: phase === 'Failed' ? 1 : 0 } };
+  const p = pod(name, phase);
+  p.status = {
+    phase,
+    initContainerStatuses: [
+      { name: 'agent', image: 'a', imageID: '', ready: false, restartCount: 0, state: state('agent') },
+    ],
+    containerStatuses: [
+      { name: 'server', image: 's', imageID: '', ready: false, restartCount: 0, state: state('server') },
+    ],
+  };
+  return p;
+};
+
+test('the lease of a holder pod the kubelet reported ended is freed by CAS; the pod is deleted after', () => {
+  for (const phase of ['Failed', 'Succeeded'] as const) {
+    const held = lease('vol-a');
+    const actions = decideShareManager(snap({ lease: held, pods: [ended('vol-a', phase)] }));
+    assert.deepEqual(
+      actions.map((a) => a.kind),
+      ['releaseLease', 'claimPodCreation', 'setStatus'],
+      phase,
+    );
+    assert.deepEqual(actions[0], { kind: 'releaseLease', lease: held, pod: 'vol-a', phase });
+    // exactly the version seen: the executor's CAS
+    assert.equal(actions[0]?.kind === 'releaseLease' && actions[0].lease.resourceVersion, '5');
+    // freed: the next pass deletes the ended pod and frees nothing
+    const next = decideShareManager(snap({ lease: lease(''), pods: [ended('vol-a', phase)] }));
+    assert.deepEqual(
+      next.map((a) => a.kind),
+      ['deletePod', 'claimPodCreation', 'setStatus'],
+      phase,
+    );
+  }
+});
+
+test('the lease is not freed for a running, deleted, absent or half-ended holder, nor when delinquent', () => {
+  const deleting = pod('vol-a');
+  deleting.metadata = { ...deleting.metadata, deletionTimestamp: new Date(0) };
+  const cases: [string, Partial<ShareManagerSnapshot>][] = [
+    ['running', { pods: [pod('vol-a')] }],
+    ['deleted (force-deleted: containers may still run)', { pods: [deleting] }],
+    ['gone from the cache', { pods: [] }],
+    [
+      'Failed but the sidecar reported running (pod GC, not the kubelet)',
+      { pods: [ended('vol-a', 'Failed', ['agent'])] },
+    ],
+    ['Failed but the server reported running', { pods: [ended('vol-a', 'Failed', ['server'])] }],
+    ['an ended pod that is not the holder', { lease: lease('vol-b'), pods: [ended('vol-a', 'Failed')] }],
+    ['delinquent', { lease: lease('vol-a', '2026-01-01T00:00:00Z'), pods: [ended('vol-a', 'Failed')] }],
+  ];
+  for (const [what, over] of cases) {
+    const kinds = decideShareManager(snap(over)).map((a) => a.kind);
+    assert.ok(!kinds.includes('releaseLease'), what);
+  }
+  // A half-ended holder is not deleted either while the lease names it (its name is the evidence).
+  const halfEnded = decideShareManager(snap({ pods: [ended('vol-a', 'Failed', ['agent'])] }));
+  assert.ok(!halfEnded.some((a) => a.kind === 'deletePod'));
+  const otherEnded = decideShareManager(snap({ lease: lease('vol-b'), pods: [ended('vol-a', 'Failed')] }));
+  assert.equal(otherEnded[0]?.kind, 'deletePod');
+});
+
+test('a lease freed while this manager runs a failover machine (mark in flight) is still freed', () => {
+  const actions = decideShareManager(snap({ failoverRunning: true, pods: [ended('vol-a', 'Failed')] }));
+  assert.deepEqual(
+    actions.map((a) => a.kind),
+    ['releaseLease', 'setStatus'],
+  );
 });
