@@ -6,15 +6,18 @@
  *              from each run's last renewTime (see stats.ts), the rest is measured
  *   stock      no manager: Deployments whose pods tolerate an unreachable node for 30 s
  *              (instead of the default 300 s); one crash carrying `runs` volumes, capped
+ *   leasehold-oos  (only when named in --modes) the chart's defaults plus the opt-in
+ *              out-of-service taint (manager.outOfServiceTaint=true, nodeLeaseGrace 8s =
+ *              the test cluster's node-monitor grace)
  * The three modes run at once, each on its own control plane with 3 simulated nodes
  * (timer-dominated figures; the machine is mostly idle while they wait).
  * Prints p50/p95 of detection and crash-to-serving and the ratios between modes from
  * this same run; writes bench/results/failover.json.
  *
  *   npm run bench -- failover [--runs N] [--adc-sync 1m] [--budget 150] [--stock-budget 600]
- *                             [--modes leasehold,longhorn,stock]
+ *                             [--modes leasehold,longhorn,stock,leasehold-oos]
  * Results: bench/results/failover.json (--adc-sync 1m, the Kubernetes default), else
- * bench/results/failover-adc-sync-<d>.json.
+ * bench/results/failover-adc-sync-<d>.json; `-oos` is appended when leasehold-oos runs.
  * Exit codes: 0 done (even when capped), 2 bad arguments.
  */
 import { spawnSync } from 'node:child_process';
@@ -27,7 +30,8 @@ import { type CrashSample, leaseholdCrashRuns } from './leasehold-runs.ts';
 import { ratio, type Summary, summarize } from './stats.ts';
 import { stockCrash, TOLERATION_SECONDS } from './stock-runs.ts';
 
-type Mode = 'leasehold' | 'longhorn' | 'stock';
+const MODES = ['leasehold', 'longhorn', 'stock', 'leasehold-oos'] as const;
+type Mode = (typeof MODES)[number];
 
 interface ModeResult {
   mode: Mode;
@@ -40,7 +44,7 @@ interface ModeResult {
 
 function usage(problem: string): never {
   process.stderr.write(
-    `bench failover: ${problem}\nusage: bench/failover/run.ts [--runs N (1-50, default 10)] [--adc-sync DURATION (default 1m)] [--budget SECONDS (per leasehold crash, default 150)] [--stock-budget SECONDS (default 600)] [--modes leasehold,longhorn,stock]\n`,
+    `bench failover: ${problem}\nusage: bench/failover/run.ts [--runs N (1-50, default 10)] [--adc-sync DURATION (default 1m)] [--budget SECONDS (per leasehold crash, default 150)] [--stock-budget SECONDS (default 600)] [--modes leasehold,longhorn,stock,leasehold-oos]\n`,
   );
   process.exit(2);
 }
@@ -67,8 +71,8 @@ const adcSync = values['adc-sync'] ?? '1m';
 if (!/^\d+(s|m)$/.test(adcSync)) usage(`--adc-sync=${adcSync}: must be like 2s or 1m`);
 const modes = (values.modes ?? '').split(',').filter((m) => m !== '') as Mode[];
 for (const m of modes)
-  if (!['leasehold', 'longhorn', 'stock'].includes(m))
-    usage(`--modes=${values.modes}: ${m} is not leasehold, longhorn or stock`);
+  if (!(MODES as readonly string[]).includes(m))
+    usage(`--modes=${values.modes}: ${m} is not one of ${MODES.join(', ')}`);
 if (modes.length === 0) usage('--modes: name at least one of leasehold, longhorn, stock');
 const adcSyncMs = Number.parseInt(adcSync, 10) * (adcSync.endsWith('m') ? 60_000 : 1000);
 
@@ -121,9 +125,12 @@ async function runMode(mode: Mode): Promise<ModeResult> {
     };
   }
   const longhorn = mode === 'longhorn';
+  const oos = mode === 'leasehold-oos';
   const chartValues: Record<string, string> = longhorn
     ? { 'agent.leaseDuration': '7s', 'agent.renewInterval': '3s', 'agent.renewDeadline': '5s' }
-    : {};
+    : oos
+      ? { 'manager.outOfServiceTaint': 'true', 'manager.nodeLeaseGrace': '8s' }
+      : {};
   const samples = await withSystem(mode, chartValues, (sys) =>
     leaseholdCrashRuns(sys, runs, budgetS * 1000, say, adcSyncMs, longhorn ? { leaseMs: 7000 } : undefined),
   );
@@ -131,7 +138,7 @@ async function runMode(mode: Mode): Promise<ModeResult> {
     mode,
     settings: longhorn
       ? 'leasehold agent+manager with lease 7 s, renew 3 s (deadline 5 s); detection = emulated Longhorn verdict: first 1 s tick after renewTime + 7 s (wall clock); crash-to-serving = measured + (emulated - measured detection)'
-      : 'leasehold chart defaults: lease 6 s, renew 2 s, deadline 4 s; detection = status.lastFailover.detectedAt',
+      : `leasehold chart defaults: lease 6 s, renew 2 s, deadline 4 s${oos ? '; out-of-service taint on (node lease grace 8 s)' : ''}; detection = status.lastFailover.detectedAt`,
     samples,
     detection: summarize(samples.map((s) => s.detectS ?? Number.NaN)),
     crashToServing: summarize(samples.map((s) => s.servingS ?? Number.NaN)),
@@ -161,10 +168,10 @@ async function main(): Promise<void> {
   const lines = [
     '',
     `Failover after a node crash: ${runs} runs per mode, kube-controller-manager --attach-detach-reconcile-sync-period=${adcSync}, --node-monitor-grace-period=8s (test cluster)`,
-    'mode        detection p50/p95 (s)   crash-to-serving p50/p95 (s)   n',
+    `${'mode'.padEnd(15)}detection p50/p95 (s)   crash-to-serving p50/p95 (s)   n`,
     ...results.map(
       (r) =>
-        `${r.mode.padEnd(10)}  ${fmt(r.detection.p50)} ${fmt(r.detection.p95)}          ${fmt(r.crashToServing.p50)} ${fmt(r.crashToServing.p95)}            ${r.crashToServing.n}/${r.samples.length}`,
+        `${r.mode.padEnd(13)}  ${fmt(r.detection.p50)} ${fmt(r.detection.p95)}          ${fmt(r.crashToServing.p50)} ${fmt(r.crashToServing.p95)}            ${r.crashToServing.n}/${r.samples.length}`,
     ),
     '',
     ...results
@@ -180,7 +187,10 @@ async function main(): Promise<void> {
   process.stdout.write(lines.join('\n'));
   const dir = join(REPO_ROOT, 'bench', 'results');
   // The Kubernetes default sync period gives the headline file; other settings their own.
-  const resultFile = adcSync === '1m' ? 'failover.json' : `failover-adc-sync-${adcSync}.json`;
+  // A run with the opt-in out-of-service taint never overwrites the headline file.
+  const oosSuffix = modes.includes('leasehold-oos') ? '-oos' : '';
+  const resultFile =
+    adcSync === '1m' ? `failover${oosSuffix}.json` : `failover-adc-sync-${adcSync}${oosSuffix}.json`;
   mkdirSync(dir, { recursive: true });
   const ratios = Object.fromEntries(
     results

@@ -252,8 +252,15 @@ describe('least privilege', () => {
         .makeApiClient(k8s.StorageV1Api)
         .listVolumeAttachment()
         .then(() => 200, statusOf),
+      // The opt-in out-of-service taint: a merge patch on the Node.
+      core
+        .patchNode(
+          { name: 'node-a', body: { metadata: { annotations: { 'leasehold.dev/out-of-service-by': 'x' } } } },
+          k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+        )
+        .then(() => 200, statusOf),
     ]);
-    assert.deepEqual(allowed, [200, 200, 200, 200]);
+    assert.deepEqual(allowed, [200, 200, 200, 200, 200]);
     const denied = await Promise.all([
       core.listSecretForAllNamespaces().then(() => 200, statusOf),
       core.listNamespacedSecret({ namespace }).then(() => 200, statusOf),
