@@ -16,7 +16,19 @@ export type EventReason =
   | 'WouldFailOver'
   | 'StormGuardActive'
   | 'InvalidSpec'
-  | 'LeaseReleased';
+  | 'LeaseReleased'
+  | 'OutOfServiceTaintAdded'
+  | 'OutOfServiceTaintRemoved';
+
+/** The object an event is about. */
+export interface InvolvedObject {
+  apiVersion: string;
+  kind: string;
+  name: string;
+  /** Undefined for cluster-scoped objects (their events go to `default`, as the kubelet's do). */
+  namespace: string | undefined;
+  uid: string | undefined;
+}
 
 export class EventRecorder {
   private readonly api: k8s.CoreV1Api;
@@ -30,26 +42,43 @@ export class EventRecorder {
     this.api = kc.makeApiClient(k8s.CoreV1Api);
   }
 
-  async record(
-    sm: ShareManager,
+  /** An event about a ShareManager. */
+  record(sm: ShareManager, type: 'Normal' | 'Warning', reason: EventReason, message: string): Promise<void> {
+    return this.recordAbout(
+      {
+        apiVersion: `${SM_GROUP}/${SM_VERSION}`,
+        kind: SM_KIND,
+        name: sm.metadata.name ?? '',
+        namespace: sm.metadata.namespace ?? 'default',
+        uid: sm.metadata.uid,
+      },
+      type,
+      reason,
+      message,
+    );
+  }
+
+  /** An event about any object (a Node, ...). Best effort: failures are logged. */
+  async recordAbout(
+    involved: InvolvedObject,
     type: 'Normal' | 'Warning',
     reason: EventReason,
     message: string,
   ): Promise<void> {
-    const namespace = sm.metadata.namespace ?? 'default';
+    const namespace = involved.namespace ?? 'default';
     const now = new Date();
     try {
       await this.api.createNamespacedEvent(
         {
           namespace,
           body: {
-            metadata: { name: `${sm.metadata.name}.${randomBytes(6).toString('hex')}`, namespace },
+            metadata: { name: `${involved.name}.${randomBytes(6).toString('hex')}`, namespace },
             involvedObject: {
-              apiVersion: `${SM_GROUP}/${SM_VERSION}`,
-              kind: SM_KIND,
-              name: sm.metadata.name,
-              namespace,
-              uid: sm.metadata.uid,
+              apiVersion: involved.apiVersion,
+              kind: involved.kind,
+              name: involved.name,
+              ...(involved.namespace ? { namespace: involved.namespace } : {}),
+              uid: involved.uid,
             },
             type,
             reason,
@@ -65,7 +94,8 @@ export class EventRecorder {
         withDeadline(this.deadlineMs),
       );
     } catch (err) {
-      this.log.warn({ err, sm: `${namespace}/${sm.metadata.name}`, reason }, 'recording an event failed');
+      const object = involved.namespace ? `${involved.namespace}/${involved.name}` : involved.name;
+      this.log.warn({ err, kind: involved.kind, object, reason }, 'recording an event failed');
     }
   }
 }

@@ -1,22 +1,18 @@
 /**
  * The I/O of the out-of-service taint (thin: the decision is out-of-service.ts): one
  * merge patch on the Node carrying its metadata.resourceVersion (a CAS), and an Event on
- * the Node. 409 is the outcome `conflict` (the Node moved: decide again on the fresh
- * object, never retry blindly), 404 `gone`; other failures throw KubeApiError naming
- * the node. Events are best effort: a failure is logged, never thrown.
+ * the Node (through events.ts). 409 is the outcome `conflict` (the Node moved: decide
+ * again on the fresh object, never retry blindly), 404 `gone`; other failures throw
+ * KubeApiError naming the node. Events are best effort: a failure is logged, never thrown.
  */
-import { randomBytes } from 'node:crypto';
 import type { V1Node } from '@kubernetes/client-node';
 import { KubeApiError } from '../lib/errors.ts';
 import { k8s, statusOf, withDeadline } from '../lib/kube-client.ts';
-import type { Logger } from '../lib/logger.ts';
+import type { EventRecorder } from './events.ts';
 import { addTaintPatch, removeTaintPatch } from './out-of-service.ts';
 
 export type TaintWriteOutcome = 'written' | 'conflict' | 'gone';
 export type OutOfServiceEventReason = 'OutOfServiceTaintAdded' | 'OutOfServiceTaintRemoved';
-
-/** Node events go to this namespace, as the kubelet's do. */
-const NODE_EVENT_NAMESPACE = 'default';
 
 export class OutOfServiceExecutor {
   private readonly core: k8s.CoreV1Api;
@@ -24,8 +20,7 @@ export class OutOfServiceExecutor {
   constructor(
     kc: k8s.KubeConfig,
     private readonly identity: string,
-    private readonly nodeName: string,
-    private readonly log: Logger,
+    private readonly events: EventRecorder,
     private readonly deadlineMs: number,
   ) {
     this.core = kc.makeApiClient(k8s.CoreV1Api);
@@ -55,31 +50,18 @@ export class OutOfServiceExecutor {
     }
   }
 
-  async recordEvent(node: V1Node, reason: OutOfServiceEventReason, message: string): Promise<void> {
-    const name = node.metadata?.name ?? '';
-    const now = new Date();
-    try {
-      await this.core.createNamespacedEvent(
-        {
-          namespace: NODE_EVENT_NAMESPACE,
-          body: {
-            metadata: { name: `${name}.${randomBytes(6).toString('hex')}`, namespace: NODE_EVENT_NAMESPACE },
-            involvedObject: { apiVersion: 'v1', kind: 'Node', name, uid: node.metadata?.uid },
-            type: reason === 'OutOfServiceTaintAdded' ? 'Warning' : 'Normal',
-            reason,
-            message,
-            source: { component: 'leasehold-manager', host: this.nodeName },
-            reportingComponent: 'leasehold.dev/manager',
-            reportingInstance: this.identity,
-            firstTimestamp: now,
-            lastTimestamp: now,
-            count: 1,
-          },
-        },
-        withDeadline(this.deadlineMs),
-      );
-    } catch (err) {
-      this.log.warn({ err, node: name, reason }, 'recording a node event failed');
-    }
+  recordEvent(node: V1Node, reason: OutOfServiceEventReason, message: string): Promise<void> {
+    return this.events.recordAbout(
+      {
+        apiVersion: 'v1',
+        kind: 'Node',
+        name: node.metadata?.name ?? '',
+        namespace: undefined,
+        uid: node.metadata?.uid,
+      },
+      reason === 'OutOfServiceTaintAdded' ? 'Warning' : 'Normal',
+      reason,
+      message,
+    );
   }
 }

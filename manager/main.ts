@@ -137,7 +137,7 @@ outOfService = new OutOfServiceReconciler(
   clock,
   log,
   createOutOfServiceMetrics(registry),
-  new OutOfServiceExecutor(kc, config.identity, config.nodeName, log, config.requestTimeoutMs),
+  new OutOfServiceExecutor(kc, config.identity, events, config.requestTimeoutMs),
   {
     nodes: () => nodes.list(),
     node: (name) => nodes.get('', name),
