@@ -11,8 +11,8 @@
  * NB: kube-controller-manager runs with --attach-detach-reconcile-sync-period=2s. With
  * the Kubernetes default (1m) the replacement waits 0-60 s for that controller's state
  * sync to notice the VolumeAttachment the manager deleted before it attaches the RWO
- * volume elsewhere (measured by bench/failover); the manager does not use the faster
- * node.kubernetes.io/out-of-service path yet. Every other setting is the default.
+ * volume elsewhere (measured by bench/failover); the opt-in out-of-service taint that
+ * avoids that wait is tested in out-of-service.test.ts. Every other setting is the default.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
