@@ -6,24 +6,24 @@
  * No ShareManagers here: the verdict is about the lease alone, nothing is failed over.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
-import { applyCrd, createNamespace, HolderLoop, startManager, stopAllManagers } from './manager-harness.ts';
+import {
+  createNamespace,
+  FAST_LEASE_D_MS,
+  HolderLoop,
+  startManager,
+  useManagerFixture,
+} from './manager-harness.ts';
 
 const cluster = useCluster({ scheduler: false });
-const D_MS = 3000;
+const D_MS = FAST_LEASE_D_MS;
 const N = 100;
 const holders: HolderLoop[] = [];
 
 describe('stale detection by observed time', () => {
-  before(async () => {
-    await applyCrd(cluster());
-  });
-  after(async () => {
-    await Promise.all(holders.splice(0).map((h) => h.stop()));
-    await stopAllManagers();
-  });
+  useManagerFixture(cluster, [], holders);
 
   it(`${N} leases go stale: each verdict within [D, D + 1 s] of the last renewal; skewed holders never stale`, async (t) => {
     const kc = cluster().kubeConfig;

@@ -8,14 +8,12 @@
  * freed: its lease goes stale and fails over as before.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
 import {
-  applyCrd,
   createNamespace,
-  createNode,
   createShareManager,
   eventsFor,
   getShareManager,
@@ -25,7 +23,7 @@ import {
   reportPodEnded,
   runPodOn,
   startManager,
-  stopAllManagers,
+  useManagerFixture,
   waitForPods,
   waitForReplacement,
 } from './manager-harness.ts';
@@ -80,14 +78,7 @@ async function staleVerdicts(managers: ManagerProcess[]): Promise<unknown[]> {
 }
 
 describe('the holder pod ended', () => {
-  before(async () => {
-    await applyCrd(cluster());
-    for (const node of ['node-1', 'node-2']) await createNode(cluster().kubeConfig, node);
-  });
-  after(async () => {
-    await Promise.all(holders.splice(0).map((h) => h.stop()));
-    await stopAllManagers();
-  });
+  useManagerFixture(cluster, ['node-1', 'node-2'], holders);
 
   it('Failed, then its replacement Succeeded: each lease freed at once, replaced, never a failover', async () => {
     const kc = cluster().kubeConfig;

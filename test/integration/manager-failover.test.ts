@@ -4,15 +4,15 @@
  * and plays each pod's agent on the Lease (see manager-harness.ts).
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
 import {
-  applyCrd,
   createNamespace,
-  createNode,
   eventsFor,
+  FAST_LEASE,
+  FAST_LEASE_D_MS,
   getShareManager,
   HolderLoop,
   podsOf,
@@ -21,13 +21,13 @@ import {
   runningShare as runningShareOn,
   runPodOn,
   startManager,
-  stopAllManagers,
+  useManagerFixture,
   waitForReplacement,
 } from './manager-harness.ts';
 
 const cluster = useCluster({ scheduler: false });
-const LEASE = { duration: '3s', renewInterval: '1s', renewDeadline: '2s', retryPeriod: '200ms' };
-const D_MS = 3000;
+const LEASE = FAST_LEASE;
+const D_MS = FAST_LEASE_D_MS;
 const holders: HolderLoop[] = [];
 
 function runningShare(namespace: string, name: string, node: string) {
@@ -78,14 +78,7 @@ async function recordHistory(namespace: string, name: string) {
 }
 
 describe('manager failover on a stale lease', () => {
-  before(async () => {
-    await applyCrd(cluster());
-    for (const node of ['node-1', 'node-2', 'node-3']) await createNode(cluster().kubeConfig, node);
-  });
-  after(async () => {
-    await Promise.all(holders.splice(0).map((h) => h.stop()));
-    await stopAllManagers();
-  });
+  useManagerFixture(cluster, ['node-1', 'node-2', 'node-3'], holders);
 
   it('three managers, one stale lease: exactly one failover, detected no earlier than D', async () => {
     const kc = cluster().kubeConfig;

@@ -9,6 +9,7 @@ import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
 import { promisify } from 'node:util';
 import * as k8s from '@kubernetes/client-node';
 import type { Cluster } from '../../dev/cluster/cluster.ts';
@@ -323,4 +324,27 @@ export async function reportPodEnded(
     containerStatuses: (current.spec?.containers ?? []).map(ended),
   };
   await core.replaceNamespacedPodStatus({ namespace, name, body: current });
+}
+
+/** The lease timings most manager tests use: D = 3 s, so verdicts come quickly. */
+export const FAST_LEASE = { duration: '3s', renewInterval: '1s', renewDeadline: '2s', retryPeriod: '200ms' };
+export const FAST_LEASE_D_MS = 3000;
+
+/**
+ * Call inside a describe(): the CRD and the named Nodes exist before its tests; every
+ * holder loop in `holders` and every manager process is stopped after them.
+ */
+export function useManagerFixture(
+  cluster: () => Cluster,
+  nodes: readonly string[],
+  holders: HolderLoop[],
+): void {
+  before(async () => {
+    await applyCrd(cluster());
+    for (const node of nodes) await createNode(cluster().kubeConfig, node);
+  });
+  after(async () => {
+    await Promise.all(holders.splice(0).map((h) => h.stop()));
+    await stopAllManagers();
+  });
 }

@@ -4,15 +4,15 @@
  * records what it would do and touches nothing. The test plays pods and agents.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
 import {
-  applyCrd,
   createNamespace,
-  createNode,
   createShareManager,
   eventsFor,
+  FAST_LEASE,
+  FAST_LEASE_D_MS,
   getShareManager,
   type HolderLoop,
   kubectl,
@@ -21,12 +21,12 @@ import {
   runningShare as runningShareOn,
   shareManagerBody,
   startManager,
-  stopAllManagers,
+  useManagerFixture,
 } from './manager-harness.ts';
 
 const cluster = useCluster({ scheduler: false });
-const LEASE = { duration: '3s', renewInterval: '1s', renewDeadline: '2s', retryPeriod: '200ms' };
-const D_MS = 3000;
+const LEASE = FAST_LEASE;
+const D_MS = FAST_LEASE_D_MS;
 const holders: HolderLoop[] = [];
 
 function runningShare(namespace: string, name: string, node: string) {
@@ -34,14 +34,7 @@ function runningShare(namespace: string, name: string, node: string) {
 }
 
 describe('manager modes', () => {
-  before(async () => {
-    await applyCrd(cluster());
-    for (const node of ['node-1', 'node-3']) await createNode(cluster().kubeConfig, node);
-  });
-  after(async () => {
-    await Promise.all(holders.splice(0).map((h) => h.stop()));
-    await stopAllManagers();
-  });
+  useManagerFixture(cluster, ['node-1', 'node-3'], holders);
 
   it('a bad spec is rejected by the API or gets status Error; nothing else is disturbed', async () => {
     const kc = cluster().kubeConfig;

@@ -4,30 +4,24 @@
  * (the blindness rule). Its watches come back by themselves (restarts counted).
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
 import {
-  applyCrd,
   createNamespace,
+  FAST_LEASE_D_MS,
   HolderLoop,
   readLease,
   startManager,
-  stopAllManagers,
+  useManagerFixture,
 } from './manager-harness.ts';
 
 const cluster = useCluster({ scheduler: false });
-const D_MS = 3000;
+const D_MS = FAST_LEASE_D_MS;
 const holders: HolderLoop[] = [];
 
 describe('API server outage', () => {
-  before(async () => {
-    await applyCrd(cluster());
-  });
-  after(async () => {
-    await Promise.all(holders.splice(0).map((h) => h.stop()));
-    await stopAllManagers();
-  });
+  useManagerFixture(cluster, [], holders);
 
   it('API server stopped for 30 s with 50 holders trying: zero verdicts, zero failovers', async () => {
     const kc = cluster().kubeConfig;
