@@ -18,9 +18,9 @@ import { k8s, kubeCall, statusOf, withDeadline } from '../lib/kube-client.ts';
 import { LABEL_SHARE_MANAGER, type LeaseRecord } from '../lib/lease-record.ts';
 import type { LeaseStore } from '../lib/lease-store.ts';
 import type { ManagerConfig } from './config.ts';
-import { buildSharePod, type NodeAvoidance } from './pod-spec.ts';
+import { type NodeAvoidance, sharePodFor } from './pod-spec.ts';
 import { isLive } from './reconcile-share-manager.ts';
-import { resolveSpec, type ShareManager } from './share-manager-spec.ts';
+import type { ShareManager } from './share-manager-spec.ts';
 import type { StatusWriter } from './status-writer.ts';
 
 export type CasOutcome = { kind: 'won'; lease: LeaseRecord } | { kind: 'conflict' };
@@ -139,19 +139,10 @@ export class FailoverExecutor {
     );
     const existing = pods.items.find((p: V1Pod) => isLive(p) && p.metadata?.name !== lostPod);
     if (existing) return { pod: existing.metadata?.name ?? '', created: false };
-    const resolved = resolveSpec(sm.spec, this.config.defaults);
-    if (!resolved.ok)
-      throw new Error(`share manager ${namespace}/${name} has an invalid spec: ${resolved.message}`);
-    const body = buildSharePod({
-      sm,
-      timings: resolved.timings,
-      mountPath: resolved.mountPath,
-      agentImage: this.config.agentImage,
-      agentPort: this.config.agentPort,
-      agentServiceAccount: this.config.agentServiceAccount,
-      avoid,
-      annotations: { 'leasehold.dev/replaces': lostPod },
-    });
+    const built = sharePodFor(sm, this.config, avoid, { 'leasehold.dev/replaces': lostPod });
+    if (!built.ok)
+      throw new Error(`share manager ${namespace}/${name} has an invalid spec: ${built.message}`);
+    const body = built.pod;
     const created = await kubeCall(`creating the replacement pod of ${namespace}/${name}`, () =>
       this.core.createNamespacedPod({ namespace, body }, this.deadline),
     );

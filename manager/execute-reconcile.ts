@@ -15,9 +15,9 @@ import type { LeaseStore } from '../lib/lease-store.ts';
 import type { Logger } from '../lib/logger.ts';
 import type { ManagerConfig } from './config.ts';
 import type { EventRecorder } from './events.ts';
-import { ANNOTATION_POD_REQUEST, buildSharePod } from './pod-spec.ts';
+import { ANNOTATION_POD_REQUEST, sharePodFor } from './pod-spec.ts';
 import type { ReconcileAction } from './reconcile-share-manager.ts';
-import { resolveSpec, type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
+import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
 import type { StatusWriter } from './status-writer.ts';
 
 export function newRequestId(): string {
@@ -156,18 +156,9 @@ export class ReconcileExecutor {
       podRequest: { id: requestId, by: this.config.identity },
     });
     if (claimed !== 'written') return claimed === 'conflict' ? 200 : undefined;
-    const resolved = resolveSpec(sm.spec, this.config.defaults);
-    if (!resolved.ok) return undefined;
-    const body = buildSharePod({
-      sm,
-      timings: resolved.timings,
-      mountPath: resolved.mountPath,
-      agentImage: this.config.agentImage,
-      agentPort: this.config.agentPort,
-      agentServiceAccount: this.config.agentServiceAccount,
-      avoid: undefined,
-      annotations: { [ANNOTATION_POD_REQUEST]: requestId },
-    });
+    const built = sharePodFor(sm, this.config, undefined, { [ANNOTATION_POD_REQUEST]: requestId });
+    if (!built.ok) return undefined;
+    const body = built.pod;
     try {
       const pod = await this.core.createNamespacedPod(
         { namespace, body },

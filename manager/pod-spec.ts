@@ -18,8 +18,8 @@
 import type { V1Affinity, V1EnvVar, V1Pod } from '@kubernetes/client-node';
 import { formatDuration } from '../lib/env-config.ts';
 import { LABEL_SHARE_MANAGER } from '../lib/lease-record.ts';
-import type { LeaseTimings } from './config.ts';
-import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
+import type { LeaseTimings, ManagerConfig } from './config.ts';
+import { resolveSpec, type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
 
 export const LABEL_COMPONENT = 'app.kubernetes.io/component';
 export const COMPONENT_SHARE_MANAGER = 'share-manager';
@@ -42,6 +42,37 @@ export interface PodSpecInput {
   avoid: NodeAvoidance;
   /** Annotations that tie the pod to its creation (pod request id, replaced pod). */
   annotations?: Record<string, string>;
+}
+
+/** The manager settings a share pod is built from. */
+export type PodSettings = Pick<
+  ManagerConfig,
+  'defaults' | 'agentImage' | 'agentPort' | 'agentServiceAccount'
+>;
+
+/**
+ * The pod for `sm` from the manager's settings, or the spec problem when its timings are
+ * invalid (such a ShareManager gets status Error, never a pod).
+ */
+export function sharePodFor(
+  sm: ShareManager,
+  settings: PodSettings,
+  avoid: NodeAvoidance,
+  annotations: Record<string, string>,
+): { ok: true; pod: V1Pod } | { ok: false; message: string } {
+  const resolved = resolveSpec(sm.spec, settings.defaults);
+  if (!resolved.ok) return resolved;
+  const pod = buildSharePod({
+    sm,
+    timings: resolved.timings,
+    mountPath: resolved.mountPath,
+    agentImage: settings.agentImage,
+    agentPort: settings.agentPort,
+    agentServiceAccount: settings.agentServiceAccount,
+    avoid,
+    annotations,
+  });
+  return { ok: true, pod };
 }
 
 export function buildSharePod(input: PodSpecInput): V1Pod {
