@@ -12,6 +12,7 @@ import { CoordinationV1Api, type V1Lease, V1MicroTime } from '@kubernetes/client
 import type { Cluster } from '../../dev/cluster/types.ts';
 import { startTcpProxy, type TcpProxy } from '../../dev/net/tcp-proxy.ts';
 import { fromWire, type LeaseRecord } from '../../lib/lease-record.ts';
+import { eventually } from '../support/cluster.ts';
 
 export const AGENT_MAIN = join(import.meta.dirname, '../../dist/agent/main.js');
 export const NAMESPACE = 'default';
@@ -181,24 +182,9 @@ export async function createLease(
   return fromWire(await api.createNamespacedLease({ namespace: NAMESPACE, body }));
 }
 
-/** Polls until `check` returns a value; fails after `timeoutMs`. */
-export async function until<T>(
-  what: string,
-  check: () => Promise<T | undefined>,
-  timeoutMs = 15_000,
-): Promise<T> {
-  const end = performance.now() + timeoutMs;
-  let last: unknown;
-  while (performance.now() < end) {
-    try {
-      const value = await check();
-      if (value !== undefined) return value;
-    } catch (err) {
-      last = err;
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+/** Polls every 50 ms until `check` returns a value; fails after `timeoutMs`. */
+export function until<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 15_000): Promise<T> {
+  return eventually(what, check, timeoutMs, 50);
 }
 
 /** GET on the agent's HTTP endpoint; returns the status. */
