@@ -13,9 +13,11 @@
  * Exit codes: 0 the failover happened and was safe, 1 it did not (or the demo failed),
  * 2 bad option.
  */
+
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { monotonicMs } from '../lib/clock.ts';
 import { k8s, withDeadline } from '../lib/kube-client.ts';
 import {
   type FailoverFacts,
@@ -114,7 +116,7 @@ async function demo(sys: System, adcSync: string): Promise<boolean> {
     );
   }
   const windows = sys.sim.servingWindows(pvName('share-a'));
-  const overlaps = overlappingWindows(windows, performance.now());
+  const overlaps = overlappingWindows(windows, monotonicMs());
   const after = await fetchRecords(next.port);
   const have = new Set((after?.records ?? []).map((r) => r.seq));
   const lost = Array.from({ length: acked }, (_, i) => i + 1).filter((s) => !have.has(s));

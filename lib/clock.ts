@@ -11,6 +11,15 @@ export interface Clock {
   wallNow(): Date;
 }
 
+/**
+ * CLOCK_MONOTONIC in milliseconds: one origin for every process of the machine (unlike
+ * `performance.now()`, whose origin is this process's start). Use it for times that are
+ * compared across processes, such as serving windows and container exits.
+ */
+export function monotonicMs(): number {
+  return Number(process.hrtime.bigint()) / 1e6;
+}
+
 export const systemClock: Clock = {
   now: () => performance.now(),
   wallNow: () => new Date(),

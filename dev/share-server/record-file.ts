@@ -9,6 +9,7 @@
  * host's, which outlives any simulated node crash).
  */
 import { closeSync, existsSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { monotonicMs } from '../../lib/clock.ts';
 
 export interface ShareRecord {
   seq: number;
@@ -16,10 +17,6 @@ export interface ShareRecord {
   wall: string;
   /** CLOCK_MONOTONIC milliseconds, comparable across the processes of one machine. */
   monoMs: number;
-}
-
-export function monotonicMs(): number {
-  return Number(process.hrtime.bigint()) / 1e6;
 }
 
 /** Parses a records file's text; a partial or garbled line is skipped, not fatal. */

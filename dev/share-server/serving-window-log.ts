@@ -79,11 +79,22 @@ export function readServingWindows(path: string): ServingWindow[] {
 /**
  * Pairs of windows that overlap in time. An open window counts as open until
  * `openUntilMs` (default: forever), so an unexplained open window is never hidden.
+ * `openUntilMs` must be on the windows' clock (`monotonicMs()` from lib/clock.ts, not
+ * `performance.now()`, whose origin is this process's start): a "now" earlier than an
+ * open window's start can only come from another clock, and would hide that window, so
+ * it throws instead.
  */
 export function overlappingWindows(
   windows: readonly ServingWindow[],
   openUntilMs = Number.POSITIVE_INFINITY,
 ): Array<[ServingWindow, ServingWindow]> {
+  for (const w of windows) {
+    if (w.stopMonoMs === undefined && openUntilMs < w.startMonoMs) {
+      throw new Error(
+        `serving window of ${w.id} (pid ${w.pid}) is open since ${w.startMonoMs} ms but "now" is ${openUntilMs} ms: not CLOCK_MONOTONIC (use monotonicMs() from lib/clock.ts)`,
+      );
+    }
+  }
   const overlaps: Array<[ServingWindow, ServingWindow]> = [];
   const end = (w: ServingWindow) => w.stopMonoMs ?? openUntilMs;
   for (let i = 0; i < windows.length; i++) {

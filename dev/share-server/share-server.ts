@@ -11,8 +11,9 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { monotonicMs } from '../../lib/clock.ts';
 import type { ShareServerConfig } from './config.ts';
-import { monotonicMs, RecordFile } from './record-file.ts';
+import { RecordFile } from './record-file.ts';
 import { appendWindowEvent } from './serving-window-log.ts';
 
 export interface RunningShareServer {

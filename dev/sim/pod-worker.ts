@@ -15,7 +15,7 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
-import { sleep } from '../../lib/clock.ts';
+import { monotonicMs, sleep } from '../../lib/clock.ts';
 import type { k8s } from '../../lib/kube-client.ts';
 import type { Launch } from './container-launch.ts';
 import { ContainerRunner, type ContainerView } from './container-runner.ts';
@@ -49,8 +49,6 @@ export interface PodWorkerContext {
   nodeEnv(): Readonly<Record<string, string>>;
   log(msg: string, extra?: Record<string, unknown>): void;
 }
-
-const monoMs = () => Number(process.hrtime.bigint()) / 1e6;
 
 export class PodWorker {
   readonly key: string;
@@ -178,7 +176,7 @@ export class PodWorker {
   }
 
   private async waitForVolumes(signal: AbortSignal): Promise<Map<string, string> | undefined> {
-    const waitStart = monoMs();
+    const waitStart = monotonicMs();
     const hostDirs = await waitForVolumes(
       this.pod,
       this.ctx.kubeConfig,
@@ -194,7 +192,7 @@ export class PodWorker {
       },
     );
     if (hostDirs && this.csiVolumes.length > 0) {
-      this.ctx.log('volumes attached', { pod: this.key, waitedMs: Math.round(monoMs() - waitStart) });
+      this.ctx.log('volumes attached', { pod: this.key, waitedMs: Math.round(monotonicMs() - waitStart) });
     }
     return hostDirs;
   }
@@ -262,7 +260,7 @@ export class PodWorker {
           pod: this.pod.metadata?.name ?? '',
           container: view.name,
           image: view.image,
-          monoMs: monoMs(),
+          monoMs: monotonicMs(),
           code: exit.code,
           signal: exit.signal,
         });

@@ -15,7 +15,9 @@
  *   partition(m) proxy mode `close` (connections reset) or `stall` (bytes held), and
  *                heartbeats and kubelet stop. heal(): proxy `pass`, kubelet re-lists.
  */
+
 import { randomUUID } from 'node:crypto';
+import { monotonicMs } from '../../lib/clock.ts';
 import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
 import type { Cluster } from '../cluster/types.ts';
 import { type ProxyMode, startTcpProxy, type TcpProxy } from '../net/tcp-proxy.ts';
@@ -147,7 +149,7 @@ export class SimNode {
       node: this.name,
       fault,
       ...(detail ? { detail } : {}),
-      monoMs: Number(process.hrtime.bigint()) / 1e6,
+      monoMs: monotonicMs(),
       wall: new Date(),
     });
     this.log(`fault: ${fault}`, detail ? { detail } : {});

@@ -6,6 +6,7 @@
  * before a fault is readable after it, how many failovers the managers ran.
  * LEASEHOLD_KEEP_CLUSTER=1 keeps the cluster dir and the sim root (logs) for reading.
  */
+
 import assert from 'node:assert/strict';
 import { after, before } from 'node:test';
 import { formatTimeline, gatherFacts, PodTracker, timelineOf } from '../../dev/demo/failover-facts.ts';
@@ -19,6 +20,7 @@ import {
 } from '../../dev/demo/shares.ts';
 import { SHARES_NAMESPACE, type System, type SystemOptions, startSystem } from '../../dev/demo/system.ts';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
+import { monotonicMs } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { leftoverPodProcesses } from '../integration/sim-harness.ts';
 
@@ -46,7 +48,7 @@ export function useSystem(opts: SystemOptions): () => System {
 /** Asserts that no two share servers of the share's volume ever served at the same time. */
 export function assertNoOverlap(sys: System, share: string): void {
   const windows = sys.sim.servingWindows(pvName(share));
-  const overlaps = overlappingWindows(windows, performance.now());
+  const overlaps = overlappingWindows(windows, monotonicMs());
   assert.deepEqual(
     overlaps.map(
       ([a, b]) =>

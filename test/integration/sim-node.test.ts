@@ -5,6 +5,7 @@
  * terminates its process within the grace period; a crashed node is marked NotReady
  * by the real node-lifecycle controller and comes back on heal.
  */
+
 import assert from 'node:assert/strict';
 import { readFileSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
@@ -13,6 +14,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import type { Cluster } from '../../dev/cluster/types.ts';
 import { readServingWindows } from '../../dev/share-server/serving-window-log.ts';
 import { fakeClockEnv, SHARE_SERVER_IMAGE, type Sim, TEST_CSI_DRIVER } from '../../dev/sim/sim.ts';
+import { monotonicMs } from '../../lib/clock.ts';
 import { k8s } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
 import { startClusterAndSim, stopClusterAndSim } from './sim-harness.ts';
@@ -205,14 +207,14 @@ test('a crashed node is marked NotReady by the node-lifecycle controller, its pr
       ?.processes() ?? [];
   assert.ok(pids.length > 0);
   const crashedAt = performance.now();
-  const calledMonoMs = Number(process.hrtime.bigint()) / 1e6;
+  const calledMonoMs = monotonicMs();
   const crashing = sim.node('sim-b').crash();
   // The fault time is when the machine died, not when its processes were reaped.
   const recorded = sim.faults().find((f) => f.node === 'sim-b' && f.fault === 'crash');
   assert.ok(recorded, 'the crash is recorded at once, before its processes are reaped');
   await crashing;
   t.diagnostic(
-    `crash recorded ${(recorded.monoMs - calledMonoMs).toFixed(1)} ms after the call, reaped ${(Number(process.hrtime.bigint()) / 1e6 - calledMonoMs).toFixed(1)} ms after it`,
+    `crash recorded ${(recorded.monoMs - calledMonoMs).toFixed(1)} ms after the call, reaped ${(monotonicMs() - calledMonoMs).toFixed(1)} ms after it`,
   );
   for (const pid of pids)
     assert.equal(readlinkSafe(`/proc/${pid}/ns/pid`), undefined, `process ${pid} killed by the crash`);

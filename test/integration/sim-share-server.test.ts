@@ -3,6 +3,7 @@
  * continues the sequence after a restart, logs its serving windows, stops serving on
  * SIGTERM (the agent's fence) and rejects bad configuration with exit code 2.
  */
+
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -12,6 +13,7 @@ import { after, test } from 'node:test';
 import { readRecords } from '../../dev/share-server/record-file.ts';
 import { overlappingWindows, readServingWindows } from '../../dev/share-server/serving-window-log.ts';
 import { freePort } from '../../dev/sim/pod-prepare.ts';
+import { monotonicMs } from '../../lib/clock.ts';
 import { eventually } from '../support/cluster.ts';
 
 const MAIN = join(import.meta.dirname, '../../dist/dev/share-server/main.js');
@@ -69,7 +71,7 @@ test('appends and serves records, continues the sequence after a restart, logs s
   const health = await fetch(`http://127.0.0.1:${port}/healthz`);
   assert.equal(health.status, 200);
 
-  const sigtermAt = Number(process.hrtime.bigint()) / 1e6;
+  const sigtermAt = monotonicMs();
   first.child.kill('SIGTERM');
   assert.equal((await first.exited).code, 0);
   await assert.rejects(fetch(`http://127.0.0.1:${port}/healthz`), 'the fenced server must stop answering');
@@ -111,27 +113,6 @@ test('appends and serves records, continues the sequence after a restart, logs s
   assert.equal(windows[0]?.lastSeq, lastOfFirst);
   assert.equal(windows[1]?.firstSeq, lastOfFirst + 1);
   assert.deepEqual(overlappingWindows(windows), []);
-});
-
-test('the overlap check finds two servers serving at once', () => {
-  const w = (id: string, start: number, stop: number | undefined) => ({
-    id,
-    pid: 1,
-    startMonoMs: start,
-    startWall: '',
-    firstSeq: 1,
-    stopMonoMs: stop,
-    stopWall: undefined,
-    lastSeq: undefined,
-    reason: undefined,
-  });
-  assert.equal(overlappingWindows([w('a', 0, 10), w('b', 10, 20)]).length, 0);
-  assert.equal(overlappingWindows([w('a', 0, 10), w('b', 9, 20)]).length, 1);
-  assert.equal(
-    overlappingWindows([w('a', 0, undefined), w('b', 100, 200)]).length,
-    1,
-    'an open window overlaps what follows',
-  );
 });
 
 test('bad configuration: exit 2 and a message naming the input, the value and the rule', async () => {

@@ -5,6 +5,7 @@
  * signals only its own server; a partition of the node (its TCP proxy stalls) makes
  * the agent fence its server at the renew deadline.
  */
+
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -12,6 +13,7 @@ import { after, before, test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
 import type { Cluster } from '../../dev/cluster/types.ts';
 import { PROJECT_IMAGE, SHARE_SERVER_IMAGE, type Sim } from '../../dev/sim/sim.ts';
+import { monotonicMs } from '../../lib/clock.ts';
 import { k8s } from '../../lib/kube-client.ts';
 import { ANNOTATION_DELINQUENT } from '../../lib/lease-record.ts';
 import { eventually } from '../support/cluster.ts';
@@ -177,7 +179,7 @@ test('sidecar first, server after the startup probe; a fencing agent signals onl
   assert.ok(afterSeq > before, 'server a keeps appending');
 
   // Partition sim-a (its proxy stalls): agent a cannot renew and fences within the renew deadline.
-  const partitionedAt = Number(process.hrtime.bigint()) / 1e6;
+  const partitionedAt = monotonicMs();
   sim().node('sim-a').partition('stall');
   const stoppedA = await eventually('server a fenced', async () => windowsOf(podA)[0]?.stopMonoMs, 15_000);
   const fenceMs = stoppedA - partitionedAt;
