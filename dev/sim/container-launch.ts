@@ -6,6 +6,12 @@
  *   leasehold.dev/leasehold:<tag>          args[0] = agent | manager -> node dist/<args[0]>/main.js args[1..]
  *   leasehold.dev/demo-share-server:<tag>  -> node dist/dev/share-server/main.js args
  * `command` is ignored (the image's entrypoint is the script above).
+ * Image users (the image config's USER and its /etc/passwd, /etc/group; see
+ * container-identity.ts for what the kubelet and containerd make of them):
+ *   leasehold.dev/leasehold             USER 65532:65532 (Dockerfile; distroless :nonroot base,
+ *                                       passwd root 0, nonroot 65532, nobody 65534)
+ *   leasehold.dev/demo-share-server     no USER: runs as 0:0, as a typical NFS server image
+ *                                       does (nfs-ganesha, Longhorn's share-manager run as root)
  *
  * Because every pod of every simulated node shares the host's network namespace (its
  * reported pod IP, see pod-ip.ts, is bound nowhere), the kubelet gives each pod its own
@@ -27,6 +33,7 @@
  */
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
+import { type ContainerIdentity, type ImageUser, resolveIdentity } from './container-identity.ts';
 
 export const PROJECT_IMAGE = 'leasehold.dev/leasehold';
 export const SHARE_SERVER_IMAGE = 'leasehold.dev/demo-share-server';
@@ -44,13 +51,22 @@ export interface LaunchContext {
   basePath: string;
   /** Extra env of the node for every container (e.g. a fake clock), before the spec's. */
   nodeEnv?: Readonly<Record<string, string>>;
+  /** The simulator's own effective capabilities: what privileged and `add: [ALL]` grant. */
+  hostCaps: readonly string[];
 }
 
 export type Launch =
-  | { kind: 'process'; command: string; args: string[]; env: Record<string, string>; script: string }
+  | {
+      kind: 'process';
+      command: string;
+      args: string[];
+      env: Record<string, string>;
+      script: string;
+      identity: ContainerIdentity;
+    }
   | {
       kind: 'error';
-      reason: 'ErrImagePull' | 'RunContainerError' | 'CreateContainerConfigError';
+      reason: 'ErrImagePull' | 'RunContainerError' | 'CreateContainerConfigError' | 'CreateContainerError';
       message: string;
     };
 
@@ -59,7 +75,40 @@ interface ImageEntrypoint {
   args: string[];
   portEnv: string;
   defaultPort: number;
+  user: ImageUser;
 }
+
+/** gcr.io/distroless/nodejs24-debian12:nonroot with the Dockerfile's USER 65532:65532. */
+const PROJECT_IMAGE_USER: ImageUser = {
+  user: '65532:65532',
+  passwd: [
+    { name: 'root', uid: 0, gid: 0, home: '/root' },
+    { name: 'nobody', uid: 65534, gid: 65534, home: '/nonexistent' },
+    { name: 'nonroot', uid: 65532, gid: 65532, home: '/home/nonroot' },
+  ],
+  groups: [
+    { name: 'root', gid: 0, members: [] },
+    { name: 'tty', gid: 5, members: [] },
+    { name: 'staff', gid: 50, members: [] },
+    { name: 'nonroot', gid: 65532, members: [] },
+    { name: 'nobody', gid: 65534, members: [] },
+  ],
+};
+
+/** Like an NFS server image (nfs-ganesha): no USER, so root; a Debian-style base. */
+const SHARE_SERVER_IMAGE_USER: ImageUser = {
+  user: '',
+  passwd: [
+    { name: 'root', uid: 0, gid: 0, home: '/root' },
+    { name: 'daemon', uid: 1, gid: 1, home: '/usr/sbin' },
+    { name: 'nobody', uid: 65534, gid: 65534, home: '/nonexistent' },
+  ],
+  groups: [
+    { name: 'root', gid: 0, members: [] },
+    { name: 'daemon', gid: 1, members: [] },
+    { name: 'nogroup', gid: 65534, members: [] },
+  ],
+};
 
 function imageRepo(image: string): { repo: string; tag: string } {
   const at = image.indexOf('@');
@@ -88,10 +137,17 @@ function entrypointOf(container: V1Container): ImageEntrypoint | Launch {
       args: args.slice(1),
       portEnv: 'LEASEHOLD_HTTP_PORT',
       defaultPort: which === 'agent' ? 8081 : 8090,
+      user: PROJECT_IMAGE_USER,
     };
   }
   if (repo === SHARE_SERVER_IMAGE) {
-    return { script: 'dist/dev/share-server/main.js', args, portEnv: 'SHARE_SERVER_PORT', defaultPort: 8080 };
+    return {
+      script: 'dist/dev/share-server/main.js',
+      args,
+      portEnv: 'SHARE_SERVER_PORT',
+      defaultPort: 8080,
+      user: SHARE_SERVER_IMAGE_USER,
+    };
   }
   return {
     kind: 'error',
@@ -172,10 +228,12 @@ export function expandVars(value: string, env: Readonly<Record<string, string>>)
 export function resolveLaunch(pod: V1Pod, container: V1Container, ctx: LaunchContext): Launch {
   const entry = entrypointOf(container);
   if ('kind' in entry) return entry;
+  const who = resolveIdentity(pod, container, entry.user, ctx.hostCaps);
+  if (who.kind === 'error') return who;
   const translate = (v: string) => translatePaths(translatePorts(v, ctx.ports), ctx.mounts);
   const env: Record<string, string> = {
     PATH: ctx.basePath,
-    HOME: '/root',
+    HOME: who.identity.home,
     ...ctx.nodeEnv,
     HOSTNAME: pod.metadata?.name ?? '',
     KUBECONFIG: ctx.kubeconfigPath,
@@ -207,5 +265,6 @@ export function resolveLaunch(pod: V1Pod, container: V1Container, ctx: LaunchCon
     args: [join(ctx.repoRoot, entry.script), ...args],
     env,
     script: entry.script,
+    identity: who.identity,
   };
 }

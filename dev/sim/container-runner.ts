@@ -6,12 +6,17 @@
  *
  * State: `started` turns true when the startup probe passes (at once without one);
  * `ready` follows the readiness probe once started (= started without one). A failed
- * startup or liveness probe stops the container (SIGTERM, then SIGKILL after the
- * pod's grace period) and the restart rule decides what follows.
+ * startup or liveness probe kills the container (SIGTERM, then SIGKILL after the
+ * probe's own terminationGracePeriodSeconds when it sets one, as kubelets >= 1.25 do,
+ * else the pod's) and the restart rule decides what follows: with restart 'never' a
+ * container killed by its liveness probe stays terminated.
  * `stop()` ends the container for good: SIGTERM, SIGKILL after the grace period.
+ * Every exit is reported with why it ended (ExitReason): on its own, a failed probe,
+ * a stop by the kubelet, or the sandbox killed under it.
  */
-import type { V1Container } from '@kubernetes/client-node';
+import type { V1Container, V1Probe } from '@kubernetes/client-node';
 import { sleep } from '../../lib/clock.ts';
+import type { ContainerIdentity } from './container-identity.ts';
 import type { ContainerExit, ContainerProcess, PodSandbox } from './pod-sandbox.ts';
 import { ProbeLoop, probeKindProblem } from './probes.ts';
 
@@ -38,18 +43,26 @@ export interface ContainerView {
   hostPid: number | undefined;
 }
 
+/**
+ * Why a container process ended: `exited` on its own; `liveness` / `startup` killed
+ * after that probe failed; `stopped` by the kubelet (pod deletion, or a sidecar after
+ * the main containers ended); `killed` with its sandbox (force delete, node crash).
+ */
+export type ExitReason = 'exited' | 'liveness' | 'startup' | 'stopped' | 'killed';
+
 export interface ContainerRunnerOptions {
   container: V1Container;
   sandbox: PodSandbox;
-  /** Resolved launch (command, args, env) for the process. */
-  launch: { command: string; args: string[]; env: Record<string, string> };
+  /** Resolved launch (command, args, env, identity) for the process. */
+  launch: { command: string; args: string[]; env: Record<string, string>; identity: ContainerIdentity };
   logPath: string;
   restart: 'always' | 'never' | 'on-failure';
   graceMs: number;
   resolvePort: (port: number | string) => number | undefined;
   onChange(): void;
   /** Every process exit, restarted or not (the simulator's exit log). */
-  onExit(exit: ContainerExit, view: ContainerView): void;
+  onExit(exit: ContainerExit, view: ContainerView, reason: ExitReason): void;
+  log(msg: string, extra?: Record<string, unknown>): void;
 }
 
 export class ContainerRunner {
@@ -60,6 +73,8 @@ export class ContainerRunner {
   private finished: Promise<void> | undefined;
   private consecutiveQuickExits = 0;
   private readonly stopSignal = new AbortController();
+  /** Why the running process is being ended, once the kubelet decided to end it. */
+  private endReason: ExitReason | undefined;
 
   constructor(private readonly opts: ContainerRunnerOptions) {
     this.view = {
@@ -99,7 +114,8 @@ export class ContainerRunner {
       this.view.started = false;
       this.view.ready = false;
       this.view.hostPid = undefined;
-      this.opts.onExit(exit, this.view);
+      this.opts.onExit(exit, this.view, this.endReason ?? 'exited');
+      this.endReason = undefined;
       const restart =
         !this.stopping &&
         (this.opts.restart === 'always' || (this.opts.restart === 'on-failure' && exitCode !== 0));
@@ -127,8 +143,8 @@ export class ContainerRunner {
   }
 
   private async runOnce(startedAt: Date): Promise<ContainerExit> {
-    const { command, args, env } = this.opts.launch;
-    const proc = this.opts.sandbox.run(command, args, env, this.opts.logPath);
+    const { command, args, env, identity } = this.opts.launch;
+    const proc = this.opts.sandbox.run(command, args, env, this.opts.logPath, identity);
     this.process = proc;
     this.view.phase = { kind: 'running', startedAt };
     this.startProbes(proc);
@@ -145,7 +161,18 @@ export class ContainerRunner {
 
   private startProbes(proc: ContainerProcess): void {
     const c = this.opts.container;
-    const kill = () => void this.kill(proc);
+    const kill = (probe: V1Probe, reason: 'liveness' | 'startup') => {
+      const graceMs =
+        probe.terminationGracePeriodSeconds === undefined
+          ? this.opts.graceMs
+          : probe.terminationGracePeriodSeconds * 1000;
+      this.opts.log(`container failed its ${reason} probe, killing it`, {
+        container: c.name,
+        graceMs,
+        restart: this.opts.restart,
+      });
+      void this.kill(proc, graceMs, reason);
+    };
     const setReady = (ready: boolean) => {
       if (this.view.ready !== ready) {
         this.view.ready = ready;
@@ -162,17 +189,21 @@ export class ContainerRunner {
       this.view.started = true;
       this.opts.onChange();
       readiness();
-      if (c.livenessProbe && !probeKindProblem(c.livenessProbe)) {
-        const loop = new ProbeLoop(c.livenessProbe, this.opts.resolvePort, (v) => v === 'failure' && kill());
+      const liveness = c.livenessProbe;
+      if (liveness && !probeKindProblem(liveness)) {
+        const loop = new ProbeLoop(liveness, this.opts.resolvePort, (v) => {
+          if (v === 'failure') kill(liveness, 'liveness');
+        });
         this.probes.push(loop);
         loop.start();
       }
     };
-    if (c.startupProbe && !probeKindProblem(c.startupProbe)) {
-      const loop = new ProbeLoop(c.startupProbe, this.opts.resolvePort, (v) => {
+    const startup = c.startupProbe;
+    if (startup && !probeKindProblem(startup)) {
+      const loop = new ProbeLoop(startup, this.opts.resolvePort, (v) => {
         loop.stop();
         if (v === 'success') markStarted();
-        else kill();
+        else kill(startup, 'startup');
       });
       this.probes.push(loop);
       loop.start();
@@ -182,7 +213,10 @@ export class ContainerRunner {
   }
 
   /** SIGTERM, then SIGKILL after the grace period; resolves when the process is gone. */
-  private async kill(proc: ContainerProcess, graceMs = this.opts.graceMs): Promise<void> {
+  private async kill(proc: ContainerProcess, graceMs: number, reason: ExitReason): Promise<void> {
+    // The first decision to end this process names it (a stop during a probe kill
+    // does not rename it).
+    if (this.process === proc) this.endReason ??= reason;
     proc.signal('SIGTERM');
     const timer = setTimeout(() => proc.signal('SIGKILL'), graceMs);
     await proc.exited;
@@ -194,13 +228,14 @@ export class ContainerRunner {
     this.stopping = true;
     this.stopSignal.abort();
     const proc = this.process;
-    if (proc) await this.kill(proc, graceMs);
+    if (proc) await this.kill(proc, graceMs, 'stopped');
     await this.finished;
   }
 
   /** Forget the container without status (the node crashed): no restart. */
   abandon(): void {
     this.stopping = true;
+    if (this.process) this.endReason ??= 'killed';
     for (const p of this.probes) p.stop();
   }
 

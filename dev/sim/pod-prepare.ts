@@ -5,11 +5,12 @@
  * is gone, and RBAC applies as in a cluster), and the launch of every container
  * (see container-launch.ts), checked against the built dist/ files.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
 import { k8s, kubeCall, withDeadline } from '../../lib/kube-client.ts';
+import { capsFromMask } from './container-identity.ts';
 import { declaredPorts, imageDefaultPorts, type Launch, resolveLaunch } from './container-launch.ts';
 import { mountsOf } from './pod-volumes.ts';
 
@@ -63,8 +64,19 @@ export async function requestPodToken(kc: k8s.KubeConfig, pod: V1Pod): Promise<s
   return answer.status?.token ?? '';
 }
 
+/**
+ * The simulator's own effective capabilities, as containerd's `cap.Current()` reads its
+ * own: what a privileged container or `add: [ALL]` gets (a container can hold no more).
+ */
+export function simulatorCapabilities(): string[] {
+  const status = readFileSync('/proc/self/status', 'utf8');
+  return capsFromMask(/^CapEff:\s*([0-9a-f]+)$/m.exec(status)?.[1] ?? '0');
+}
+
 export interface PodLaunchInput {
   repoRoot: string;
+  /** The node binary every container runs (see container-files.ts). */
+  nodePath: string;
   podIP: string;
   hostIP: string;
   kubeconfigPath: string;
@@ -78,7 +90,7 @@ export function resolvePodLaunches(pod: V1Pod, input: PodLaunchInput): { init: L
   const launch = (c: V1Container): Launch => {
     const l = resolveLaunch(pod, c, {
       repoRoot: input.repoRoot,
-      nodePath: process.execPath,
+      nodePath: input.nodePath,
       podIP: input.podIP,
       hostIP: input.hostIP,
       kubeconfigPath: input.kubeconfigPath,
@@ -86,6 +98,7 @@ export function resolvePodLaunches(pod: V1Pod, input: PodLaunchInput): { init: L
       mounts: mountsOf(c, input.hostDirs),
       basePath: process.env.PATH ?? '/usr/bin:/bin',
       nodeEnv: input.nodeEnv,
+      hostCaps: simulatorCapabilities(),
     });
     if (l.kind === 'process' && !existsSync(join(input.repoRoot, l.script))) {
       return {

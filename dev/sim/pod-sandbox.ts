@@ -5,10 +5,21 @@
  *
  *   setpriv --pdeathsig KILL unshare --pid --fork --mount-proc --kill-child sh -c <reaper loop>
  * starts the namespace's init (a shell that reaps orphans); each container runs as
- *   setpriv --pdeathsig KILL nsenter --target <init> --pid --mount -- node <script> ...
- * nsenter forks, so the container process is the child of the nsenter process; we
- * signal that child directly (nsenter does not forward signals) and nsenter exits with
- * the child's code or signal.
+ *   setpriv --pdeathsig KILL nsenter --target <init> --pid --mount --
+ *     setpriv --reuid=U --regid=G --groups=.. --inh-caps=-all --ambient-caps=-all
+ *             --bounding-set=-all,+.. [--no-new-privs] -- node <script> ...
+ * i.e. with the uid, groups and capabilities a real node would give it
+ * (container-identity.ts). The drop comes after nsenter, which needs CAP_SYS_ADMIN.
+ * nsenter forks, so the container process is the child of the nsenter process; the
+ * inner setpriv execs (no fork), so that child's PID is the container process from
+ * setpriv to node: we signal that child directly (nsenter does not forward signals)
+ * and nsenter exits with the child's code or signal. The kubelet signals as root, as a
+ * real one does; the processes of the pod signal each other with the kernel's own
+ * permission check (a uid-65532 process without CAP_KILL gets EPERM from a root one).
+ *
+ * Test seam (marked): `run()` wraps any command, not just an image's entrypoint;
+ * sim-users.test.ts runs `node -e` probes through it to test the kernel's signal
+ * permission with exactly the wrapper the kubelet uses.
  *
  * Invariants: killing the init (SIGKILL) makes the kernel kill every process of the
  * namespace, so `kill()` leaves nothing behind; `--pdeathsig` and `--kill-child` tie
@@ -19,6 +30,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, openSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { sleep } from '../../lib/clock.ts';
 import { LeaseholdError } from '../../lib/errors.ts';
+import { type ContainerIdentity, setprivArgs } from './container-identity.ts';
 
 const REAPER = 'trap "" TERM INT; while :; do sleep 3600 & wait $!; done';
 
@@ -133,12 +145,17 @@ export class PodSandbox {
     return new PodSandbox(podKey, unshare, initPid, namespace);
   }
 
-  /** Starts one container process in the namespace; stdout and stderr go to logPath. */
+  /**
+   * Starts one container process in the namespace as `identity`; stdout and stderr go
+   * to logPath (opened here, as root: the container writes to inherited descriptors,
+   * as to a runtime's pipes, and never needs access to the file itself).
+   */
   run(
     command: string,
     args: readonly string[],
     env: Record<string, string>,
     logPath: string,
+    identity: ContainerIdentity,
   ): ContainerProcess {
     const log = openSync(logPath, 'a');
     let child: ChildProcess;
@@ -153,6 +170,9 @@ export class PodSandbox {
           String(this.initPid),
           '--pid',
           '--mount',
+          '--',
+          'setpriv',
+          ...setprivArgs(identity),
           '--',
           command,
           ...args,

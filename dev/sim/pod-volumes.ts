@@ -3,8 +3,8 @@
  * does: a PVC volume needs its claim bound; a PV of the test CSI driver needs its
  * VolumeAttachment to this node attached before the pod may start (the attach-detach
  * controller creates it, the sim attacher attaches it). Host directories:
- *   PVC -> <simRoot>/volumes/<pv-name>   (the PV's data: outlives pods and nodes)
- *   emptyDir -> <simRoot>/pods/<uid>/volumes/<name>;  hostPath -> its path
+ *   PVC -> <simRoot>/volumes/<pv-name>   (the PV's data: outlives pods and nodes; root 0755)
+ *   emptyDir -> <simRoot>/pods/<uid>/volumes/<name> (0777);  hostPath -> its path (as is)
  * Other volume kinds (projected service-account token, configMap, secret) are not
  * mapped: containers get KUBECONFIG instead of a mounted token.
  */
@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
 import { sleep } from '../../lib/clock.ts';
 import { k8s, kubeCall, withDeadline } from '../../lib/kube-client.ts';
+import { applyFileMode, emptyDirMode } from './container-files.ts';
 
 export const TEST_CSI_DRIVER = 'csi.leasehold.dev';
 
@@ -57,6 +58,8 @@ export async function resolveVolumes(
     } else if (volume.emptyDir) {
       const dir = join(simRoot, 'pods', pod.metadata?.uid ?? 'unknown', 'volumes', volume.name);
       mkdirSync(dir, { recursive: true });
+      // 0777 as the kubelet makes it (group fsGroup + setgid with one): see container-files.ts.
+      applyFileMode(dir, emptyDirMode(pod));
       hostDirs.set(volume.name, dir);
     } else if (volume.hostPath) {
       hostDirs.set(volume.name, volume.hostPath.path);

@@ -11,14 +11,18 @@
  * terminate(grace): main containers first, then sidecars in reverse order, all within
  * the grace period. kill(): everything at once with SIGKILL and no status (a force
  * delete, or the node crashed).
+ * Each container runs as the user, groups and capabilities a real node gives it
+ * (container-identity.ts); the files it needs get a kubelet's owners and modes
+ * (container-files.ts). Every container exit goes to the exit log with its reason.
  */
-import { mkdirSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import type { k8s } from '../../lib/kube-client.ts';
+import { applyFileMode, containerNodePath, makeTraversable, tokenFileMode } from './container-files.ts';
 import type { Launch } from './container-launch.ts';
-import { ContainerRunner, type ContainerView } from './container-runner.ts';
+import { ContainerRunner, type ContainerView, type ExitReason } from './container-runner.ts';
 import { allocatePodIP } from './pod-ip.ts';
 import { allocatePorts, requestPodToken, resolvePodLaunches } from './pod-prepare.ts';
 import { type ContainerExit, PodSandbox } from './pod-sandbox.ts';
@@ -34,6 +38,8 @@ export interface ContainerExitRecord {
   monoMs: number;
   code: number | null;
   signal: string | null;
+  /** Why it ended: on its own, killed by a failed liveness/startup probe, stopped, killed. */
+  reason: ExitReason;
 }
 
 export interface PodWorkerContext {
@@ -121,14 +127,14 @@ export class PodWorker {
     try {
       const hostDirs = await this.waitForVolumes(signal);
       if (!hostDirs) return;
-      const podDir = join(this.ctx.simRoot, 'pods', this.uid);
-      mkdirSync(join(podDir, 'logs'), { recursive: true });
+      const podDir = this.preparePodDir();
       for (const [port, host] of await allocatePorts(this.pod)) this.ports.set(port, host);
       const kubeconfigPath = join(podDir, 'kubeconfig');
       await this.ctx.writeTokenKubeconfig(
         kubeconfigPath,
         await requestPodToken(this.ctx.kubeConfig, this.pod),
       );
+      applyFileMode(kubeconfigPath, tokenFileMode(this.pod));
       const launches = this.resolveLaunches(hostDirs, kubeconfigPath);
       if (!launches || signal.aborted) return;
       this.sandbox = await PodSandbox.start(this.key);
@@ -163,6 +169,17 @@ export class PodWorker {
       await this.releaseSandbox();
       this.publish();
     }
+  }
+
+  /** <simRoot>/pods/<uid> with its logs dir; enterable by the containers' users (container-files.ts). */
+  private preparePodDir(): string {
+    const pods = join(this.ctx.simRoot, 'pods');
+    const podDir = join(pods, this.uid);
+    mkdirSync(join(podDir, 'logs'), { recursive: true });
+    makeTraversable(this.ctx.simRoot);
+    for (const dir of [pods, podDir, join(podDir, 'volumes')]) if (existsSync(dir)) chmodSync(dir, 0o711);
+    chmodSync(join(podDir, 'logs'), 0o700);
+    return podDir;
   }
 
   private graceMs(override?: number): number {
@@ -212,6 +229,7 @@ export class PodWorker {
   private resolveLaunches(hostDirs: Map<string, string>, kubeconfigPath: string) {
     const launches = resolvePodLaunches(this.pod, {
       repoRoot: this.ctx.repoRoot,
+      nodePath: containerNodePath(this.ctx.simRoot),
       podIP: this.view.podIP,
       hostIP: this.view.hostIP,
       kubeconfigPath,
@@ -220,6 +238,16 @@ export class PodWorker {
       nodeEnv: this.ctx.nodeEnv(),
     });
     const all = [...launches.init, ...launches.main];
+    for (const l of all) {
+      if (l.kind === 'process' && l.identity.ignoredCaps.length > 0) {
+        // As runc does: a warning, and the container runs without them.
+        this.ctx.log('ignoring unknown or unavailable capabilities', {
+          pod: this.key,
+          script: l.script,
+          ignored: l.identity.ignoredCaps,
+        });
+      }
+    }
     if (!all.some((l) => l.kind === 'error')) return launches;
     all.forEach((l, i) => {
       const view = [...this.view.init, ...this.view.main][i] as ContainerView;
@@ -247,12 +275,14 @@ export class PodWorker {
       graceMs: this.graceMs(),
       resolvePort: (port) => this.resolvePort(port),
       onChange: () => this.onContainerChange(),
-      onExit: (exit: ContainerExit, view) => {
+      log: (msg, extra) => this.ctx.log(msg, { pod: this.key, ...extra }),
+      onExit: (exit: ContainerExit, view, reason) => {
         this.ctx.log('container exited', {
           pod: this.key,
           container: view.name,
           code: exit.code,
           signal: exit.signal,
+          reason,
         });
         this.ctx.recordExit({
           node: this.ctx.nodeName,
@@ -263,6 +293,7 @@ export class PodWorker {
           monoMs: monotonicMs(),
           code: exit.code,
           signal: exit.signal,
+          reason,
         });
       },
     });

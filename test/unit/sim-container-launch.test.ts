@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
+import { CAPABILITIES } from '../../dev/sim/container-identity.ts';
 import {
   expandVars,
   type LaunchContext,
@@ -28,6 +29,7 @@ const ctx: LaunchContext = {
   ]),
   mounts: new Map([['/export', '/sim/volumes/pv-a']]),
   basePath: '/usr/bin',
+  hostCaps: CAPABILITIES,
 };
 
 const pod: V1Pod = {
