@@ -10,7 +10,8 @@
  *    token's rules (kubelet pkg/volume/projected, FsUserFrom): owned by the pod's one
  *    runAsUser and 0600 when every container sets the same one; group fsGroup and 0640
  *    with an fsGroup; else root and 0644 (the kube-api-access volume's defaultMode 420,
- *    readable by any user of the container);
+ *    readable by any user of the container); the cluster CA it names is copied next to
+ *    it as ca.crt, 0644 (the projected kube-root-ca.crt), out of the cluster's private dir;
  *  - an emptyDir is 0777, as the kubelet's emptydir plugin makes it; with an fsGroup it
  *    is group-owned by it with the setgid bit (SetVolumeOwnership);
  *  - PVC directories stay root-owned 0755, like the root of a fresh filesystem: the
@@ -20,8 +21,18 @@
  *    may enter, so the sim hard-links it (or copies it, across filesystems) to
  *    <simRoot>/image/node, the way an image brings its own /nodejs/bin/node.
  */
-import { chmodSync, chownSync, copyFileSync, existsSync, linkSync, mkdirSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import {
+  chmodSync,
+  chownSync,
+  copyFileSync,
+  existsSync,
+  linkSync,
+  mkdirSync,
+  readFileSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { dirname, join } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
 import { fsUserOf } from './container-identity.ts';
 
@@ -37,6 +48,28 @@ export function tokenFileMode(pod: V1Pod): FileMode {
   const fsGroup = pod.spec?.securityContext?.fsGroup;
   if (fsUser === undefined && fsGroup === undefined) return { uid: 0, gid: 0, mode: 0o644 };
   return { uid: fsUser ?? 0, gid: fsGroup ?? 0, mode: fsGroup === undefined ? 0o600 : 0o640 };
+}
+
+/**
+ * Gives the pod's token kubeconfig (JSON, written by dev/cluster) its owner and mode,
+ * with the CA it names copied beside it as ca.crt (0644) so the container's user can
+ * read it. NB: the kubeconfig is rewritten in place, before any container starts.
+ */
+export function exposeTokenKubeconfig(path: string, pod: V1Pod): void {
+  const config = JSON.parse(readFileSync(path, 'utf8')) as {
+    clusters?: Array<{ cluster?: Record<string, string> }>;
+  };
+  const ca = join(dirname(path), 'ca.crt');
+  for (const entry of config.clusters ?? []) {
+    const from = entry.cluster?.['certificate-authority'];
+    if (entry.cluster && from !== undefined) {
+      copyFileSync(from, ca);
+      chmodSync(ca, 0o644);
+      entry.cluster['certificate-authority'] = ca;
+    }
+  }
+  writeFileSync(path, `${JSON.stringify(config, null, 2)}\n`);
+  applyFileMode(path, tokenFileMode(pod));
 }
 
 /** Owner and mode of an emptyDir's directory. */

@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import type { k8s } from '../../lib/kube-client.ts';
-import { applyFileMode, containerNodePath, makeTraversable, tokenFileMode } from './container-files.ts';
+import { containerNodePath, exposeTokenKubeconfig, makeTraversable } from './container-files.ts';
 import type { Launch } from './container-launch.ts';
 import { ContainerRunner, type ContainerView, type ExitReason } from './container-runner.ts';
 import { allocatePodIP } from './pod-ip.ts';
@@ -134,7 +134,7 @@ export class PodWorker {
         kubeconfigPath,
         await requestPodToken(this.ctx.kubeConfig, this.pod),
       );
-      applyFileMode(kubeconfigPath, tokenFileMode(this.pod));
+      exposeTokenKubeconfig(kubeconfigPath, this.pod);
       const launches = this.resolveLaunches(hostDirs, kubeconfigPath);
       if (!launches || signal.aborted) return;
       this.sandbox = await PodSandbox.start(this.key);
