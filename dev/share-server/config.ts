@@ -9,10 +9,18 @@
  *   --window-log  SHARE_SERVER_WINDOW_LOG serving-window log (default <dir>/serving-windows.jsonl)
  *   --id          SHARE_SERVER_ID         name written into records and windows (default $HOSTNAME,
  *                                         which the simulated kubelet sets to the pod name)
+ *   --sigterm-delay SHARE_SERVER_SIGTERM_DELAY  how long it keeps serving after SIGTERM: 0 (default)
+ *                                         stops at once; a duration (up to 10m) keeps appending and
+ *                                         answering that long, then stops; `never` ignores SIGTERM,
+ *                                         so only SIGKILL ends it (its window then has no stop line).
+ *                                         A stubborn server, for tests of what the fence and the
+ *                                         kubelet's grace period do. Hazard: with a delay, a fence
+ *                                         by SIGTERM does not stop the serving. SIGINT always stops
+ *                                         at once.
  */
 import { hostname } from 'node:os';
 import { isAbsolute, join } from 'node:path';
-import { type Env, EnvReader } from '../../lib/env-config.ts';
+import { type Env, EnvReader, parseDuration } from '../../lib/env-config.ts';
 
 export interface ShareServerConfig {
   dir: string;
@@ -21,7 +29,11 @@ export interface ShareServerConfig {
   windowLogPath: string;
   id: string;
   recordsPath: string;
+  /** Serving time after SIGTERM: 0 stops at once, Infinity ignores SIGTERM. */
+  sigtermDelayMs: number;
 }
+
+const MAX_SIGTERM_DELAY_MS = 600_000;
 
 const SETTINGS = {
   dir: 'SHARE_SERVER_DIR',
@@ -29,6 +41,7 @@ const SETTINGS = {
   interval: 'SHARE_SERVER_INTERVAL',
   'window-log': 'SHARE_SERVER_WINDOW_LOG',
   id: 'SHARE_SERVER_ID',
+  'sigterm-delay': 'SHARE_SERVER_SIGTERM_DELAY',
 } as const;
 type Setting = keyof typeof SETTINGS;
 
@@ -79,6 +92,14 @@ export function loadShareServerConfig(args: readonly string[], env: Env): ShareS
     );
   }
   const id = reader.optionalString(nameOf('id')) ?? env.HOSTNAME ?? hostname();
+  const delayName = nameOf('sigterm-delay');
+  const delay = reader.optionalString(delayName);
+  const delayMs =
+    delay === undefined ? 0 : delay === 'never' ? Number.POSITIVE_INFINITY : parseDuration(delay);
+  reader.require(
+    (delayMs !== undefined && delayMs <= MAX_SIGTERM_DELAY_MS) || delayMs === Number.POSITIVE_INFINITY,
+    `${delayName}=${JSON.stringify(delay)}: must be a duration from 0 to 10m (such as 0, 500ms or 2s) or never`,
+  );
   for (const problem of problems) reader.require(false, problem);
   reader.done();
   return {
@@ -88,5 +109,6 @@ export function loadShareServerConfig(args: readonly string[], env: Env): ShareS
     windowLogPath: windowLog ?? join(dir, 'serving-windows.jsonl'),
     id,
     recordsPath: join(dir, 'records.jsonl'),
+    sigtermDelayMs: delayMs ?? 0,
   };
 }

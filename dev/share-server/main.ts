@@ -2,6 +2,8 @@
  * Entry point of the demo share server (image leasehold.dev/demo-share-server): wires
  * config, the server and signals. SIGTERM or SIGINT (the agent's fence, or a pod
  * deletion) stops appending and serving, logs the end of the serving window and exits 0.
+ * A stubborn server (--sigterm-delay, see config.ts) answers SIGTERM later (serving
+ * on until then) or never (only SIGKILL ends it); SIGINT always stops it at once.
  * Exit codes: 0 stopped by a signal, 1 failed while running, 2 bad configuration.
  */
 import { ConfigError } from '../../lib/errors.ts';
@@ -29,10 +31,10 @@ async function main(): Promise<void> {
   // Handlers first: a fence arriving while the server starts must still end the
   // window cleanly (stop waits for the start), never kill the process mid-append.
   const starting = startShareServer(config);
-  const onSignal = (signal: NodeJS.Signals) => {
+  const stopNow = (signal: NodeJS.Signals, reason: string) => {
     starting
       .then(async (server) => {
-        await server.stop(`signal ${signal}`);
+        await server.stop(reason);
         log('stopped', { signal, lastSeq: server.lastSeq });
         process.exit(0);
       })
@@ -41,8 +43,22 @@ async function main(): Promise<void> {
         process.exit(1);
       });
   };
-  process.on('SIGTERM', onSignal);
-  process.on('SIGINT', onSignal);
+  let delayed: NodeJS.Timeout | undefined;
+  process.on('SIGTERM', () => {
+    const delayMs = config.sigtermDelayMs;
+    if (delayMs === 0) return stopNow('SIGTERM', 'signal SIGTERM');
+    if (delayMs === Number.POSITIVE_INFINITY) {
+      log('ignoring SIGTERM (--sigterm-delay=never): serving on until SIGKILL', { signal: 'SIGTERM' });
+      return;
+    }
+    if (delayed) return; // a second SIGTERM does not move the stop
+    log('SIGTERM: serving on before stopping', { signal: 'SIGTERM', delayMs });
+    delayed = setTimeout(
+      () => stopNow('SIGTERM', `signal SIGTERM (stopped ${delayMs} ms after it)`),
+      delayMs,
+    );
+  });
+  process.on('SIGINT', () => stopNow('SIGINT', 'signal SIGINT'));
   const server = await starting;
   log('serving', { id: config.id, port: server.port, dir: config.dir, firstSeq: server.lastSeq + 1 });
 }

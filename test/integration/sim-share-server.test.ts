@@ -1,7 +1,8 @@
 /**
  * The demo share server as a real process: it appends numbered records, serves them,
  * continues the sequence after a restart, logs its serving windows, stops serving on
- * SIGTERM (the agent's fence) and rejects bad configuration with exit code 2.
+ * SIGTERM (the agent's fence) and rejects bad configuration with exit code 2. A
+ * stubborn one (--sigterm-delay) serves on after SIGTERM for its delay, or until SIGKILL.
  */
 
 import assert from 'node:assert/strict';
@@ -116,14 +117,82 @@ test('appends and serves records, continues the sequence after a restart, logs s
 });
 
 test('bad configuration: exit 2 and a message naming the input, the value and the rule', async () => {
-  const bad = run(['--dir=relative/path', '--port=99999', '--interval=fast', '--bogus']);
+  const bad = run([
+    '--dir=relative/path',
+    '--port=99999',
+    '--interval=fast',
+    '--bogus',
+    '--sigterm-delay=forever',
+  ]);
   const { code, output } = await bad.exited;
   assert.equal(code, 2);
+  assert.match(
+    output,
+    /--sigterm-delay="forever": must be a duration from 0 to 10m \(such as 0, 500ms or 2s\) or never/,
+  );
   assert.match(output, /--dir="relative\/path": must be an absolute path/);
   assert.match(output, /--port="99999": must be a whole number from 0 to 65535/);
   assert.match(output, /--interval="fast": must be a duration/);
   assert.match(output, /argument "--bogus": unknown/);
+  const tooLong = await run([`--dir=${dir}`], { SHARE_SERVER_SIGTERM_DELAY: '11m' }).exited;
+  assert.equal(tooLong.code, 2);
+  assert.match(tooLong.output, /SHARE_SERVER_SIGTERM_DELAY="11m": must be a duration from 0 to 10m/);
   const missing = await run([]).exited;
   assert.equal(missing.code, 2);
   assert.match(missing.output, /SHARE_SERVER_DIR is not set/);
+});
+
+async function healthz(port: number): Promise<number | string> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(1_000) });
+    await res.body?.cancel();
+    return res.status;
+  } catch (err) {
+    return String((err as Error).cause ?? err);
+  }
+}
+
+test('--sigterm-delay=never: SIGTERM changes nothing, the window stays open until SIGKILL', async () => {
+  const sub = mkdtempSync(join(dir, 'never-'));
+  const port = await freePort();
+  const server = run([`--dir=${sub}`, `--port=${port}`, '--id=stubborn', '--sigterm-delay=never']);
+  await eventually('serving', async () => ((await healthz(port)) === 200 ? true : undefined));
+  server.child.kill('SIGTERM');
+  const before = (await records(port)).lastSeq;
+  await new Promise((r) => setTimeout(r, 1_500));
+  assert.equal(await healthz(port), 200, 'still answering 1.5 s after SIGTERM');
+  assert.ok((await records(port)).lastSeq > before + 5, 'still appending');
+  assert.equal(server.child.exitCode, null, 'still running');
+  const open = readServingWindows(join(sub, 'serving-windows.jsonl'));
+  assert.equal(open.length, 1);
+  assert.equal(open[0]?.stopMonoMs, undefined, 'its window is open');
+  const killedAt = monotonicMs();
+  server.child.kill('SIGKILL');
+  const { code, output } = await server.exited;
+  assert.equal(code, null, 'ended by the signal');
+  assert.equal(server.child.signalCode, 'SIGKILL');
+  assert.match(output, /ignoring SIGTERM/);
+  const after = readServingWindows(join(sub, 'serving-windows.jsonl'));
+  assert.equal(after[0]?.stopMonoMs, undefined, 'SIGKILL leaves no stop line: open until the kill');
+  assert.ok(readRecords(join(sub, 'records.jsonl')).every((r) => r.monoMs < killedAt + 50));
+});
+
+test('--sigterm-delay=1s: serves on for the delay after SIGTERM, then stops and exits 0', async () => {
+  const sub = mkdtempSync(join(dir, 'delay-'));
+  const port = await freePort();
+  const server = run([`--dir=${sub}`, `--port=${port}`, '--id=slow'], { SHARE_SERVER_SIGTERM_DELAY: '1s' });
+  await eventually('serving', async () => ((await healthz(port)) === 200 ? true : undefined));
+  const termAt = monotonicMs();
+  server.child.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 500));
+  assert.equal(await healthz(port), 200, 'still serving 0.5 s after SIGTERM');
+  server.child.kill('SIGTERM'); // a second SIGTERM does not restart the delay
+  const { code } = await server.exited;
+  const exitedAt = monotonicMs();
+  assert.equal(code, 0);
+  const [window] = readServingWindows(join(sub, 'serving-windows.jsonl'));
+  const servedOnMs = (window?.stopMonoMs ?? 0) - termAt;
+  assert.ok(servedOnMs >= 1_000 && servedOnMs < 1_400, `stopped ${Math.round(servedOnMs)} ms after SIGTERM`);
+  assert.ok(exitedAt - termAt < 2_000);
+  assert.match(window?.reason ?? '', /SIGTERM \(stopped 1000 ms after it\)/);
 });
