@@ -28,8 +28,10 @@
  * NB: a value such as "8080" meant as something other than a port would be translated
  * too; the project's settings never collide with declared ports.
  * Env: the pod spec's env (value, downward-API fieldRef, $(VAR) expansion) plus PATH,
- * HOME, HOSTNAME (= pod name, as in a container), KUBECONFIG and the node's own extra
- * env (e.g. a fake clock); nothing else of the simulator's environment leaks in.
+ * HOME (the image user's passwd home, as runc sets it), HOSTNAME (= pod name, as in a
+ * container), KUBECONFIG and the node's own extra env (e.g. a fake clock); nothing else
+ * of the simulator's environment leaks in. Every launch carries the process's identity
+ * (uid, groups, capabilities: container-identity.ts), or the kubelet's refusal.
  */
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
