@@ -6,7 +6,8 @@
  * usable by their user (the agent as 65532 reads its token kubeconfig and holds its
  * lease; a share server as uid 1000 writes its emptyDir). Then the kernel's own
  * signal permission, through the very wrapper the kubelet uses (PodSandbox.run, a
- * marked test seam): EPERM exactly where a real node gives EPERM.
+ * marked test seam): EPERM exactly where a real node gives EPERM; and so the real
+ * agent, left at its image's uid 65532, cannot fence the root share server.
  */
 
 import assert from 'node:assert/strict';
@@ -23,6 +24,7 @@ import { simulatorCapabilities } from '../../dev/sim/pod-prepare.ts';
 import { PodSandbox } from '../../dev/sim/pod-sandbox.ts';
 import { PROJECT_IMAGE, SHARE_SERVER_IMAGE, type Sim } from '../../dev/sim/sim.ts';
 import { k8s } from '../../lib/kube-client.ts';
+import { ANNOTATION_DELINQUENT } from '../../lib/lease-record.ts';
 import { eventually } from '../support/cluster.ts';
 import { startClusterAndSim, stopClusterAndSim } from './sim-harness.ts';
 
@@ -410,4 +412,58 @@ test("the kernel's signal permission through the kubelet's own wrapper: EPERM wh
     await sandbox.kill();
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test("the real agent at its image's uid 65532 cannot fence the root share server: EPERM, the server serves on", async (t) => {
+  const agent = agentContainer();
+  const body: V1Pod = {
+    metadata: { name: 'share-eperm', namespace: 'default' },
+    spec: {
+      nodeSelector: { 'kubernetes.io/hostname': 'sim-u' },
+      serviceAccountName: 'share-agent',
+      restartPolicy: 'Never',
+      terminationGracePeriodSeconds: 2,
+      initContainers: [
+        {
+          ...agent,
+          restartPolicy: 'Always',
+          readinessProbe: undefined,
+          startupProbe: { httpGet: { path: '/readyz', port: 8081 }, periodSeconds: 1, failureThreshold: 60 },
+          env: [
+            ...(agent.env ?? []),
+            { name: 'LEASEHOLD_FENCE_ACTION', value: 'signal' },
+            { name: 'LEASEHOLD_FENCE_PROCESS', value: 'share-server' },
+          ],
+        },
+      ],
+      containers: [serverContainer()],
+      volumes: [{ name: 'data', emptyDir: {} }],
+    },
+  };
+  const { pod: ready } = await readyPod(body);
+  const coordination = (running as { cluster: Cluster }).cluster.kubeConfig.makeApiClient(
+    k8s.CoordinationV1Api,
+  );
+  const lease = await coordination.readNamespacedLease({ namespace: 'default', name: 'share-eperm' });
+  lease.metadata = {
+    ...lease.metadata,
+    annotations: { ...lease.metadata?.annotations, [ANNOTATION_DELINQUENT]: new Date().toISOString() },
+  };
+  await coordination.replaceNamespacedLease({ namespace: 'default', name: 'share-eperm', body: lease });
+  const fenced = await eventually(
+    'the agent fenced and exited',
+    async () => sim().exits.find((e) => e.pod === 'share-eperm' && e.container === 'agent'),
+    20_000,
+  );
+  assert.equal(fenced.code, 1, 'the agent exits as fenced');
+  const log = readFileSync(join(sim().root, 'pods', ready.metadata?.uid ?? '', 'logs', 'agent.log'), 'utf8');
+  const line = log.split('\n').find((l) => l.includes('"signal-failed"'));
+  t.diagnostic(`agent: ${line?.slice(0, 300)}`);
+  assert.match(line ?? '', /EPERM/, 'its kill() of the root server was refused');
+  const windows = sim().servingWindowsIn(
+    join(sim().root, 'pods', ready.metadata?.uid ?? '', 'volumes', 'data'),
+  );
+  assert.equal(windows[0]?.stopMonoMs, undefined, 'the server kept serving: the fence did not hold');
+  const port = sim().hostPort('default', 'share-eperm', 8080);
+  assert.equal((await fetch(`http://127.0.0.1:${port}/healthz`)).status, 200);
 });
