@@ -88,6 +88,18 @@ export function makeTraversable(dir: string): void {
   chmodSync(dir, (statSync(dir).mode & 0o7777) | 0o111);
 }
 
+/** <simRoot>/pods/<uid> with its logs dir, enterable (not listable) by the containers' users. */
+export function preparePodDir(simRoot: string, podUid: string): string {
+  const pods = join(simRoot, 'pods');
+  const podDir = join(pods, podUid);
+  mkdirSync(join(podDir, 'logs'), { recursive: true });
+  makeTraversable(simRoot);
+  // volumes/ may exist already: emptyDirs are made while the volumes resolve.
+  for (const dir of [pods, podDir, join(podDir, 'volumes')]) if (existsSync(dir)) chmodSync(dir, 0o711);
+  chmodSync(join(podDir, 'logs'), 0o700);
+  return podDir;
+}
+
 /** The node binary containers run, reachable by every uid (idempotent). */
 export function containerNodePath(simRoot: string): string {
   const dir = join(simRoot, 'image');

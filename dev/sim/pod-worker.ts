@@ -15,12 +15,11 @@
  * (container-identity.ts); the files it needs get a kubelet's owners and modes
  * (container-files.ts). Every container exit goes to the exit log with its reason.
  */
-import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import type { k8s } from '../../lib/kube-client.ts';
-import { containerNodePath, exposeTokenKubeconfig, makeTraversable } from './container-files.ts';
+import { containerNodePath, exposeTokenKubeconfig, preparePodDir } from './container-files.ts';
 import type { Launch } from './container-launch.ts';
 import { ContainerRunner, type ContainerView, type ExitReason } from './container-runner.ts';
 import { allocatePodIP } from './pod-ip.ts';
@@ -127,7 +126,7 @@ export class PodWorker {
     try {
       const hostDirs = await this.waitForVolumes(signal);
       if (!hostDirs) return;
-      const podDir = this.preparePodDir();
+      const podDir = preparePodDir(this.ctx.simRoot, this.uid);
       for (const [port, host] of await allocatePorts(this.pod)) this.ports.set(port, host);
       const kubeconfigPath = join(podDir, 'kubeconfig');
       await this.ctx.writeTokenKubeconfig(
@@ -169,17 +168,6 @@ export class PodWorker {
       await this.releaseSandbox();
       this.publish();
     }
-  }
-
-  /** <simRoot>/pods/<uid> with its logs dir; enterable by the containers' users (container-files.ts). */
-  private preparePodDir(): string {
-    const pods = join(this.ctx.simRoot, 'pods');
-    const podDir = join(pods, this.uid);
-    mkdirSync(join(podDir, 'logs'), { recursive: true });
-    makeTraversable(this.ctx.simRoot);
-    for (const dir of [pods, podDir, join(podDir, 'volumes')]) if (existsSync(dir)) chmodSync(dir, 0o711);
-    chmodSync(join(podDir, 'logs'), 0o700);
-    return podDir;
   }
 
   private graceMs(override?: number): number {

@@ -406,7 +406,7 @@ test('a force delete (grace 0) kills the pod at once', async () => {
   const tookMs = performance.now() - deletedAt;
   assert.ok(tookMs < 3_000, `killed in ${Math.round(tookMs)} ms`);
   const exit = sim.exits.find((e) => e.pod === 'share-k' && e.container === 'server');
-  assert.equal(exit?.signal, 'SIGKILL', 'killed, not asked to stop');
+  assert.equal(exit?.signal, 'SIGKILL', `killed, not asked to stop: ${JSON.stringify(exit)}`);
 });
 
 test('a node with a fake clock runs its containers 10 minutes ahead (libfaketime)', async () => {
