@@ -34,6 +34,7 @@ import {
 } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
+import { LeaseholdError } from '../../lib/errors.ts';
 import { fsUserOf } from './container-identity.ts';
 
 export interface FileMode {
@@ -108,13 +109,21 @@ export function containerNodePath(simRoot: string): string {
   mkdirSync(dir, { recursive: true, mode: 0o755 });
   makeTraversable(simRoot);
   try {
-    linkSync(process.execPath, target);
+    try {
+      linkSync(process.execPath, target);
+    } catch (err) {
+      // NB: only across filesystems; never copy onto an existing link, which would
+      // write into the toolchain's own binary.
+      if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
+      copyFileSync(process.execPath, target);
+      chmodSync(target, 0o755);
+    }
   } catch (err) {
-    // NB: only across filesystems; never copy onto an existing link, which would
-    // write into the toolchain's own binary.
-    if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
-    copyFileSync(process.execPath, target);
-    chmodSync(target, 0o755);
+    throw new LeaseholdError(
+      'E_SIM_NODE_BINARY',
+      `providing the containers' node binary ${process.execPath} at ${target} failed`,
+      { cause: err },
+    );
   }
   return target;
 }
