@@ -1,25 +1,39 @@
 /**
  * What /readyz and /healthz report, from the loop's own state (STYLE rule 11):
- *  - /readyz: 200 only while the lease is held (the pod's startup probe gates the
- *    server container on it; dropping it is part of every fence).
- *  - /healthz: 200 unless the agent has fenced, or holds the lease but its last
- *    successful renewal is older than the renew deadline (the loop is stuck).
+ *  - /readyz: 200 only while the lease is held AND its last successful renewal was sent
+ *    at most the renew deadline T ago. It is the proof the server may serve: the pod's
+ *    startup probe gates the server container on it, and the server container's
+ *    liveness probe is this endpoint too, so the kubelet stops the server once the
+ *    proof lapses even when the agent cannot (hung, dead, unable to signal) and even
+ *    while the node is cut off from the API server (manager/pod-spec.ts).
+ *  - /healthz: 200 unless the agent has fenced, cannot fence (see fence-targets.ts), or
+ *    holds the lease but its last successful renewal is older than T (the loop is stuck).
  */
 import type { Check } from '../lib/http-endpoints.ts';
 import type { AgentMetrics } from './agent-metrics.ts';
 
-export type Phase = 'starting' | 'acquiring' | 'holding' | 'releasing' | 'fenced' | 'stopped';
+export type Phase =
+  | 'starting'
+  | 'cannot-fence'
+  | 'acquiring'
+  | 'holding'
+  | 'releasing'
+  | 'fenced'
+  | 'stopped';
 
 export class AgentHealth {
   private phase: Phase = 'starting';
+  private why: string | undefined;
 
   constructor(
     private readonly metrics: AgentMetrics,
     private readonly renewDeadlineMs: number,
   ) {}
 
-  enter(phase: Phase): void {
+  /** `why`: shown by /readyz and /healthz in the `cannot-fence` phase. */
+  enter(phase: Phase, why?: string): void {
     this.phase = phase;
+    this.why = why;
     this.metrics.setHeld(phase === 'holding');
     if (phase === 'fenced') this.metrics.setFenced();
   }
@@ -28,13 +42,18 @@ export class AgentHealth {
     return this.phase;
   }
 
-  readyz = (): Check =>
-    this.phase === 'holding'
-      ? { ok: true, detail: 'lease held' }
-      : { ok: false, detail: `lease not held (${this.phase})` };
+  readyz = (): Check => {
+    if (this.phase === 'cannot-fence') return { ok: false, detail: this.why ?? 'cannot fence' };
+    if (this.phase !== 'holding') return { ok: false, detail: `lease not held (${this.phase})` };
+    const age = this.metrics.secondsSinceLastRenewal();
+    return age * 1000 > this.renewDeadlineMs
+      ? { ok: false, detail: `lease not proven: last successful renewal sent ${age.toFixed(1)}s ago` }
+      : { ok: true, detail: 'lease held' };
+  };
 
   healthz = (): Check => {
     if (this.phase === 'fenced') return { ok: false, detail: 'fenced' };
+    if (this.phase === 'cannot-fence') return { ok: false, detail: this.why ?? 'cannot fence' };
     const age = this.metrics.secondsSinceLastRenewal();
     if (this.phase === 'holding' && age * 1000 > this.renewDeadlineMs) {
       return { ok: false, detail: `last successful renewal ${age.toFixed(1)}s ago` };

@@ -16,11 +16,12 @@
  * | LEASEHOLD_REQUEST_TIMEOUT         | 1s       | cap on one API request; each is also cut at the renew deadline |
  * | LEASEHOLD_ACQUIRE_TIMEOUT         | 0        | give up acquiring (exit 3) after this long; 0 waits forever |
  * | LEASEHOLD_RELEASE_TIMEOUT         | 900ms    | budget for releasing the lease on SIGTERM |
- * | LEASEHOLD_FENCE_ACTION            | none     | signal, command or none |
- * | LEASEHOLD_FENCE_PROCESS           | -        | for `signal`: process name (see fence.ts for the matching rule) |
- * | LEASEHOLD_FENCE_SIGNAL            | SIGTERM  | for `signal`: the signal to send |
+ * | LEASEHOLD_FENCE_ACTION            | pod      | pod (every process of the pod but the agent), signal (processes by name), command, or none (explicit opt-out: the server keeps running) |
+ * | LEASEHOLD_FENCE_PROCESS           | -        | for `signal`: process name (see fence-targets.ts for the matching rule) |
+ * | LEASEHOLD_FENCE_SIGNAL            | SIGTERM  | for `pod` and `signal`: the first signal; SIGKILL follows after the grace |
+ * | LEASEHOLD_FENCE_GRACE             | timeout/2 | for `pod` and `signal`: time between the first signal and SIGKILL; < timeout |
+ * | LEASEHOLD_FENCE_TIMEOUT           | 3/4 (D-T) | the whole fence (signals, SIGKILL, targets verified gone; or the command, killed then); < D - T |
  * | LEASEHOLD_FENCE_COMMAND           | -        | for `command`: run with /bin/sh -c |
- * | LEASEHOLD_FENCE_COMMAND_TIMEOUT   | 1s       | for `command`: killed after this; must be < D - T |
  * | LEASEHOLD_HTTP_PORT               | 8081     | /healthz /readyz /metrics (0 = any free port, logged) |
  * | LEASEHOLD_HTTP_HOST               | 0.0.0.0  | address the endpoints listen on |
  * | LEASEHOLD_LOG_LEVEL               | info     | fatal, error, warn, info, debug, trace, silent |
@@ -28,21 +29,27 @@
  * | LEASEHOLD_SERVER_CHECK_TIMEOUT    | 1s       | per check; must be < T - R so a check cannot starve the renewal |
  * | LEASEHOLD_SERVER_CHECK_FAILURES   | 3        | consecutive failures (after the first success) that fence |
  *
- * Cross-field rules (DESIGN.md "Timings and safety"): D > T > R; T - R >= retry period
- * (room for at least one retry); fence command timeout < D - T (the fence must finish
- * before a manager may declare the holder dead). KUBECONFIG is read by kube-connection.ts
+ * Cross-field rules (docs: "Why it is safe"): D > T > R; T - R >= retry period (room for
+ * at least one retry); fence grace < fence timeout < D - T (the fence must end before a
+ * manager may declare the holder dead; lib/fence-timing.ts). LEASEHOLD_FENCE_COMMAND_TIMEOUT
+ * was renamed LEASEHOLD_FENCE_TIMEOUT and is refused, so an old manifest is not silently
+ * given another bound. KUBECONFIG is read by kube-connection.ts
  * (in-cluster service account when unset).
  *
  * Exit codes: see exit-codes.ts (0 released, 1 fenced, 2 bad config, 3 could not start/acquire).
  */
 import { constants } from 'node:os';
 import { type Env, EnvReader, formatDuration } from '../lib/env-config.ts';
+import { defaultFenceTiming, fenceTimingProblems } from '../lib/fence-timing.ts';
 import { LOG_LEVELS, type LogLevel } from '../lib/logger.ts';
 
 export type FenceConfig =
   | { action: 'none' }
-  | { action: 'signal'; process: string; signal: NodeJS.Signals }
+  | { action: 'pod'; signal: NodeJS.Signals; graceMs: number; timeoutMs: number }
+  | { action: 'signal'; process: string; signal: NodeJS.Signals; graceMs: number; timeoutMs: number }
   | { action: 'command'; command: string; timeoutMs: number };
+
+export const FENCE_ACTIONS = ['pod', 'signal', 'command', 'none'] as const;
 
 export type ServerCheckTarget =
   | { kind: 'tcp'; host: string; port: number; text: string }
@@ -145,30 +152,46 @@ function readTimings(r: EnvReader): Timings {
 
 /** `timings` is undefined when they are unsound: rules relative to them are skipped. */
 function readFence(r: EnvReader, timings: Timings | undefined): FenceConfig {
-  const action = r.oneOf('LEASEHOLD_FENCE_ACTION', ['none', 'signal', 'command'] as const, 'none');
-  if (action === 'signal') {
-    const process = r.string('LEASEHOLD_FENCE_PROCESS', {
-      pattern: /^[^/\0]+$/,
-      rule: 'is required when LEASEHOLD_FENCE_ACTION=signal: a process name (no "/")',
-    });
-    const signal = r.oneOf('LEASEHOLD_FENCE_SIGNAL', SIGNAL_NAMES, 'SIGTERM');
-    return { action, process, signal };
+  const action = r.oneOf('LEASEHOLD_FENCE_ACTION', FENCE_ACTIONS, 'pod');
+  r.require(
+    r.optionalString('LEASEHOLD_FENCE_COMMAND_TIMEOUT') === undefined,
+    'LEASEHOLD_FENCE_COMMAND_TIMEOUT was renamed LEASEHOLD_FENCE_TIMEOUT (it now bounds every fence action): set that instead',
+  );
+  if (action === 'none') return { action };
+  const problemsBefore = r.problemCount;
+  const defaults = defaultFenceTiming(timings?.leaseDurationMs ?? 6_000, timings?.renewDeadlineMs ?? 4_000);
+  const timeoutMs = Math.floor(r.duration('LEASEHOLD_FENCE_TIMEOUT', defaults.timeoutMs, 10, HOUR));
+  const graceMs =
+    action === 'command'
+      ? 0
+      : Math.floor(r.duration('LEASEHOLD_FENCE_GRACE', Math.floor(timeoutMs / 2), 0, HOUR));
+  if (timings && r.problemCount === problemsBefore) {
+    const problems = fenceTimingProblems(
+      { graceMs: action === 'command' ? undefined : graceMs, timeoutMs },
+      timings,
+      {
+        grace: 'LEASEHOLD_FENCE_GRACE',
+        timeout: 'LEASEHOLD_FENCE_TIMEOUT',
+        duration: 'LEASEHOLD_LEASE_DURATION',
+        deadline: 'LEASEHOLD_RENEW_DEADLINE',
+      },
+      formatDuration,
+    );
+    for (const problem of problems) r.require(false, problem);
   }
   if (action === 'command') {
     const command = r.string('LEASEHOLD_FENCE_COMMAND', {
       rule: 'is required when LEASEHOLD_FENCE_ACTION=command: a shell command',
     });
-    const timeoutMs = r.duration('LEASEHOLD_FENCE_COMMAND_TIMEOUT', 1_000, 10, HOUR);
-    if (timings) {
-      const margin = timings.leaseDurationMs - timings.renewDeadlineMs;
-      r.require(
-        timeoutMs < margin,
-        `LEASEHOLD_FENCE_COMMAND_TIMEOUT=${formatDuration(timeoutMs)} must be shorter than LEASEHOLD_LEASE_DURATION minus LEASEHOLD_RENEW_DEADLINE (${formatDuration(margin)}): the fence must finish before a manager may declare the holder dead`,
-      );
-    }
     return { action, command, timeoutMs };
   }
-  return { action: 'none' };
+  const signal = r.oneOf('LEASEHOLD_FENCE_SIGNAL', SIGNAL_NAMES, 'SIGTERM');
+  if (action === 'pod') return { action, signal, graceMs, timeoutMs };
+  const process = r.string('LEASEHOLD_FENCE_PROCESS', {
+    pattern: /^[^/\0]+$/,
+    rule: 'is required when LEASEHOLD_FENCE_ACTION=signal: a process name (no "/")',
+  });
+  return { action, process, signal, graceMs, timeoutMs };
 }
 
 function readServerCheck(r: EnvReader, timings: Timings | undefined): ServerCheckConfig | undefined {

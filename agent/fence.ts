@@ -1,102 +1,123 @@
 /**
  * Fencing: stop the local server once the agent can no longer prove it holds the lease.
  * The caller drops readiness first and exits non-zero after this returns, whatever the
- * outcome; a failed fence action is reported, never retried (there is no time left).
+ * outcome; the result says exactly what happened, for the one log line.
  *
- * Actions:
- *  - signal: send the configured signal to every process that matches the configured
- *    name in the pod's shared process namespace (/proc). Matching rule, first hit wins:
- *      1. /proc/PID/comm equals the name (comm is cut to 15 characters by the kernel,
- *         so the name's first 15 characters are compared), or
- *      2. the basename of any argv element (/proc/PID/cmdline) equals the name, with or
- *         without its extension: `share-server` matches `/usr/bin/share-server` and
- *         `/app/share-server.js`.
- *    NB: the agent never signals itself. Reads /proc synchronously: a few ms for a pod's
- *    handful of processes, and nothing else has to run meanwhile.
- *  - command: `/bin/sh -c <command>` in its own process group, killed (SIGKILL to the
- *    group) after the configured timeout.
- *  - none: nothing beyond dropping readiness and exiting.
+ * Actions (targets: fence-targets.ts):
+ *  - pod (the default) and signal: send the configured signal (SIGTERM by default) to
+ *    every target; after the grace period, look again (a server may have forked) and
+ *    SIGKILL whatever still runs; then wait until every target is gone — exited or a
+ *    zombie, checked by (pid, start time) — or the fence timeout passes.
+ *  - command: `/bin/sh -c <command>` in its own process group, SIGKILLed (the whole
+ *    group) at the fence timeout.
+ *  - none: nothing beyond dropping readiness and exiting (explicit opt-out only).
+ *
+ * Guarantee: returns within the fence timeout (+ one poll step, 10 ms) of its start;
+ * config.ts and lib/fence-timing.ts keep that timeout below D - T, so a fence ends
+ * before any manager may declare the holder dead. A target that survives SIGKILL (a
+ * process in uninterruptible I/O) is reported as `incomplete`; the server container's
+ * liveness probe on the agent (the kubelet's backstop) then stops it independently.
+ * NB: the agent never signals itself or its own children.
  */
 import { spawn } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
-import { basename, extname } from 'node:path';
+import type { Clock } from '../lib/clock.ts';
+import { sleep } from '../lib/clock.ts';
 import type { FenceConfig } from './config.ts';
+import { type FenceTargetRule, fenceTargets } from './fence-targets.ts';
+import { isRunning, listProcesses, type ProcessRef } from './process-table.ts';
 
 export type FenceResult =
   | { kind: 'none' }
-  | { kind: 'signalled'; signal: string; pids: number[] }
-  | { kind: 'no-process'; name: string }
-  /** Some matches could not be signalled (EPERM: another user, no CAP_KILL). */
-  | { kind: 'signal-failed'; signal: string; signalled: number[]; refused: string[] }
+  /** Nothing to stop: no target was running when the fence began. */
+  | { kind: 'no-process'; targets: string }
+  /** Every target is gone; `killed` needed SIGKILL. */
+  | { kind: 'stopped'; signal: string; pids: number[]; killed: number[]; durationMs: number }
+  /** Some targets still ran at the fence timeout; `refused` lists kill() errors (EPERM). */
+  | {
+      kind: 'incomplete';
+      signal: string;
+      pids: number[];
+      remaining: number[];
+      refused: string[];
+      durationMs: number;
+    }
   | { kind: 'command-finished'; exitCode: number | null; signal: string | null; durationMs: number }
   | { kind: 'command-timed-out'; durationMs: number }
   | { kind: 'command-failed'; error: string };
 
-export async function runFence(config: FenceConfig, procDir = '/proc'): Promise<FenceResult> {
+const POLL_MS = 10;
+
+export async function runFence(config: FenceConfig, clock: Clock, procDir = '/proc'): Promise<FenceResult> {
   if (config.action === 'none') return { kind: 'none' };
-  if (config.action === 'signal') return signalByName(config.process, config.signal, procDir);
-  return runFenceCommand(config.command, config.timeoutMs);
+  if (config.action === 'command') return runFenceCommand(config.command, config.timeoutMs, clock);
+  const rule: FenceTargetRule =
+    config.action === 'pod' ? { action: 'pod' } : { action: 'signal', process: config.process };
+  return stopTargets(rule, config.signal, config.graceMs, config.timeoutMs, clock, procDir);
 }
 
-function signalByName(name: string, signal: NodeJS.Signals, procDir: string): FenceResult {
-  const pids = findProcessesByName(name, procDir).filter((pid) => pid !== process.pid);
-  const signalled: number[] = [];
+async function stopTargets(
+  rule: FenceTargetRule,
+  signal: NodeJS.Signals,
+  graceMs: number,
+  timeoutMs: number,
+  clock: Clock,
+  procDir: string,
+): Promise<FenceResult> {
+  const startedAt = clock.now();
+  const scan = (): ProcessRef[] =>
+    fenceTargets(rule, listProcesses(procDir), process.pid).map((p) => ({
+      pid: p.pid,
+      startTime: p.startTime,
+    }));
+  const targets = scan();
+  if (targets.length === 0)
+    return { kind: 'no-process', targets: rule.action === 'pod' ? 'the pod' : rule.process };
   const refused: string[] = [];
-  for (const pid of pids) {
-    try {
-      process.kill(pid, signal);
-      signalled.push(pid);
-    } catch (err) {
-      // ESRCH: it ended between the scan and the signal, nothing left to stop.
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code !== 'ESRCH') refused.push(`${pid}: ${code ?? String(err)}`);
+  const send = (refs: readonly ProcessRef[], sig: NodeJS.Signals) => {
+    for (const ref of refs) {
+      try {
+        process.kill(ref.pid, sig);
+      } catch (err) {
+        // ESRCH: it ended between the scan and the signal, nothing left to stop.
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code !== 'ESRCH') refused.push(`${ref.pid} ${sig}: ${code ?? String(err)}`);
+      }
     }
-  }
-  if (refused.length > 0) return { kind: 'signal-failed', signal, signalled, refused };
-  return signalled.length === 0
-    ? { kind: 'no-process', name }
-    : { kind: 'signalled', signal, pids: signalled };
+  };
+  const running = (refs: readonly ProcessRef[]) => refs.filter((r) => isRunning(r, procDir));
+  const waitGone = async (refs: readonly ProcessRef[], untilMs: number) => {
+    while (running(refs).length > 0 && clock.now() < untilMs) await sleep(POLL_MS);
+  };
+
+  send(targets, signal);
+  if (signal !== 'SIGKILL') await waitGone(targets, startedAt + graceMs);
+  // Look again: a target may have forked while it shut down.
+  const known = new Set(targets.map((r) => `${r.pid}/${r.startTime}`));
+  const all = [...targets, ...scan().filter((r) => !known.has(`${r.pid}/${r.startTime}`))];
+  const survivors = running(all);
+  send(survivors, 'SIGKILL');
+  await waitGone(all, startedAt + timeoutMs);
+  const remaining = running(all).map((r) => r.pid);
+  const durationMs = Math.round((clock.now() - startedAt) * 10) / 10;
+  const pids = all.map((r) => r.pid);
+  if (remaining.length > 0) return { kind: 'incomplete', signal, pids, remaining, refused, durationMs };
+  return {
+    kind: 'stopped',
+    signal,
+    pids,
+    killed: signal === 'SIGKILL' ? pids : survivors.map((r) => r.pid),
+    durationMs,
+  };
 }
 
-/** PIDs whose comm or any argv basename matches `name` (see the header for the rule). */
-export function findProcessesByName(name: string, procDir = '/proc'): number[] {
-  const found: number[] = [];
-  for (const entry of readdirSync(procDir)) {
-    if (!/^\d+$/.test(entry)) continue;
-    const comm = readProc(`${procDir}/${entry}/comm`)?.trimEnd();
-    const argv = readProc(`${procDir}/${entry}/cmdline`)
-      ?.split('\0')
-      .filter((a) => a !== '');
-    if (comm === undefined && argv === undefined) continue;
-    if (processMatches(name, comm ?? '', argv ?? [])) found.push(Number(entry));
-  }
-  return found;
-}
-
-/** The matching rule, pure. */
-export function processMatches(name: string, comm: string, argv: readonly string[]): boolean {
-  if (comm !== '' && comm === name.slice(0, 15)) return true;
-  return argv.some((arg) => {
-    const base = basename(arg);
-    return base === name || (extname(base) !== '' && base.slice(0, -extname(base).length) === name);
-  });
-}
-
-function readProc(path: string): string | undefined {
-  try {
-    return readFileSync(path, 'utf8');
-  } catch {
-    return undefined; // the process ended, or is not ours to read
-  }
-}
-
-function runFenceCommand(command: string, timeoutMs: number): Promise<FenceResult> {
-  const started = performance.now();
+function runFenceCommand(command: string, timeoutMs: number, clock: Clock): Promise<FenceResult> {
+  const startedAt = clock.now();
+  const took = () => Math.round((clock.now() - startedAt) * 10) / 10;
   return new Promise((resolve) => {
     const child = spawn('/bin/sh', ['-c', command], { stdio: 'inherit', detached: true });
     const timer = setTimeout(() => {
       killGroup(child.pid);
-      resolve({ kind: 'command-timed-out', durationMs: performance.now() - started });
+      resolve({ kind: 'command-timed-out', durationMs: took() });
     }, timeoutMs);
     child.once('error', (err) => {
       clearTimeout(timer);
@@ -104,7 +125,7 @@ function runFenceCommand(command: string, timeoutMs: number): Promise<FenceResul
     });
     child.once('exit', (exitCode, signal) => {
       clearTimeout(timer);
-      resolve({ kind: 'command-finished', exitCode, signal, durationMs: performance.now() - started });
+      resolve({ kind: 'command-finished', exitCode, signal, durationMs: took() });
     });
   });
 }

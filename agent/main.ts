@@ -4,6 +4,10 @@
  * in exactly one of: release on SIGTERM/SIGINT (release.ts, exit 0), fence (fence.ts,
  * exit 1), or a start failure (exit 3). Exit codes: exit-codes.ts. Env vars: config.ts.
  *
+ * Before acquiring, the agent checks that it could carry out its fence (fence-targets.ts:
+ * CAP_KILL, a shared PID namespace for `pod`); if not, it never acquires, so the server
+ * (gated on /readyz) never starts, and /readyz, /healthz and one log line say why.
+ *
  * NB: an unexpected exception also fences (readiness drops, fence action, exit 1): a
  * crashed agent must not leave a server serving without a renewed lease.
  */
@@ -17,8 +21,10 @@ import { AgentMetrics } from './agent-metrics.ts';
 import { type AgentConfig, readAgentConfig } from './config.ts';
 import { EXIT_CONFIG, EXIT_FENCED, EXIT_RELEASED, EXIT_START_FAILED } from './exit-codes.ts';
 import { runFence } from './fence.ts';
+import { fencePreflightProblem } from './fence-targets.ts';
 import { resolveKubeConnection } from './kube-connection.ts';
 import { HttpLeaseStore } from './lease-http-store.ts';
+import { listProcesses, readOwnCredentials } from './process-table.ts';
 import { releaseLease } from './release.ts';
 import { renewLoop } from './renew-loop.ts';
 
@@ -41,7 +47,7 @@ async function main(): Promise<number> {
   const fence = async (why: Record<string, unknown>): Promise<number> => {
     health.enter('fenced');
     const startedAtMs = clock.now();
-    const result = await runFence(config.fence);
+    const result = await runFence(config.fence, clock);
     const fenceMs = Math.round((clock.now() - startedAtMs) * 10) / 10;
     log.error({ ...why, fence: result, fenceMs }, 'fenced: readiness dropped, fence action done, exiting');
     return EXIT_FENCED;
@@ -82,6 +88,23 @@ async function main(): Promise<number> {
     });
   }
   const deps = { config, store, clock, log, metrics, stop: stopping.signal };
+
+  const cannotFence = fencePreflightProblem(config.fence.action, {
+    selfPid: process.pid,
+    processes: listProcesses(),
+    credentials: readOwnCredentials(),
+  });
+  if (cannotFence) {
+    health.enter('cannot-fence', cannotFence);
+    log.error(
+      { fence: config.fence.action },
+      `${cannotFence}; not acquiring the lease (the server stays stopped)`,
+    );
+    await new Promise<void>((resolve) =>
+      stopping.signal.addEventListener('abort', () => resolve(), { once: true }),
+    );
+    return finish(log, endpoints, EXIT_RELEASED, 'stopped without acquiring (could not fence)');
+  }
 
   health.enter('acquiring');
   const acquired = await acquireLease(deps);

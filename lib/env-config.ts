@@ -127,6 +127,11 @@ export class EnvReader {
     if (!condition) this.problems.push(message);
   }
 
+  /** Problems found so far: compare before and after reading fields to know they parsed. */
+  get problemCount(): number {
+    return this.problems.length;
+  }
+
   /** True when no problem was found so far (cross-field rules need sound fields). */
   get ok(): boolean {
     return this.problems.length === 0;

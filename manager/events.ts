@@ -16,6 +16,7 @@ export type EventReason =
   | 'WouldFailOver'
   | 'StormGuardActive'
   | 'InvalidSpec'
+  | 'FenceDisabled'
   | 'LeaseReleased'
   | 'OutOfServiceTaintAdded'
   | 'OutOfServiceTaintRemoved';

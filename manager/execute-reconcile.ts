@@ -125,6 +125,14 @@ export class ReconcileExecutor {
         return undefined;
       case 'claimPodCreation':
         return this.claimAndCreate(sm, action.requestId);
+      case 'setFencingCondition': {
+        const others = (sm.status?.conditions ?? []).filter((c) => c.type !== action.condition.type);
+        const condition = { ...action.condition, lastTransitionTime: new Date().toISOString() };
+        // NB: a merge patch replaces the whole list, so the other conditions go with it.
+        await this.status.patch(namespace, name, { conditions: [...others, condition] });
+        if (action.warn) await this.events.record(sm, 'Warning', 'FenceDisabled', condition.message);
+        return undefined;
+      }
       case 'requeueAfter':
         return action.ms;
     }

@@ -9,17 +9,35 @@
  *  - restartPolicy Never: a fenced or crashed server ends the incarnation; the manager
  *    creates the next pod, which must pass the lease gate again.
  *  - shareProcessNamespace, so the agent can signal the server when it fences.
+ *  - the agent runs as uid 0 with every capability dropped but KILL: an NFS server
+ *    typically runs as root, and signalling another user's process needs CAP_KILL,
+ *    which a non-root container never has in effect on Kubernetes (no ambient
+ *    capabilities: an added capability is lost at execve). Read-only root filesystem,
+ *    no privilege escalation, RuntimeDefault seccomp. NB: this needs the Pod Security
+ *    "baseline" level in the share managers' namespace (KILL is allowed there).
+ *  - the kubelet's backstop: the server container's liveness probe is the agent's
+ *    /readyz (200 only while the lease is held and renewed within T), every 1 s, one
+ *    failure kills it, with a probe-level grace of 1 s. So the kubelet stops the server
+ *    about T + 1-2 s after the last successful renewal was sent even when the agent
+ *    cannot (hung, crashed, unable to signal) and while the node is cut off from the API.
  *  - env of the agent from the ShareManager (lease timings with the manager's defaults
  *    filled in, fence, server check) + the downward API for pod and node name.
  *  - owner reference to the ShareManager (controller), labels for the Service selector.
  *  - node anti-affinity against a lost node, `required` or `preferred` as decided by the
  *    caller (see anti-affinity.ts).
  */
-import type { V1Affinity, V1EnvVar, V1Pod } from '@kubernetes/client-node';
+import type { V1Affinity, V1EnvVar, V1Pod, V1Probe, V1SecurityContext } from '@kubernetes/client-node';
 import { formatDuration } from '../lib/env-config.ts';
 import { LABEL_SHARE_MANAGER } from '../lib/lease-record.ts';
 import type { LeaseTimings, ManagerConfig } from './config.ts';
-import { resolveSpec, type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
+import {
+  type FenceAction,
+  resolveSpec,
+  type ShareManager,
+  SM_GROUP,
+  SM_KIND,
+  SM_VERSION,
+} from './share-manager-spec.ts';
 
 export const LABEL_COMPONENT = 'app.kubernetes.io/component';
 export const COMPONENT_SHARE_MANAGER = 'share-manager';
@@ -35,6 +53,8 @@ export interface PodSpecInput {
   sm: ShareManager;
   timings: LeaseTimings;
   mountPath: string;
+  /** The resolved fence action (spec.fence.action, default pod). */
+  fenceAction: FenceAction;
   agentImage: string;
   agentPort: number;
   /** ServiceAccount when the ShareManager names none; undefined = the namespace's default. */
@@ -66,6 +86,7 @@ export function sharePodFor(
     sm,
     timings: resolved.timings,
     mountPath: resolved.mountPath,
+    fenceAction: resolved.fenceAction,
     agentImage: settings.agentImage,
     agentPort: settings.agentPort,
     agentServiceAccount: settings.agentServiceAccount,
@@ -118,7 +139,8 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
           image: input.agentImage,
           args: ['agent'],
           restartPolicy: 'Always',
-          env: agentEnv(sm, timings, agentPort),
+          env: agentEnv(sm, timings, agentPort, input.fenceAction),
+          securityContext: AGENT_SECURITY_CONTEXT,
           ports: [{ name: 'agent-http', containerPort: agentPort, protocol: 'TCP' }],
           startupProbe: {
             httpGet: { path: '/readyz', port: agentPort },
@@ -138,6 +160,7 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
           ...(spec.server.ports ? { ports: spec.server.ports } : {}),
           env: spec.server.env ?? [],
           volumeMounts: [{ name: VOLUME_NAME, mountPath: input.mountPath }],
+          livenessProbe: leaseBackstopProbe(agentPort),
         },
       ],
       volumes: [{ name: VOLUME_NAME, persistentVolumeClaim: { claimName: spec.volume.pvc } }],
@@ -145,7 +168,35 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
   };
 }
 
-function agentEnv(sm: ShareManager, t: LeaseTimings, agentPort: number): V1EnvVar[] {
+/** The agent's container security: see the header (CAP_KILL needs uid 0 on Kubernetes). */
+export const AGENT_SECURITY_CONTEXT: V1SecurityContext = {
+  runAsUser: 0,
+  runAsGroup: 0,
+  runAsNonRoot: false,
+  allowPrivilegeEscalation: false,
+  readOnlyRootFilesystem: true,
+  capabilities: { drop: ['ALL'], add: ['KILL'] },
+  seccompProfile: { type: 'RuntimeDefault' },
+};
+
+/** The server's liveness probe on the agent's proof of holding the lease (see the header). */
+export function leaseBackstopProbe(agentPort: number): V1Probe {
+  return {
+    httpGet: { path: '/readyz', port: agentPort },
+    periodSeconds: 1,
+    timeoutSeconds: 1,
+    failureThreshold: 1,
+    successThreshold: 1,
+    terminationGracePeriodSeconds: 1,
+  };
+}
+
+function agentEnv(
+  sm: ShareManager,
+  t: LeaseTimings,
+  agentPort: number,
+  fenceAction: FenceAction,
+): V1EnvVar[] {
   const env: V1EnvVar[] = [
     { name: 'LEASEHOLD_LEASE_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
     { name: 'LEASEHOLD_LEASE_NAME', value: sm.metadata.name ?? '' },
@@ -158,10 +209,12 @@ function agentEnv(sm: ShareManager, t: LeaseTimings, agentPort: number): V1EnvVa
     { name: 'LEASEHOLD_HTTP_PORT', value: String(agentPort) },
   ];
   const fence = sm.spec.fence;
-  env.push({ name: 'LEASEHOLD_FENCE_ACTION', value: fence?.action ?? 'none' });
+  env.push({ name: 'LEASEHOLD_FENCE_ACTION', value: fenceAction });
   if (fence?.process) env.push({ name: 'LEASEHOLD_FENCE_PROCESS', value: fence.process });
   if (fence?.signal) env.push({ name: 'LEASEHOLD_FENCE_SIGNAL', value: fence.signal });
   if (fence?.command) env.push({ name: 'LEASEHOLD_FENCE_COMMAND', value: fence.command });
+  if (fence?.grace) env.push({ name: 'LEASEHOLD_FENCE_GRACE', value: fence.grace });
+  if (fence?.timeout) env.push({ name: 'LEASEHOLD_FENCE_TIMEOUT', value: fence.timeout });
   const check = sm.spec.serverCheck;
   if (check) {
     env.push({ name: 'LEASEHOLD_SERVER_CHECK', value: check.target });

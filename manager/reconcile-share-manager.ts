@@ -25,6 +25,10 @@
  *     one claim wins; a claim whose pod never appears is retried after a timeout measured
  *     from when THIS manager first saw it.
  *  8. status (state, node, pod, leaseHolder) -> written only when it differs.
+ *  9. the `Fencing` condition -> True for a fence that stops the server; False (reason
+ *     FenceDisabled, plus a Warning event once per change) for an explicit
+ *     `spec.fence.action: none`, whose server keeps running after its agent lost the
+ *     lease until the kubelet's liveness backstop stops it.
  *
  * Not guaranteed: at most one live pod at every instant (a claim retried after its
  * timeout may race a very slow creator); the lease gate still lets only one serve.
@@ -33,6 +37,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import type { LeaseRecord } from '../lib/lease-record.ts';
 import { ANNOTATION_POD_REQUEST } from './pod-spec.ts';
 import type {
+  FenceAction,
   ResolvedSpec,
   ShareManager,
   ShareManagerState,
@@ -68,7 +73,40 @@ export type ReconcileAction =
   /** CAS on `lease` (exactly this version): holder emptied, transitions kept. */
   | { kind: 'releaseLease'; lease: LeaseRecord; pod: string; phase: string }
   | { kind: 'claimPodCreation'; requestId: string }
+  /** Set the Fencing condition; `warn`: also record a Warning event with its message. */
+  | { kind: 'setFencingCondition'; condition: FencingCondition; warn: boolean }
   | { kind: 'requeueAfter'; ms: number; reason: string };
+
+export interface FencingCondition {
+  type: 'Fencing';
+  status: 'True' | 'False';
+  reason: string;
+  message: string;
+}
+
+/** What the Fencing condition says for a fence action (step 9). */
+export function fencingCondition(action: FenceAction): FencingCondition {
+  if (action === 'none') {
+    return {
+      type: 'Fencing',
+      status: 'False',
+      reason: 'FenceDisabled',
+      message:
+        'spec.fence.action is none: when the agent loses the lease, the server keeps running until the kubelet stops it (liveness probe on the agent, about T + 2 s later; never while the node is down), so it may serve beside its replacement. Remove spec.fence for the default pod fence.',
+    };
+  }
+  const what: Record<Exclude<FenceAction, 'none'>, string> = {
+    pod: 'every process of the pod but the agent',
+    signal: 'the processes named by spec.fence.process',
+    command: 'spec.fence.command',
+  };
+  return {
+    type: 'Fencing',
+    status: 'True',
+    reason: `Fence${action[0]?.toUpperCase()}${action.slice(1)}`,
+    message: `the agent stops ${what[action]} when it can no longer prove it holds the lease; the kubelet's liveness probe on the agent backs it up`,
+  };
+}
 
 export function isLive(pod: V1Pod): boolean {
   const phase = pod.status?.phase;
@@ -133,6 +171,15 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
     if (live.length === 0) actions.push(...podCreation(s));
   }
   actions.push(...statusIfChanged(s.sm, desiredStatus(s, live, failingOver)));
+  const condition = fencingCondition(s.resolved.fenceAction);
+  const current = s.sm.status?.conditions?.find((c) => c.type === 'Fencing');
+  if (
+    current?.status !== condition.status ||
+    current.reason !== condition.reason ||
+    current.message !== condition.message
+  ) {
+    actions.push({ kind: 'setFencingCondition', condition, warn: condition.status === 'False' });
+  }
   return actions;
 }
 

@@ -4,12 +4,15 @@
  *
  * The CRD schema (charts/leasehold/crds/sharemanagers.leasehold.dev.yaml) rejects
  * missing fields, bad names, bad duration strings and out-of-range values at the API.
- * `resolveSpec` adds the cross-field timing rule (D > T > R, T - R >= retry), with the
- * manager's defaults filled in, and returns a message naming the fields on failure:
- * the reconciler then sets status Error and touches nothing else.
+ * `resolveSpec` adds the cross-field timing rule (D > T > R, T - R >= retry) and the
+ * fence bound (grace < timeout < D - T, lib/fence-timing.ts), with the manager's defaults
+ * filled in, and returns a message naming the fields on failure: the reconciler then
+ * sets status Error and touches nothing else. Without `spec.fence` the fence is `pod`
+ * (every process of the pod but the agent); `none` is honoured only when written.
  */
 import type { V1EnvVar, V1ObjectMeta, V1Toleration } from '@kubernetes/client-node';
 import { formatDuration, parseDuration } from '../lib/env-config.ts';
+import { defaultFenceTiming, fenceTimingProblems } from '../lib/fence-timing.ts';
 import { type LeaseTimings, timingProblem } from './config.ts';
 
 export const SM_GROUP = 'leasehold.dev';
@@ -30,7 +33,14 @@ export interface ShareManagerSpec {
     env?: V1EnvVar[];
   };
   lease?: { duration?: string; renewInterval?: string; renewDeadline?: string; retryPeriod?: string };
-  fence?: { action?: 'signal' | 'command' | 'none'; process?: string; signal?: string; command?: string };
+  fence?: {
+    action?: 'pod' | 'signal' | 'command' | 'none';
+    process?: string;
+    signal?: string;
+    command?: string;
+    grace?: string;
+    timeout?: string;
+  };
   serverCheck?: { target: string; timeout?: string; failures?: number };
   scheduling?: { nodeSelector?: Record<string, string>; tolerations?: V1Toleration[] };
   serviceAccountName?: string;
@@ -77,8 +87,10 @@ export interface ShareManager {
   status?: ShareManagerStatus;
 }
 
+export type FenceAction = NonNullable<NonNullable<ShareManagerSpec['fence']>['action']>;
+
 export type ResolvedSpec =
-  | { ok: true; timings: LeaseTimings; mountPath: string }
+  | { ok: true; timings: LeaseTimings; mountPath: string; fenceAction: FenceAction }
   | { ok: false; message: string };
 
 /** Fills in the manager's default timings and checks the rules the schema cannot express. */
@@ -110,10 +122,41 @@ export function resolveSpec(spec: ShareManagerSpec, defaults: LeaseTimings): Res
   const rule = problems.length === 0 ? timingProblem(timings) : undefined;
   if (rule) problems.push(`spec.lease (defaults filled in from the manager): ${rule}`);
   const fence = spec.fence;
-  if (fence?.action === 'signal' && !fence.process)
+  // No unfenced default: without spec.fence the agent stops every process of the pod.
+  const fenceAction: FenceAction = fence?.action ?? 'pod';
+  if (fenceAction === 'signal' && !fence?.process)
     problems.push('spec.fence.process is required when action is signal');
-  if (fence?.action === 'command' && !fence.command)
+  if (fenceAction === 'command' && !fence?.command)
     problems.push('spec.fence.command is required when action is command');
+  if (fenceAction !== 'none' && problems.length === 0) problems.push(...fenceTimingOf(fence, timings));
   if (problems.length > 0) return { ok: false, message: problems.join('; ') };
-  return { ok: true, timings, mountPath: spec.volume.mountPath ?? '/export' };
+  return { ok: true, timings, mountPath: spec.volume.mountPath ?? '/export', fenceAction };
+}
+
+/** spec.fence.grace/timeout (or their defaults) against D - T: lib/fence-timing.ts. */
+function fenceTimingOf(fence: ShareManagerSpec['fence'], timings: LeaseTimings): string[] {
+  const defaults = defaultFenceTiming(timings.leaseDurationMs, timings.renewDeadlineMs);
+  const parse = (field: 'grace' | 'timeout', fallback: number): number | string => {
+    const text = fence?.[field];
+    if (text === undefined) return fallback;
+    const ms = parseDuration(text);
+    return ms === undefined
+      ? `spec.fence.${field}=${JSON.stringify(text)}: must be a duration such as 500ms or 1s`
+      : ms;
+  };
+  const timeout = parse('timeout', defaults.timeoutMs);
+  if (typeof timeout === 'string') return [timeout];
+  const grace = parse('grace', Math.floor(timeout / 2));
+  if (typeof grace === 'string') return [grace];
+  return fenceTimingProblems(
+    { graceMs: fence?.action === 'command' ? undefined : grace, timeoutMs: timeout },
+    timings,
+    {
+      grace: 'spec.fence.grace',
+      timeout: 'spec.fence.timeout',
+      duration: 'the lease duration',
+      deadline: 'the renew deadline',
+    },
+    formatDuration,
+  );
 }

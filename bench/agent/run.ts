@@ -103,6 +103,8 @@ async function main(): Promise<void> {
         LEASEHOLD_NODE_NAME: 'bench-node',
         LEASEHOLD_HTTP_PORT: '0',
         LEASEHOLD_HTTP_HOST: '127.0.0.1',
+        // On the host, not in a pod: the default `pod` fence would refuse to start here.
+        LEASEHOLD_FENCE_ACTION: 'none',
       },
       stdio: ['ignore', 'pipe', 'inherit'],
     });

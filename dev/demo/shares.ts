@@ -23,6 +23,15 @@ export interface ShareOptions {
   /** Pin the share's pods to a node (spec.scheduling.nodeSelector). */
   node?: string;
   lease?: { duration?: string; renewInterval?: string; renewDeadline?: string; retryPeriod?: string };
+  /** spec.fence; unset = none written, so the manager's default (the `pod` fence) applies. */
+  fence?: {
+    action?: 'pod' | 'signal' | 'command' | 'none';
+    process?: string;
+    signal?: string;
+    command?: string;
+  };
+  /** Extra args of the demo share server (e.g. how it reacts to SIGTERM). */
+  serverArgs?: string[];
 }
 
 export const pvName = (share: string) => `pv-${share}`;
@@ -89,10 +98,10 @@ export async function createShare(sys: System, name: string, opts: ShareOptions 
           volume: { pvc: claim, mountPath: '/export' },
           server: {
             image: `${SHARE_SERVER_IMAGE}:dev`,
-            args: ['--dir=/export'],
+            args: ['--dir=/export', ...(opts.serverArgs ?? [])],
             ports: [{ name: 'http', containerPort: SERVER_PORT, protocol: 'TCP' }],
           },
-          fence: { action: 'signal', process: 'share-server', signal: 'SIGTERM' },
+          ...(opts.fence ? { fence: opts.fence } : {}),
           serviceAccountName: 'leasehold-agent',
           ...(opts.node ? { scheduling: { nodeSelector: { 'kubernetes.io/hostname': opts.node } } } : {}),
           ...(opts.lease ? { lease: opts.lease } : {}),

@@ -52,13 +52,18 @@ export function agentEnv(
     LEASEHOLD_NODE_NAME: 'node-a',
     LEASEHOLD_HTTP_PORT: '0',
     LEASEHOLD_HTTP_HOST: '127.0.0.1',
+    // NB: these agents run on the host, not in a pod: the default `pod` fence would refuse
+    // to start (PID 1 is their ancestor). Tests that fence say which action they want.
+    LEASEHOLD_FENCE_ACTION: 'none',
     ...extra,
   };
 }
 
-/** Spawns `node dist/agent/main.js` with exactly `env` (plus PATH/KUBECONFIG as given). */
-export function spawnAgent(env: Record<string, string>): AgentProcess {
-  const child = spawn(process.execPath, [AGENT_MAIN], {
+/** Spawns `node dist/agent/main.js` with exactly `env` (plus PATH/KUBECONFIG as given), under `wrapper`. */
+export function spawnAgent(env: Record<string, string>, wrapper: readonly string[] = []): AgentProcess {
+  // `wrapper`: a command prefix (e.g. setpriv with fewer capabilities), exec'ing node.
+  const [command, ...args] = [...wrapper, process.execPath, AGENT_MAIN];
+  const child = spawn(command as string, args, {
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,

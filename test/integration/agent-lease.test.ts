@@ -194,7 +194,8 @@ describe('agent loss, fencing and release', () => {
     const signalled = await targetExit;
     assert.equal(signalled.signal, 'SIGTERM');
     assert.ok(signalled.atMs <= exit.atMs + 50, 'the fence signal went out before the agent exited');
-    assert.equal((fenced?.fence as { kind?: string })?.kind, 'signalled');
+    assert.equal((fenced?.fence as { kind?: string })?.kind, 'stopped', 'the target was verified gone');
+    assert.deepEqual((fenced?.fence as { killed?: number[] })?.killed, [], 'SIGTERM sufficed: no SIGKILL');
     assert.ok((fenced?.fenceMs as number) < 100, `signal fence took ${String(fenced?.fenceMs)} ms`);
     t.diagnostic(
       `fenced ${Math.round(exit.atMs - markedAt)} ms after the mark; signal fence took ${String(fenced?.fenceMs)} ms`,

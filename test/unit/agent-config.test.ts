@@ -38,7 +38,9 @@ describe('agent config', () => {
       retryPeriodMs: 500,
       requestTimeoutMs: 1000,
     });
-    assert.deepEqual(config.fence, { action: 'none' });
+    // No unfenced default: every process of the pod but the agent, SIGKILL after 750 ms,
+    // the whole fence within 1.5 s (3/4 of D - T = 2 s).
+    assert.deepEqual(config.fence, { action: 'pod', signal: 'SIGTERM', graceMs: 750, timeoutMs: 1500 });
     assert.equal(config.httpPort, 8081);
     assert.equal(config.logLevel, 'info');
     assert.equal(config.serverCheck, undefined);
@@ -129,7 +131,54 @@ describe('agent config', () => {
       LEASEHOLD_FENCE_ACTION: 'signal',
       LEASEHOLD_FENCE_PROCESS: 'nfsd',
     });
-    assert.deepEqual(config.fence, { action: 'signal', process: 'nfsd', signal: 'SIGTERM' });
+    assert.deepEqual(config.fence, {
+      action: 'signal',
+      process: 'nfsd',
+      signal: 'SIGTERM',
+      graceMs: 750,
+      timeoutMs: 1500,
+    });
+  });
+
+  it('none is kept only when written explicitly', () => {
+    assert.deepEqual(readAgentConfig({ ...BASE, LEASEHOLD_FENCE_ACTION: 'none' }).fence, { action: 'none' });
+  });
+
+  it('fence defaults scale with D - T, so any valid D > T has a valid fence', () => {
+    const config = readAgentConfig({
+      ...BASE,
+      LEASEHOLD_LEASE_DURATION: '30s',
+      LEASEHOLD_RENEW_DEADLINE: '10s',
+    });
+    assert.deepEqual(config.fence, { action: 'pod', signal: 'SIGTERM', graceMs: 7500, timeoutMs: 15000 });
+  });
+
+  it('the fence must end before any verdict: grace < timeout < D - T', () => {
+    assertOneProblem({ LEASEHOLD_FENCE_TIMEOUT: '2s' }, 'LEASEHOLD_FENCE_TIMEOUT=2s', '(2s)', 'declare');
+    assertOneProblem(
+      { LEASEHOLD_FENCE_TIMEOUT: '1s', LEASEHOLD_FENCE_GRACE: '1s' },
+      'LEASEHOLD_FENCE_GRACE=1s',
+      'SIGKILL',
+    );
+    const config = readAgentConfig({
+      ...BASE,
+      LEASEHOLD_FENCE_TIMEOUT: '1900ms',
+      LEASEHOLD_FENCE_GRACE: '0',
+      LEASEHOLD_FENCE_SIGNAL: 'SIGKILL',
+    });
+    assert.deepEqual(config.fence, { action: 'pod', signal: 'SIGKILL', graceMs: 0, timeoutMs: 1900 });
+  });
+
+  it('refuses the renamed LEASEHOLD_FENCE_COMMAND_TIMEOUT instead of ignoring it', () => {
+    assertOneProblem(
+      {
+        LEASEHOLD_FENCE_ACTION: 'command',
+        LEASEHOLD_FENCE_COMMAND: 'true',
+        LEASEHOLD_FENCE_COMMAND_TIMEOUT: '1s',
+      },
+      'LEASEHOLD_FENCE_COMMAND_TIMEOUT',
+      'LEASEHOLD_FENCE_TIMEOUT',
+    );
   });
 
   it('rejects an unknown fence action', () => {
@@ -142,9 +191,9 @@ describe('agent config', () => {
       {
         LEASEHOLD_FENCE_ACTION: 'command',
         LEASEHOLD_FENCE_COMMAND: 'true',
-        LEASEHOLD_FENCE_COMMAND_TIMEOUT: '2s',
+        LEASEHOLD_FENCE_TIMEOUT: '2s',
       },
-      'LEASEHOLD_FENCE_COMMAND_TIMEOUT=2s',
+      'LEASEHOLD_FENCE_TIMEOUT=2s',
       '(2s)',
     );
   });

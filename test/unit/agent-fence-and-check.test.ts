@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { failureReason } from '../../agent/agent-metrics.ts';
-import { processMatches } from '../../agent/fence.ts';
+import { processMatches } from '../../agent/fence-targets.ts';
 import { INITIAL_SERVER_CHECK_STATE, nextServerCheckState } from '../../agent/server-check.ts';
 import { KubeApiError } from '../../lib/errors.ts';
 

@@ -29,6 +29,7 @@ function build(avoid?: { node: string; mode: 'required' | 'preferred' }) {
     sm,
     timings: resolved.timings,
     mountPath: resolved.mountPath,
+    fenceAction: resolved.fenceAction,
     agentImage: 'leasehold.dev/leasehold:dev',
     agentPort: 8081,
     avoid,
@@ -132,6 +133,7 @@ test('the ServiceAccount: the spec names it, else the manager default, else the 
   const common = {
     timings: resolved.timings,
     mountPath: resolved.mountPath,
+    fenceAction: resolved.fenceAction,
     agentImage: 'leasehold.dev/leasehold:dev',
     agentPort: 8081,
     avoid: undefined,
@@ -147,4 +149,84 @@ test('the ServiceAccount: the spec names it, else the manager default, else the 
     'leasehold-agent',
   );
   assert.equal(buildSharePod({ ...common, sm: unnamed }).spec?.serviceAccountName, undefined);
+});
+
+test('no unfenced default: without spec.fence the agent fences the whole pod; none only when written', () => {
+  const bare = { ...sm, spec: { ...sm.spec, fence: undefined } };
+  const resolved = resolveSpec(bare.spec, defaults);
+  assert.ok(resolved.ok);
+  assert.equal(resolved.fenceAction, 'pod');
+  const pod = buildSharePod({
+    sm: bare,
+    timings: resolved.timings,
+    mountPath: resolved.mountPath,
+    fenceAction: resolved.fenceAction,
+    agentImage: 'leasehold.dev/leasehold:dev',
+    agentPort: 8081,
+    avoid: undefined,
+  });
+  const env = pod.spec?.initContainers?.[0]?.env ?? [];
+  assert.equal(env.find((e) => e.name === 'LEASEHOLD_FENCE_ACTION')?.value, 'pod');
+  const none = resolveSpec({ ...sm.spec, fence: { action: 'none' } }, defaults);
+  assert.ok(none.ok);
+  assert.equal(none.fenceAction, 'none');
+});
+
+test('the agent may signal a root server: uid 0, every capability dropped but KILL, read-only, no escalation', () => {
+  const agent = build().spec?.initContainers?.[0];
+  assert.deepEqual(agent?.securityContext, {
+    runAsUser: 0,
+    runAsGroup: 0,
+    runAsNonRoot: false,
+    allowPrivilegeEscalation: false,
+    readOnlyRootFilesystem: true,
+    capabilities: { drop: ['ALL'], add: ['KILL'] },
+    seccompProfile: { type: 'RuntimeDefault' },
+  });
+});
+
+test('the kubelet backstop: the server is live only while the agent proves the lease (/readyz), 1 s period, 1 failure, 1 s grace', () => {
+  const server = build().spec?.containers?.[0];
+  assert.deepEqual(server?.livenessProbe, {
+    httpGet: { path: '/readyz', port: 8081 },
+    periodSeconds: 1,
+    timeoutSeconds: 1,
+    failureThreshold: 1,
+    successThreshold: 1,
+    terminationGracePeriodSeconds: 1,
+  });
+});
+
+test('spec.fence.grace/timeout: passed to the agent, and held to grace < timeout < D - T', () => {
+  // D = 8 s, T = 5 s in `sm`: the fence must end within 3 s.
+  const ok = resolveSpec({ ...sm.spec, fence: { action: 'pod', grace: '1s', timeout: '2500ms' } }, defaults);
+  assert.ok(ok.ok);
+  const tooLong = resolveSpec({ ...sm.spec, fence: { timeout: '3s' } }, defaults);
+  assert.ok(!tooLong.ok);
+  assert.match(
+    tooLong.message,
+    /spec\.fence\.timeout=3s must be shorter than the lease duration minus the renew deadline \(3s\)/,
+  );
+  const graceTooLong = resolveSpec({ ...sm.spec, fence: { grace: '2s', timeout: '2s' } }, defaults);
+  assert.ok(!graceTooLong.ok);
+  assert.match(graceTooLong.message, /spec\.fence\.grace=2s must be shorter than spec\.fence\.timeout=2s/);
+  const garbage = resolveSpec({ ...sm.spec, fence: { grace: 'soon' } }, defaults);
+  assert.ok(!garbage.ok);
+  assert.match(garbage.message, /spec\.fence\.grace="soon"/);
+  const withFence = {
+    ...sm,
+    spec: { ...sm.spec, fence: { action: 'pod' as const, grace: '1s', timeout: '2500ms' } },
+  };
+  const pod = buildSharePod({
+    sm: withFence,
+    timings: ok.timings,
+    mountPath: ok.mountPath,
+    fenceAction: ok.fenceAction,
+    agentImage: 'leasehold.dev/leasehold:dev',
+    agentPort: 8081,
+    avoid: undefined,
+  });
+  const env = pod.spec?.initContainers?.[0]?.env ?? [];
+  assert.equal(env.find((e) => e.name === 'LEASEHOLD_FENCE_GRACE')?.value, '1s');
+  assert.equal(env.find((e) => e.name === 'LEASEHOLD_FENCE_TIMEOUT')?.value, '2500ms');
 });

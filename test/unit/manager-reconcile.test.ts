@@ -2,7 +2,11 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
 import { fromWire } from '../../lib/lease-record.ts';
-import { decideShareManager, type ShareManagerSnapshot } from '../../manager/reconcile-share-manager.ts';
+import {
+  decideShareManager,
+  fencingCondition,
+  type ShareManagerSnapshot,
+} from '../../manager/reconcile-share-manager.ts';
 import { resolveSpec, type ShareManager } from '../../manager/share-manager-spec.ts';
 
 const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };
@@ -30,11 +34,15 @@ const pod = (name: string, phase = 'Running', node = 'n1', request?: string): V1
   status: { phase },
 });
 
+/** A snapshot; the ShareManager's Fencing condition is current unless `over.sm` has conditions. */
 function snap(over: Partial<ShareManagerSnapshot> = {}): ShareManagerSnapshot {
-  const s = over.sm ?? sm;
+  const given = over.sm ?? sm;
+  const resolved = resolveSpec(given.spec, defaults);
+  const conditions =
+    given.status?.conditions ?? (resolved.ok ? [fencingCondition(resolved.fenceAction)] : []);
+  const s = { ...given, status: { ...given.status, conditions } };
   return {
-    sm: s,
-    resolved: resolveSpec(s.spec, defaults),
+    resolved,
     lease: lease('vol-a'),
     serviceKnown: true,
     pods: [pod('vol-a')],
@@ -44,6 +52,7 @@ function snap(over: Partial<ShareManagerSnapshot> = {}): ShareManagerSnapshot {
     failoverRunning: false,
     newRequestId: 'req-2',
     ...over,
+    sm: s,
   };
 }
 
@@ -188,4 +197,38 @@ test('a lease freed while this manager runs a failover machine (mark in flight) 
     actions.map((a) => a.kind),
     ['releaseLease', 'setStatus'],
   );
+});
+
+test('the Fencing condition: set when missing or stale; an explicit none is False with a Warning event', () => {
+  const running = {
+    ...sm,
+    status: {
+      state: 'Running' as const,
+      message: '',
+      node: 'n1',
+      pod: 'vol-a',
+      leaseHolder: 'vol-a',
+      observedGeneration: 1,
+    },
+  };
+  const missing = decideShareManager(
+    snap({ sm: { ...running, status: { ...running.status, conditions: [] } } }),
+  );
+  assert.deepEqual(missing, [
+    { kind: 'setFencingCondition', condition: fencingCondition('pod'), warn: false },
+  ]);
+  assert.equal(fencingCondition('pod').status, 'True');
+
+  const unfenced = { ...running, spec: { ...running.spec, fence: { action: 'none' as const } } };
+  const actions = decideShareManager(
+    snap({ sm: { ...unfenced, status: { ...running.status, conditions: [fencingCondition('pod')] } } }),
+  );
+  assert.deepEqual(actions, [
+    { kind: 'setFencingCondition', condition: fencingCondition('none'), warn: true },
+  ]);
+  assert.equal(fencingCondition('none').status, 'False');
+  assert.equal(fencingCondition('none').reason, 'FenceDisabled');
+
+  // Once the condition says so, nothing more (no event per pass).
+  assert.deepEqual(decideShareManager(snap({ sm: unfenced })), []);
 });

@@ -1,0 +1,74 @@
+/**
+ * Fencing on the whole system (3 simulated nodes, a manager on each, the chart installed
+ * by helm), default lease timings (D 6 s, R 2 s, T 4 s): the node serving a share is cut
+ * from the API server, a manager fails the share over, and the old server must stop
+ * before the replacement serves — by the default `pod` fence (no spec.fence), or, when
+ * the fence cannot reach the server, by the kubelet's liveness backstop.
+ * Each asserts that the serving windows never overlap and that no acknowledged record is
+ * lost, and prints when the old server stopped and the new one started.
+ * NB: kube-controller-manager runs with --attach-detach-reconcile-sync-period=2s, so the
+ * times measure leasehold, not that controller's 1 min default sync.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { createShare, pvName, waitServing } from '../../dev/demo/shares.ts';
+import { sleep } from '../../lib/clock.ts';
+import { assertNoOverlap, assertRecordsKept, faultAndWaitForReplacement, useSystem } from './e2e-support.ts';
+
+const system = useSystem({ nodes: 3, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
+
+test('shares start and serve', { timeout: 120_000 }, async () => {
+  await createShare(system(), 'nofence-a');
+  await createShare(system(), 'miss-b', { fence: { action: 'signal', process: 'no-such-server' } });
+  await waitServing(system(), 'nofence-a', 90_000);
+  await waitServing(system(), 'miss-b', 90_000);
+  await sleep(2_000); // some records on each volume
+});
+
+/** Partitions the share's node, waits for the replacement, returns the old and new windows. */
+async function partitionAndFailOver(share: string) {
+  const sys = system();
+  const r = await faultAndWaitForReplacement(
+    sys,
+    share,
+    async (node) => sys.sim.node(node).partition('stall'),
+    90_000,
+    'partitioned from the API server',
+  );
+  const windows = sys.sim.servingWindows(pvName(share));
+  const old = windows.find((w) => w.id === r.before.pod);
+  const fresh = windows.find((w) => w.id === r.after.pod);
+  assert.ok(old && fresh, 'a serving window of the old and of the new pod');
+  assert.ok(old.stopMonoMs !== undefined, 'the old server stopped while its node was cut off');
+  const gapMs = fresh.startMonoMs - old.stopMonoMs;
+  const exit = sys.sim.exits.find((e) => e.pod === r.before.pod && e.container === 'server');
+  process.stderr.write(
+    `${share}: partition to replacement serving ${r.toServingS.toFixed(2)} s; old server stopped ${gapMs.toFixed(0)} ms before the new one started (exit ${JSON.stringify(exit)})\n`,
+  );
+  assert.ok(gapMs > 0, `the old server stopped before the new one started (gap ${gapMs.toFixed(0)} ms)`);
+  sys.sim.node(r.before.node).heal();
+  await sleep(3_000);
+  assertNoOverlap(sys, share);
+  await assertRecordsKept(r.after, r.acked);
+  return { r, old, fresh };
+}
+
+test('no spec.fence: the default pod fence stops the partitioned server before its replacement serves', {
+  timeout: 180_000,
+}, async () => {
+  const { old } = await partitionAndFailOver('nofence-a');
+  assert.match(old.reason ?? '', /SIGTERM/, 'stopped by the agent (the pod fence SIGTERMs first)');
+});
+
+test('signals made to fail (the fence names no running process): the kubelet backstop stops the server in time', {
+  timeout: 180_000,
+}, async () => {
+  const { r, old } = await partitionAndFailOver('miss-b');
+  // The agent's fence found nothing to signal; what stopped the server is the liveness
+  // probe on the agent's /readyz, run by the (partitioned but alive) kubelet.
+  const sys = system();
+  const fenceLine = sys.sim.exits.filter((e) => e.pod === r.before.pod && e.container === 'agent').at(0);
+  assert.ok(fenceLine, 'the agent exited (fenced)');
+  assert.equal(fenceLine.code, 1, 'the agent fenced (exit 1)');
+  assert.match(old.reason ?? '', /SIGTERM/, "the kubelet's kill (SIGTERM first)");
+});
