@@ -78,9 +78,9 @@ function sharePod(name: string, lease: string): V1Pod {
           args: ['agent'],
           restartPolicy: 'Always',
           // NB: as on a real node, the image's uid 65532 may not signal the root share
-          // server (EPERM), and `add: [KILL]` does nothing for a non-root uid. The
-          // server's own uid may, without any capability (the kernel's same-uid rule).
-          securityContext: { runAsUser: 0, capabilities: { drop: ['ALL'] } },
+          // server (EPERM), and `add: [KILL]` does nothing for a non-root uid; the agent's
+          // preflight asks for CAP_KILL, so: uid 0 with only CAP_KILL (as manager/pod-spec.ts).
+          securityContext: { runAsUser: 0, capabilities: { drop: ['ALL'], add: ['KILL'] } },
           env: [
             { name: 'LEASEHOLD_LEASE_NAMESPACE', ...field('metadata.namespace') },
             { name: 'LEASEHOLD_LEASE_NAME', value: lease },

@@ -6,8 +6,10 @@
  * usable by their user (the agent as 65532 reads its token kubeconfig and holds its
  * lease; a share server as uid 1000 writes its emptyDir). Then the kernel's own
  * signal permission, through the very wrapper the kubelet uses (PodSandbox.run, a
- * marked test seam): EPERM exactly where a real node gives EPERM; and so the real
- * agent, left at its image's uid 65532, cannot fence the root share server.
+ * marked test seam): EPERM exactly where a real node gives EPERM; and the real agent
+ * sees the credentials a real node gives it: at its image's uid 65532 (even with
+ * `add: [KILL]`) its preflight finds no CAP_KILL and it never acquires, so the server
+ * never starts; as uid 0 with only CAP_KILL it acquires and its fence stops the server.
  */
 
 import assert from 'node:assert/strict';
@@ -110,6 +112,8 @@ function agentContainer(securityContext?: V1Container['securityContext']): V1Con
       { name: 'LEASEHOLD_POD_NAME', ...field('metadata.name') },
       { name: 'LEASEHOLD_NODE_NAME', ...field('spec.nodeName') },
       { name: 'LEASEHOLD_HTTP_PORT', value: '8081' },
+      // Holds a lease without fencing: its preflight would refuse a fence it cannot do.
+      { name: 'LEASEHOLD_FENCE_ACTION', value: 'none' },
     ],
     ports: [{ containerPort: 8081 }],
     readinessProbe: { httpGet: { path: '/readyz', port: 8081 }, periodSeconds: 1 },
@@ -414,10 +418,10 @@ test("the kernel's signal permission through the kubelet's own wrapper: EPERM wh
   }
 });
 
-test("the real agent at its image's uid 65532 cannot fence the root share server: EPERM, the server serves on", async (t) => {
-  const agent = agentContainer();
-  const body: V1Pod = {
-    metadata: { name: 'share-eperm', namespace: 'default' },
+function fencingPod(name: string, securityContext?: V1Container['securityContext']): V1Pod {
+  const agent = agentContainer(securityContext);
+  return {
+    metadata: { name, namespace: 'default' },
     spec: {
       nodeSelector: { 'kubernetes.io/hostname': 'sim-u' },
       serviceAccountName: 'share-agent',
@@ -428,9 +432,9 @@ test("the real agent at its image's uid 65532 cannot fence the root share server
           ...agent,
           restartPolicy: 'Always',
           readinessProbe: undefined,
-          startupProbe: { httpGet: { path: '/readyz', port: 8081 }, periodSeconds: 1, failureThreshold: 60 },
+          startupProbe: { httpGet: { path: '/readyz', port: 8081 }, periodSeconds: 1, failureThreshold: 600 },
           env: [
-            ...(agent.env ?? []),
+            ...(agent.env ?? []).filter((e) => e.name !== 'LEASEHOLD_FENCE_ACTION'),
             { name: 'LEASEHOLD_FENCE_ACTION', value: 'signal' },
             { name: 'LEASEHOLD_FENCE_PROCESS', value: 'share-server' },
           ],
@@ -440,30 +444,66 @@ test("the real agent at its image's uid 65532 cannot fence the root share server
       volumes: [{ name: 'data', emptyDir: {} }],
     },
   };
-  const { pod: ready } = await readyPod(body);
+}
+
+test("the real agent at its image's uid 65532, even with add KILL, finds no CAP_KILL and never acquires; the server never starts", async (t) => {
+  const cases: Array<[string, V1Container['securityContext']]> = [
+    ['fence-plain', undefined],
+    ['fence-add-kill', { capabilities: { drop: ['ALL'], add: ['KILL'] } }],
+  ];
+  for (const [name, sc] of cases) {
+    await core().createNamespacedPod({ namespace: 'default', body: fencingPod(name, sc) });
+  }
+  for (const name of ['fence-plain', 'fence-add-kill']) {
+    const pod = await eventually(`${name}: its agent running`, async () => {
+      const p = await core().readNamespacedPod({ namespace: 'default', name });
+      return p.status?.initContainerStatuses?.[0]?.state?.running ? p : undefined;
+    });
+    const logPath = join(sim().root, 'pods', pod.metadata?.uid ?? '', 'logs', 'agent.log');
+    const line = await eventually(`${name}: the agent says it cannot fence`, async () =>
+      readFileSync(logPath, 'utf8')
+        .split('\n')
+        .find((l) => l.includes('cannot fence')),
+    );
+    t.diagnostic(`${name}: ${line.slice(0, 260)}`);
+    assert.match(line, /needs CAP_KILL, and the agent \(uid 65532\) has effective capabilities 0x0/);
+    const latest = await core().readNamespacedPod({ namespace: 'default', name });
+    assert.equal(latest.status?.initContainerStatuses?.[0]?.started, false, 'never started: no lease');
+    assert.ok(latest.status?.containerStatuses?.[0]?.state?.waiting, 'the server was never started');
+    assert.equal(sim().exits.filter((e) => e.pod === name).length, 0);
+  }
   const coordination = (running as { cluster: Cluster }).cluster.kubeConfig.makeApiClient(
     k8s.CoordinationV1Api,
   );
-  const lease = await coordination.readNamespacedLease({ namespace: 'default', name: 'share-eperm' });
+  const leases = await coordination.listNamespacedLease({ namespace: 'default' });
+  assert.equal(
+    leases.items.some((l) => l.metadata?.name?.startsWith('fence-')),
+    false,
+    'no lease was acquired',
+  );
+});
+
+test('the real agent as uid 0 with only CAP_KILL acquires, and its fence stops the root server', async () => {
+  const { pod: ready } = await readyPod(
+    fencingPod('fence-root-kill', { runAsUser: 0, capabilities: { drop: ['ALL'], add: ['KILL'] } }),
+  );
+  const coordination = (running as { cluster: Cluster }).cluster.kubeConfig.makeApiClient(
+    k8s.CoordinationV1Api,
+  );
+  const lease = await coordination.readNamespacedLease({ namespace: 'default', name: 'fence-root-kill' });
   lease.metadata = {
     ...lease.metadata,
     annotations: { ...lease.metadata?.annotations, [ANNOTATION_DELINQUENT]: new Date().toISOString() },
   };
-  await coordination.replaceNamespacedLease({ namespace: 'default', name: 'share-eperm', body: lease });
-  const fenced = await eventually(
-    'the agent fenced and exited',
-    async () => sim().exits.find((e) => e.pod === 'share-eperm' && e.container === 'agent'),
+  await coordination.replaceNamespacedLease({ namespace: 'default', name: 'fence-root-kill', body: lease });
+  const stopped = await eventually(
+    'the server fenced',
+    async () => sim().exits.find((e) => e.pod === 'fence-root-kill' && e.container === 'server'),
     20_000,
   );
-  assert.equal(fenced.code, 1, 'the agent exits as fenced');
-  const log = readFileSync(join(sim().root, 'pods', ready.metadata?.uid ?? '', 'logs', 'agent.log'), 'utf8');
-  const line = log.split('\n').find((l) => l.includes('"signal-failed"'));
-  t.diagnostic(`agent: ${line?.slice(0, 300)}`);
-  assert.match(line ?? '', /EPERM/, 'its kill() of the root server was refused');
+  assert.equal(stopped.code, 0, "the server stopped on the fence's SIGTERM");
   const windows = sim().servingWindowsIn(
     join(sim().root, 'pods', ready.metadata?.uid ?? '', 'volumes', 'data'),
   );
-  assert.equal(windows[0]?.stopMonoMs, undefined, 'the server kept serving: the fence did not hold');
-  const port = sim().hostPort('default', 'share-eperm', 8080);
-  assert.equal((await fetch(`http://127.0.0.1:${port}/healthz`)).status, 200);
+  assert.match(windows[0]?.reason ?? '', /SIGTERM/);
 });
