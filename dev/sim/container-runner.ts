@@ -47,6 +47,9 @@ export interface ContainerView {
  * Why a container process ended: `exited` on its own; `liveness` / `startup` killed
  * after that probe failed; `stopped` by the kubelet (pod deletion, or a sidecar after
  * the main containers ended); `killed` with its sandbox (force delete, node crash).
+ * NB: it is the kubelet's first decision to end the process, not proof of what ended
+ * it: a server that a fence SIGTERMed while the kubelet was already killing it for a
+ * failed liveness probe shows `liveness` (both races happen in sim-fence.test.ts).
  */
 export type ExitReason = 'exited' | 'liveness' | 'startup' | 'stopped' | 'killed';
 
