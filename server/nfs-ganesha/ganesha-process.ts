@@ -33,15 +33,16 @@ export interface GaneshaProcess {
   stop(killAfterMs: number): void;
   /** True once stop() had to SIGKILL. */
   readonly killed: boolean;
-  /** ganesha's last FATAL/CRIT/MAJ lines (oldest first), known start-up noise left out. */
+  /** ganesha's last FATAL/CRIT/MAJ/WARN lines (oldest first), known start-up noise left out. */
   errorLines(): string[];
   /** Lines where ganesha reported a config error (it then goes on, without the block). */
   configErrors(): string[];
 }
 
 // ganesha always logs these without dbus, Kerberos or rpcbind; they explain nothing.
-const NOISE = [/:DBUS :/, /gssd_refresh_krb5|krb5|keytab/i, /Cannot register NFS V4/];
-const ERROR_LINE = / :(FATAL|CRIT|MAJ) :/;
+const NOISE = [/:DBUS :/, /gssd_refresh_krb5|krb5|keytab|default realm/i, /Cannot register NFS V4/, /RADOS/];
+// WARN too: ganesha often says why in a WARN line before the FATAL one (a port in use).
+const ERROR_LINE = / :(FATAL|CRIT|MAJ|WARN) :/;
 // NB: ganesha does not exit on a bad block: it logs and serves without it (an EXPORT with
 // an error means no export at all), so these lines fail the start.
 const CONFIG_ERROR_LINE = /:CONFIG :(FATAL|CRIT|MAJ) :|No export entries found/;
