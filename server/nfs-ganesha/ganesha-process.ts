@@ -149,7 +149,11 @@ export async function waitServing(
   let last = 'no probe yet';
   while (clock.now() - startedAtMs < config.startTimeoutMs) {
     if (exit !== undefined) throw startFailure(config, ganesha, exit);
-    const outcome = await probeRpcNull(host, config.port, version, 1_000);
+    // NB: raced with ganesha's exit: a probe may hang on someone else's listener (port in use).
+    const outcome = await Promise.race([
+      probeRpcNull(host, config.port, version, 1_000),
+      ganesha.exited.then(() => ({ kind: 'unreachable', detail: 'ganesha exited' }) as const),
+    ]);
     if (outcome.kind === 'accepted') {
       const servingMs = clock.now() - startedAtMs;
       // ganesha parsed its config before it bound the port, so those lines are in our
