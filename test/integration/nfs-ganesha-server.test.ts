@@ -9,7 +9,16 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import {
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -228,6 +237,41 @@ describe('nfs-ganesha server (real ganesha.nfsd, libnfs client)', () => {
       server.lines.map((l) => l.msg).join(' | '),
     );
     assert.equal(server.ganeshaPid(), undefined);
+  });
+
+  it('exits 3 when the recovery directory is on another file system (an emptyDir mounted there)', async (t) => {
+    const { exportPath, runDir } = await volume('recovery-elsewhere');
+    // /dev/shm is a tmpfs, unlike the temp dir: a symlink stands in for a mount.
+    const elsewhere = mkdtempSync('/dev/shm/leasehold-nfs-recovery-');
+    t.after(() => rmSync(elsewhere, { recursive: true, force: true }));
+    assert.notEqual(statSync(elsewhere).dev, statSync(exportPath).dev, 'needs two file systems');
+    symlinkSync(elsewhere, join(exportPath, RECOVERY));
+    const server = spawnNfsServer(serverEnv(exportPath, runDir, await freePort()));
+    const exit = await server.exited;
+    assert.deepEqual([exit.code, exit.signal], [3, null]);
+    assert.ok(
+      server.lines.some((l) =>
+        /LEASEHOLD_NFS_RECOVERY_DIR: .* is on another file system .* client recovery state would not move with the volume/.test(
+          String(l.msg),
+        ),
+      ),
+      server.lines.map((l) => l.msg).join(' | '),
+    );
+    assert.equal(server.ganeshaPid(), undefined);
+  });
+
+  it('exits 3 when the stored server identity is damaged, and never replaces it', async () => {
+    const { exportPath, runDir } = await volume('bad-identity');
+    mkdirSync(join(exportPath, RECOVERY));
+    writeFileSync(join(exportPath, RECOVERY, 'server-owner'), 'not an identity\n');
+    const server = spawnNfsServer(serverEnv(exportPath, runDir, await freePort()));
+    const exit = await server.exited;
+    assert.deepEqual([exit.code, exit.signal], [3, null]);
+    assert.ok(
+      server.lines.some((l) => String(l.msg).includes('holds "not an identity"')),
+      server.lines.map((l) => l.msg).join(' | '),
+    );
+    assert.equal(readFileSync(join(exportPath, RECOVERY, 'server-owner'), 'utf8'), 'not an identity\n');
   });
 
   it('exits 3 naming the setting when ganesha cannot be run', async () => {
