@@ -63,7 +63,7 @@ async function main(): Promise<number> {
   onStop = () => ganesha.stop(config.stopTimeoutMs);
   log.info(
     {
-      pid: ganesha.pid,
+      ganeshaPid: ganesha.pid,
       config: prepared.configPath,
       pseudo: config.pseudoPath,
       port: config.port,

@@ -106,7 +106,7 @@ export function spawnNfsServer(env: Record<string, string>): NfsServerProcess {
       }),
   );
   const ganeshaPid = () => {
-    const pid = lines.find((l) => l.msg === 'ganesha started')?.pid;
+    const pid = lines.find((l) => l.msg === 'ganesha started')?.ganeshaPid;
     return typeof pid === 'number' ? pid : undefined;
   };
   started.push(async () => {
