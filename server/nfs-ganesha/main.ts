@@ -1,0 +1,120 @@
+/**
+ * Entry point of the shipped NFS server (image leasehold.dev/nfs-ganesha): only wiring.
+ * Reads the env (config.ts), checks the volume and writes the rendered config
+ * (volume.ts, ganesha-conf.ts), runs ganesha.nfsd in the foreground (ganesha-process.ts)
+ * and logs `serving` once it answers NFS. SIGTERM or SIGINT is forwarded to ganesha as
+ * SIGTERM (its clean stop); the process exits once ganesha is gone, never before.
+ * Exit codes: exit-codes.ts. Env vars: config.ts and README.md.
+ *
+ * Our own lines are JSON on stdout (component nfs-server); ganesha's lines pass through
+ * in ganesha's format. The agent's signal fence can target `ganesha.nfsd` (stops the
+ * server directly, this process then exits 1) or `leasehold-nfs`, this process's title
+ * (stops it the clean way, exit 0).
+ */
+import { systemClock } from '../../lib/clock.ts';
+import { ConfigError } from '../../lib/errors.ts';
+import { createLogger } from '../../lib/logger.ts';
+import { type NfsServerConfig, readNfsServerConfig } from './config.ts';
+import { EXIT_CONFIG, EXIT_ENDED, EXIT_START_FAILED, EXIT_STOPPED, ServerStartError } from './exit-codes.ts';
+import { renderGaneshaConfig } from './ganesha-conf.ts';
+import { describeExit, startGanesha, waitServing } from './ganesha-process.ts';
+import { prepareServer } from './volume.ts';
+
+process.title = 'leasehold-nfs';
+
+async function main(): Promise<number> {
+  let config: NfsServerConfig;
+  try {
+    config = readNfsServerConfig(process.env);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(`leasehold nfs-server: ${err.message}\n`);
+    return EXIT_CONFIG;
+  }
+  const clock = systemClock;
+  const log = createLogger('nfs-server').child({ export: config.exportPath });
+
+  // Handlers first: a stop requested while ganesha starts must still stop it cleanly.
+  let stopRequest: { signal: NodeJS.Signals; atMs: number } | undefined;
+  // NB: read through a call: TypeScript's narrowing does not see the handler's assignment.
+  const stopRequested = () => stopRequest;
+  let onStop: () => void = () => {};
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.on(signal, () => {
+      if (stopRequest) return;
+      stopRequest = { signal, atMs: clock.now() };
+      log.info({ signal }, 'stop requested: forwarding SIGTERM to ganesha');
+      onStop();
+    });
+  }
+
+  let prepared: ReturnType<typeof prepareServer>;
+  try {
+    prepared = prepareServer(config, (owner) => renderGaneshaConfig(config, owner));
+  } catch (err) {
+    if (!(err instanceof ServerStartError)) throw err;
+    log.fatal({ code: err.code }, `could not start: ${err.message}`);
+    return EXIT_START_FAILED;
+  }
+  if (stopRequested()) return EXIT_STOPPED;
+
+  const startedAtMs = clock.now();
+  const ganesha = startGanesha(config, prepared);
+  onStop = () => ganesha.stop(config.stopTimeoutMs);
+  log.info(
+    {
+      ganeshaPid: ganesha.pid,
+      config: prepared.configPath,
+      pseudo: config.pseudoPath,
+      port: config.port,
+      bind: config.bindAddr,
+      versions: config.versions,
+      gracePeriodS: config.gracePeriodS,
+      leaseLifetimeS: config.leaseLifetimeS,
+      recoveryRoot: config.recoveryRoot,
+      serverOwner: prepared.serverOwner,
+      serverOwnerSource: prepared.serverOwnerSource,
+    },
+    'ganesha started',
+  );
+
+  try {
+    const startMs = await waitServing(config, ganesha, clock, startedAtMs);
+    log.info({ startMs: Math.round(startMs) }, 'serving');
+  } catch (err) {
+    if (!(err instanceof ServerStartError)) throw err;
+    if (!stopRequested()) {
+      ganesha.stop(config.stopTimeoutMs);
+      await ganesha.exited;
+      log.fatal({ code: err.code }, `could not start: ${err.message}`);
+      return EXIT_START_FAILED;
+    }
+  }
+
+  const exit = await ganesha.exited;
+  const requested = stopRequested();
+  if (requested) {
+    const stopMs = Math.round(clock.now() - requested.atMs);
+    const clean = exit.kind === 'exited' && exit.code === 0 && !ganesha.killed;
+    if (clean) log.info({ stopMs }, 'stopped: ganesha exited cleanly');
+    else
+      log.error(
+        { stopMs, killed: ganesha.killed, errors: ganesha.errorLines() },
+        `stop failed: ganesha ${ganesha.killed ? `did not exit within LEASEHOLD_NFS_STOP_TIMEOUT=${config.stopTimeoutMs}ms and was killed` : describeExit(exit)}`,
+      );
+    return clean ? EXIT_STOPPED : EXIT_ENDED;
+  }
+  log.error({ errors: ganesha.errorLines() }, `ganesha ${describeExit(exit)} while serving`);
+  return EXIT_ENDED;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    process.stderr.write(
+      `leasehold nfs-server: failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+    );
+    // The exit hook of ganesha-process.ts kills a running ganesha.
+    process.exit(EXIT_ENDED);
+  },
+);

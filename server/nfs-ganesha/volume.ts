@@ -1,0 +1,156 @@
+/**
+ * What the server needs from the volume and the pod before ganesha starts, checked once
+ * at start, each failure a ServerStartError naming the setting and what was found:
+ *  - the export directory exists and is a directory (is the volume mounted?);
+ *  - the recovery directory can be created in it (so the volume is writable) and is on
+ *    the export's file system (same st_dev), so client recovery state moves with the
+ *    volume to the replacement;
+ *  - the server identity: LEASEHOLD_NFS_SERVER_OWNER when set, else the one stored on the
+ *    volume (`<recovery dir>/server-owner`), created once as `leasehold-<random UUID>`.
+ *    Stored on the volume, it is the same in every incarnation on every node and differs
+ *    between volumes without any setting (ganesha-conf.ts says why both matter);
+ *  - the run directory (rendered config, pid file) is writable.
+ *
+ * Invariant: the identity file is written to a temporary name, fsynced, then renamed and
+ * the directory fsynced, so a node crash leaves it absent or whole, never empty. A file
+ * that is there but holds no valid identity is an error, never silently replaced (clients
+ * may hold state under the identity it had).
+ */
+import { randomUUID } from 'node:crypto';
+import {
+  closeSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { join } from 'node:path';
+import type { NfsServerConfig } from './config.ts';
+import { ServerStartError } from './exit-codes.ts';
+
+export const IDENTITY_FILE = 'server-owner';
+const IDENTITY = /^[A-Za-z0-9._:-]{1,128}$/;
+
+export interface PreparedServer {
+  serverOwner: string;
+  /** Where it came from, for the start log line. */
+  serverOwnerSource: 'env' | 'volume' | 'created';
+  configPath: string;
+  pidPath: string;
+}
+
+/** Checks the volume, resolves the identity and writes the rendered config. */
+export function prepareServer(
+  config: NfsServerConfig,
+  render: (serverOwner: string) => string,
+): PreparedServer {
+  const exportDev = checkExportDir(config.exportPath);
+  const recoveryDev = ensureDir(config.recoveryRoot, 'LEASEHOLD_NFS_RECOVERY_DIR');
+  if (recoveryDev !== exportDev) {
+    throw new ServerStartError(
+      `LEASEHOLD_NFS_RECOVERY_DIR: ${config.recoveryRoot} is on another file system (device ${recoveryDev}) than LEASEHOLD_NFS_EXPORT_PATH=${config.exportPath} (device ${exportDev}): client recovery state would not move with the volume`,
+    );
+  }
+  const { serverOwner, source } =
+    config.serverOwner === undefined
+      ? volumeIdentity(config.recoveryRoot)
+      : { serverOwner: config.serverOwner, source: 'env' as const };
+  ensureDir(config.runDir, 'LEASEHOLD_NFS_RUN_DIR');
+  const configPath = join(config.runDir, 'ganesha.conf');
+  try {
+    writeFileSync(configPath, render(serverOwner), { mode: 0o644 });
+  } catch (err) {
+    throw new ServerStartError(
+      `LEASEHOLD_NFS_RUN_DIR=${config.runDir}: cannot write ${configPath}: ${(err as Error).message}`,
+      { cause: err },
+    );
+  }
+  return { serverOwner, serverOwnerSource: source, configPath, pidPath: join(config.runDir, 'ganesha.pid') };
+}
+
+/** The export's device number; throws when it is missing or not a directory. */
+function checkExportDir(path: string): number {
+  let stat: ReturnType<typeof statSync>;
+  try {
+    stat = statSync(path);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new ServerStartError(
+      code === 'ENOENT'
+        ? `LEASEHOLD_NFS_EXPORT_PATH=${path}: the directory does not exist (is the volume mounted there?)`
+        : `LEASEHOLD_NFS_EXPORT_PATH=${path}: cannot stat it: ${(err as Error).message}`,
+      { cause: err },
+    );
+  }
+  if (!stat.isDirectory())
+    throw new ServerStartError(`LEASEHOLD_NFS_EXPORT_PATH=${path}: is not a directory`);
+  return stat.dev;
+}
+
+/** Creates `path` (and parents) when missing; returns its device number. */
+function ensureDir(path: string, setting: string): number {
+  try {
+    mkdirSync(path, { recursive: true, mode: 0o755 });
+    const stat = statSync(path);
+    if (!stat.isDirectory()) throw new Error('exists and is not a directory');
+    return stat.dev;
+  } catch (err) {
+    throw new ServerStartError(
+      `${setting}: cannot create the directory ${path} (is the volume writable?): ${(err as Error).message}`,
+      { cause: err },
+    );
+  }
+}
+
+function volumeIdentity(recoveryRoot: string): { serverOwner: string; source: 'volume' | 'created' } {
+  const path = join(recoveryRoot, IDENTITY_FILE);
+  const existing = readIdentity(path);
+  if (existing !== undefined) return { serverOwner: existing, source: 'volume' };
+  const serverOwner = `leasehold-${randomUUID()}`;
+  const tmp = `${path}.tmp-${process.pid}`;
+  try {
+    const fd = openSync(tmp, 'w', 0o644);
+    try {
+      writeFileSync(fd, `${serverOwner}\n`);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, path);
+    const dir = openSync(recoveryRoot, 'r');
+    try {
+      fsyncSync(dir);
+    } finally {
+      closeSync(dir);
+    }
+  } catch (err) {
+    throw new ServerStartError(
+      `LEASEHOLD_NFS_RECOVERY_DIR: cannot store the server identity in ${path}: ${(err as Error).message}`,
+      { cause: err },
+    );
+  }
+  return { serverOwner, source: 'created' };
+}
+
+/** The stored identity; undefined when there is no file yet. */
+function readIdentity(path: string): string | undefined {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw new ServerStartError(`cannot read the server identity ${path}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+  const value = text.trim();
+  if (!IDENTITY.test(value)) {
+    throw new ServerStartError(
+      `the server identity ${path} holds ${JSON.stringify(value.slice(0, 60))}, not 1 to 128 letters, digits, ".", "_", ":" or "-": fix or remove it (clients may hold state under the old identity), or set LEASEHOLD_NFS_SERVER_OWNER`,
+    );
+  }
+  return value;
+}
