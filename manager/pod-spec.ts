@@ -159,6 +159,7 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
           ...(spec.server.args ? { args: spec.server.args } : {}),
           ...(spec.server.ports ? { ports: spec.server.ports } : {}),
           env: spec.server.env ?? [],
+          ...(spec.server.securityContext ? { securityContext: spec.server.securityContext } : {}),
           volumeMounts: [{ name: VOLUME_NAME, mountPath: input.mountPath }],
           livenessProbe: leaseBackstopProbe(agentPort),
         },

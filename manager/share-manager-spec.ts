@@ -10,7 +10,7 @@
  * sets status Error and touches nothing else. Without `spec.fence` the fence is `pod`
  * (every process of the pod but the agent); `none` is honoured only when written.
  */
-import type { V1EnvVar, V1ObjectMeta, V1Toleration } from '@kubernetes/client-node';
+import type { V1EnvVar, V1ObjectMeta, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
 import { formatDuration, parseDuration } from '../lib/env-config.ts';
 import { defaultFenceTiming, fenceTimingProblems } from '../lib/fence-timing.ts';
 import { type LeaseTimings, timingProblem } from './config.ts';
@@ -31,6 +31,7 @@ export interface ShareManagerSpec {
     command?: string[];
     ports?: { name?: string; containerPort: number; protocol?: string }[];
     env?: V1EnvVar[];
+    securityContext?: V1SecurityContext;
   };
   lease?: { duration?: string; renewInterval?: string; renewDeadline?: string; retryPeriod?: string };
   fence?: {

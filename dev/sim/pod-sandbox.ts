@@ -3,8 +3,9 @@
  * containers of one pod see each other's processes (the agent's signal fence finds
  * the server by name in /proc) and never those of another pod.
  *
- *   setpriv --pdeathsig KILL unshare --pid --fork --mount-proc --kill-child sh -c <reaper loop>
- * starts the namespace's init (a shell that reaps orphans); each container runs as
+ *   setpriv --pdeathsig KILL unshare --pid --fork --mount-proc --kill-child bash -c <pause>
+ * starts the namespace's init (a childless shell that reaps orphans, like a pod's pause
+ * process); each container runs as
  *   setpriv --pdeathsig KILL nsenter --target <init> --pid --mount --
  *     setpriv --reuid=U --regid=G --groups=.. --inh-caps=-all --ambient-caps=-all
  *             --bounding-set=-all,+.. [--no-new-privs] -- node <script> ...
@@ -32,7 +33,12 @@ import { sleep } from '../../lib/clock.ts';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { type ContainerIdentity, setprivArgs } from './container-identity.ts';
 
-const REAPER = 'trap "" TERM INT; while :; do sleep 3600 & wait $!; done';
+// The namespace's init, like a pod's pause process: it ignores TERM/INT, has no child of
+// its own (the agent's `pod` fence stops every process but PID 1 and itself, so a helper
+// child here would be a target no real pod has), and reaps orphans (bash reaps any
+// child on SIGCHLD). It blocks reading a pipe the simulator never writes; should the
+// pipe close, it sleeps in place of itself (pdeathsig ends it then anyway).
+const PAUSE = 'trap "" TERM INT; while :; do read -r _ || exec sleep infinity; done';
 
 export interface ContainerExit {
   code: number | null;
@@ -104,11 +110,11 @@ export class PodSandbox {
         '--fork',
         '--mount-proc',
         '--kill-child',
-        'sh',
+        'bash',
         '-c',
-        REAPER,
+        PAUSE,
       ],
-      { stdio: 'ignore' },
+      { stdio: ['pipe', 'ignore', 'ignore'] },
     );
     const failed = new Promise<never>((_, reject) => {
       unshare.once('error', (err) =>

@@ -7,12 +7,15 @@
  *    backstop (the server's probe on the agent's /readyz) stops the server anyway;
  *  - an agent that hangs (SIGSTOP) while its node is fine, or dies (SIGKILL) while its
  *    node is cut off: the backstop stops the server within seconds, so no server runs
- *    on without an agent that proves the lease.
+ *    on without an agent that proves the lease;
+ *  - a server that ignores SIGTERM is SIGKILLed after the fence's grace; a server of
+ *    another user (uid 1000) is fenced by the agent's CAP_KILL; an agent without it
+ *    (its image's uid 65532, no capabilities) never acquires, so its server never starts.
  * Each measures the time from the fault to the server's exit and prints it. No manager
  * runs here: the Lease and the partition are the only actors.
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
@@ -69,7 +72,11 @@ const sim = () => (running as { sim: Sim }).sim;
 const core = () => (running as { cluster: Cluster }).cluster.kubeConfig.makeApiClient(k8s.CoreV1Api);
 
 /** The manager's pod for a ShareManager named `name`, pinned to the node, on an emptyDir. */
-function managerPod(name: string, fence?: ShareManagerSpec['fence']): V1Pod {
+function managerPod(
+  name: string,
+  fence?: ShareManagerSpec['fence'],
+  server: Partial<ShareManagerSpec['server']> = {},
+): V1Pod {
   const sm: ShareManager = {
     metadata: { name, namespace: 'default', uid: `uid-${name}` },
     spec: {
@@ -78,6 +85,7 @@ function managerPod(name: string, fence?: ShareManagerSpec['fence']): V1Pod {
         image: `${SHARE_SERVER_IMAGE}:dev`,
         args: ['--dir=/export', '--port=8080'],
         ports: [{ containerPort: 8080 }],
+        ...server,
       },
       serviceAccountName: 'share-agent',
       ...(fence ? { fence } : {}),
@@ -181,6 +189,7 @@ test('signals made to fail (the fence finds no target): the kubelet liveness bac
     // 1 s, and the kill allows 1 s of grace: T + ~2 s, plus slack for a loaded machine.
     assert.ok(ms >= T - R - 500, `not before the lease lapsed (${Math.round(ms)} ms)`);
     assert.ok(ms <= T + 4_000, `by T + 4 s (${Math.round(ms)} ms)`);
+    assert.equal(exit.reason, 'liveness', 'stopped by the kubelet, the agent could not');
   } finally {
     await heal();
   }
@@ -197,6 +206,7 @@ test('an agent that hangs (SIGSTOP) while its node is fine: the backstop stops t
     t.diagnostic(`server stopped ${Math.round(ms)} ms after its agent froze: ${JSON.stringify(exit)}`);
     // probe period 1 s + probe timeout 1 s + grace 1 s, plus slack.
     assert.ok(ms <= 5_000, `within 5 s of the agent hanging (${Math.round(ms)} ms)`);
+    assert.equal(exit.reason, 'liveness');
   } finally {
     try {
       process.kill(agentPid, 'SIGCONT');
@@ -221,7 +231,84 @@ test('an agent that dies (SIGKILL) on a node cut off from the API: the backstop 
     t.diagnostic(`server stopped ${Math.round(ms)} ms after its agent died: ${JSON.stringify(exit)}`);
     // probe period 1 s + grace 1 s, plus slack: well before the T-based fence could be due.
     assert.ok(ms <= 3_500, `within 3.5 s of the agent dying (${Math.round(ms)} ms)`);
+    assert.equal(exit.reason, 'liveness');
   } finally {
     await heal();
   }
+});
+
+test('a server that ignores SIGTERM: the pod fence SIGKILLs it after the grace, well inside T + (D - T)', async (t) => {
+  const pod = managerPod('stubborn', undefined, {
+    args: ['--dir=/export', '--port=8080', '--sigterm-delay=never'],
+  });
+  const { windowsDir } = await startServing(pod);
+  const cutAt = monotonicMs();
+  sim().node(NODE).partition('stall');
+  try {
+    const exit = await serverExit('stubborn-pod', cutAt);
+    const ms = exit.monoMs - cutAt;
+    t.diagnostic(`stubborn server killed ${Math.round(ms)} ms after the partition: ${JSON.stringify(exit)}`);
+    assert.equal(exit.signal, 'SIGKILL', 'it ignored SIGTERM: only SIGKILL stopped it');
+    // Fence at <= T after the cut, SIGKILL 750 ms later (grace = half of 3/4 of D - T).
+    assert.ok(ms <= T + 750 + 1_500, `by T + grace + slack (${Math.round(ms)} ms)`);
+    const window = sim().servingWindowsIn(windowsDir)[0];
+    assert.equal(window?.stopMonoMs, exit.monoMs, 'its window closes at the kill (no stop line written)');
+  } finally {
+    await heal();
+  }
+});
+
+test('a server of another user (uid 1000): the agent (uid 0, only CAP_KILL) fences it', async (t) => {
+  const pod = managerPod('other-user', undefined, { securityContext: { runAsUser: 1000, runAsGroup: 1000 } });
+  const { agentPid } = await startServing(pod);
+  const server = sim()
+    .node(NODE)
+    .pods()
+    .find((w) => w.key === 'default/other-user-pod')?.view.main[0]?.hostPid;
+  assert.ok(server);
+  const uidOf = (pid: number) => /^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+  assert.equal(uidOf(server), '1000', 'the server runs as uid 1000');
+  assert.equal(uidOf(agentPid), '0', 'the agent runs as uid 0 (with only CAP_KILL)');
+  const cutAt = monotonicMs();
+  sim().node(NODE).partition('stall');
+  try {
+    const exit = await serverExit('other-user-pod', cutAt);
+    t.diagnostic(
+      `server of uid 1000 stopped ${Math.round(exit.monoMs - cutAt)} ms after the partition: ${JSON.stringify(exit)}`,
+    );
+    assert.ok(exit.monoMs - cutAt <= T + 1_500);
+  } finally {
+    await heal();
+  }
+});
+
+test('an agent at its image user (uid 65532, no capabilities) cannot fence a root server: it never acquires, the server never starts', async () => {
+  const pod = managerPod('no-kill');
+  const agent = pod.spec?.initContainers?.[0];
+  assert.ok(agent);
+  delete agent.securityContext; // what the chart's restricted context or a PSS-restricted namespace would give
+  const created = await core().createNamespacedPod({ namespace: 'default', body: pod });
+  const name = created.metadata?.name ?? '';
+  const refused = await eventually(
+    'the agent says it cannot fence',
+    async () => {
+      const port = sim().hostPort('default', name, 8081);
+      if (port === undefined) return undefined;
+      const res = await fetch(`http://127.0.0.1:${port}/readyz`).catch(() => undefined);
+      const text = res ? await res.text() : '';
+      return res?.status === 503 && text.includes('CAP_KILL') ? text : undefined;
+    },
+    30_000,
+  );
+  assert.match(refused, /uid 65532/);
+  await new Promise((r) => setTimeout(r, 2_000));
+  const p = await core().readNamespacedPod({ namespace: 'default', name });
+  const serverStatus = p.status?.containerStatuses?.find((c) => c.name === 'server');
+  assert.ok(!serverStatus?.state?.running, 'the server container never started');
+  assert.equal(
+    sim().exits.filter((e) => e.pod === name && e.container === 'server').length,
+    0,
+    'no server process ever ran',
+  );
+  await core().deleteNamespacedPod({ namespace: 'default', name, gracePeriodSeconds: 0 });
 });
