@@ -7,12 +7,14 @@
  *  - markDelinquent / takeOver: a CAS on the Lease with the resourceVersion of the last
  *    observation; 409 is the outcome `conflict`, never retried here.
  *  - forceDeletePod: grace period 0 with a UID precondition (only that incarnation);
- *    404 or a UID mismatch (409) mean it is gone.
+ *    404 or a UID mismatch (409) mean it is gone; a holder that is not a pod name (an
+ *    edited Lease) names no pod, so there is nothing to delete.
  *  - deleteAttachments: the VolumeAttachments of the PVC's bound PV on the lost node.
  *  - createReplacement: a fresh pod list first; a live pod other than the lost one means
  *    the replacement already exists (another manager, or our earlier attempt).
  */
 import type { V1Pod } from '@kubernetes/client-node';
+import { isObjectName } from '../lib/env-config.ts';
 import { KubeApiError } from '../lib/errors.ts';
 import { k8s, kubeCall, statusOf, withDeadline } from '../lib/kube-client.ts';
 import { LABEL_SHARE_MANAGER, type LeaseRecord } from '../lib/lease-record.ts';
@@ -69,7 +71,7 @@ export class FailoverExecutor {
     name: string,
     knownUid: string | undefined,
   ): Promise<'deleted' | 'absent'> {
-    if (name === '') return 'absent';
+    if (!isObjectName(name)) return 'absent';
     let uid = knownUid;
     if (!uid) {
       try {
