@@ -24,6 +24,7 @@ import { OutOfServiceExecutor } from './execute-out-of-service.ts';
 import { ReconcileExecutor } from './execute-reconcile.ts';
 import { FailoverDriver } from './failover-driver.ts';
 import { durationFloorMs } from './lease-duration.ts';
+import { LeaseLabelCheck } from './lease-label-check.ts';
 import { LeaseMonitor } from './lease-monitor.ts';
 import { createManagerMetrics } from './manager-metrics.ts';
 import { NodeObserver } from './node-observer.ts';
@@ -95,14 +96,24 @@ const shareManagers = informer<ShareManager>({
     monitor?.floorChanged(`${sm.metadata?.namespace ?? ''}/${sm.metadata?.name ?? ''}`);
   },
 });
+// A removed share-manager label looks like a deletion to the label-selected watch: say so.
+const labelCheck = new LeaseLabelCheck(
+  { readLease: (namespace, name) => leaseStore.get(namespace, name, config.requestTimeoutMs) },
+  log,
+);
 const leases = informer<k8s.V1Lease>({
   resource: 'leases',
   path: `/apis/coordination.k8s.io/v1${ns}/leases`,
   labelSelector: LABEL_SHARE_MANAGER,
   onEvent: (type, lease) => {
-    if (type === 'deleted')
-      monitor?.leaseDeleted(lease.metadata?.namespace ?? '', lease.metadata?.name ?? '');
-    else monitor?.leaseSeen(lease);
+    const [leaseNs, leaseName] = [lease.metadata?.namespace ?? '', lease.metadata?.name ?? ''];
+    if (type === 'deleted') {
+      monitor?.leaseDeleted(leaseNs, leaseName);
+      void labelCheck.leaseLeft(leaseNs, leaseName);
+    } else {
+      labelCheck.leaseSeen(leaseNs, leaseName);
+      monitor?.leaseSeen(lease);
+    }
     metrics.leasesTracked.set(monitor?.tracked ?? 0);
     controller?.enqueueFor(lease, false);
     outOfService?.shareLeaseSeen(lease);
