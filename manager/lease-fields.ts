@@ -12,8 +12,8 @@
  *  - spec.holderIdentity not a pod name: judged as held (a holder that stops renewing
  *    still fails over), but no pod is deleted for it (no pod can have that name).
  *  - leasehold.dev/holder-node missing or not a node name (while held): '' — the node is
- *    then taken from the holder pod's spec.nodeName when that pod is known; the storm
- *    guard never explains such a lease by a node failure.
+ *    then taken from the holder pod's spec.nodeName when that pod is known; when it is
+ *    not, the storm guard never explains that lease by a node failure.
  *  - leasehold.dev/delinquent not an RFC 3339 time: still delinquent, as the agents read
  *    it (any non-empty value), so manager and agents agree.
  *  - leasehold.dev/failover-by, while delinquent, missing or not a pod name: nobody runs
@@ -118,7 +118,7 @@ export function inspectLease(lease: LeaseRecord, floorMs: number): { lease: Leas
     odd.push({
       field: annotation(ANNOTATION_HOLDER_NODE),
       value: shown(missing ? undefined : rawNode),
-      instead: `${missing ? 'missing' : 'not a node name'}: the holder's node is taken from its pod when known; the storm guard never explains this lease by a node failure`,
+      instead: `${missing ? 'missing' : 'not a node name'}: the holder's node is taken from its pod when known, else unknown (and then the storm guard never explains this lease by a node failure)`,
     });
   }
 
