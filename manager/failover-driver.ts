@@ -99,6 +99,16 @@ export class FailoverDriver {
     const lease = verdict.observation.lease;
     if (!this.config.fastFailover) return;
     if (this.phaseOf(key) !== 'idle') return;
+    // NB: the floor may have risen (its ShareManager or holder pod seen) since this verdict.
+    const current = this.monitor?.observation(key);
+    if (current && current.durationMs > verdict.observation.durationMs) {
+      this.log.info(
+        { lease: key, durationMs: current.durationMs, verdictDurationMs: verdict.observation.durationMs },
+        'stale verdict made with a shorter duration than now known: judged again',
+      );
+      this.monitor?.rejudge(key);
+      return;
+    }
     // A verdict is counted and logged once per observed renewal, however often a paused
     // or deferred lease is judged again.
     if (this.counted.get(key) !== verdict.observation.signature) {
@@ -117,16 +127,6 @@ export class FailoverDriver {
         },
         'lease stale by our observation',
       );
-    }
-    // NB: the floor may have risen (its ShareManager or holder pod seen) since this verdict.
-    const current = this.monitor?.observation(key);
-    if (current && current.durationMs > verdict.observation.durationMs) {
-      this.log.info(
-        { lease: key, durationMs: current.durationMs, verdictDurationMs: verdict.observation.durationMs },
-        'stale verdict made with a shorter duration than now known: judged again',
-      );
-      this.monitor?.rejudge(key);
-      return;
     }
     const sm = this.view.shareManager(key);
     if (!sm) {
