@@ -18,7 +18,14 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { createShare, fetchRecords, pvName, type Serving, waitServing } from '../../dev/demo/shares.ts';
+import {
+  createShare,
+  fetchRecords,
+  pvName,
+  type Serving,
+  shareStatus,
+  waitServing,
+} from '../../dev/demo/shares.ts';
 import { sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
@@ -78,6 +85,17 @@ async function crashAndMeasure(
     }),
   );
   for (const share of shares) assertNoOverlap(sys, share);
+  // Where the time went, per share (seconds since the crash, from status.lastFailover).
+  for (const share of shares) {
+    const lf = (await shareStatus(sys, share)).lastFailover ?? {};
+    const at = (field: string) => {
+      const v = lf[field];
+      return v ? ((Date.parse(v) - crashAt) / 1000).toFixed(2) : '-';
+    };
+    process.stderr.write(
+      `${share}: detected ${at('detectedAt')} marked ${at('markedAt')} pod deleted ${at('podDeletedAt')} detached ${at('detachedAt')} replacement ${at('replacementCreatedAt')} acquired ${at('completedAt')} serving ${out.get(share)?.s.toFixed(2)} on ${out.get(share)?.after.node}\n`,
+    );
+  }
   return out;
 }
 
