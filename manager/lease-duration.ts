@@ -48,7 +48,13 @@ export function validLeaseSeconds(value: unknown): number | undefined {
 /** (a): the lease duration the ShareManager gives its agents. */
 export function shareManagerDurationMs(sm: ShareManager | undefined, defaults: LeaseTimings): number {
   if (!sm?.spec) return defaults.leaseDurationMs;
-  const resolved = resolveSpec(sm.spec, defaults);
+  let resolved: ReturnType<typeof resolveSpec>;
+  try {
+    resolved = resolveSpec(sm.spec, defaults);
+  } catch {
+    // NB: a spec of the wrong shape (the CRD schema forbids it) must not break the watch.
+    resolved = { ok: false, message: 'unreadable spec' };
+  }
   if (resolved.ok) return resolved.timings.leaseDurationMs;
   const text = sm.spec.lease?.duration;
   const named = typeof text === 'string' ? parseDuration(text) : undefined;

@@ -266,6 +266,11 @@ test('the floor: the ShareManager duration, the default when unknown, never belo
   assert.equal(shareManagerDurationMs(sm({ duration: '3s', renewDeadline: '10s' }), defaults), 6000);
   assert.equal(shareManagerDurationMs(sm({ duration: '30s', renewDeadline: '40s' }), defaults), 30_000);
   assert.equal(shareManagerDurationMs({ metadata: {} } as ShareManager, defaults), 6000, 'no spec at all');
+  assert.equal(
+    shareManagerDurationMs(sm({ duration: 20 } as unknown as Record<string, string>), defaults),
+    6000,
+    'a spec of the wrong shape: the default, no throw',
+  );
   assert.equal(agentDurationMs(podWithAgentDuration('12s')), 12_000);
   assert.equal(agentDurationMs(podWithAgentDuration('garbage')), undefined);
   assert.equal(agentDurationMs(podWithAgentDuration(undefined)), undefined);
