@@ -143,6 +143,11 @@ export class EnvReader {
   }
 }
 
+/** Whether `value` is a valid Kubernetes object name (DNS-1123 subdomain, at most 253 characters). */
+export function isObjectName(value: unknown): value is string {
+  return typeof value === 'string' && value.length <= 253 && DNS1123_SUBDOMAIN.test(value);
+}
+
 export function parseDuration(text: string): number | undefined {
   const match = DURATION.exec(text.trim());
   if (!match) return undefined;

@@ -77,7 +77,11 @@ export function toWire(record: LeaseRecord): V1Lease {
     spec: {
       ...record.wire.spec,
       holderIdentity: record.holder,
-      leaseDurationSeconds: record.durationSeconds,
+      // NB: the API rejects 0, negatives and non-integers; a Lease read without one keeps none.
+      leaseDurationSeconds:
+        Number.isInteger(record.durationSeconds) && record.durationSeconds > 0
+          ? record.durationSeconds
+          : undefined,
       acquireTime: microTime(record.acquireTime),
       renewTime: microTime(record.renewTime),
       leaseTransitions: record.transitions,
@@ -120,7 +124,8 @@ export class MicroTime extends Date {
 }
 
 function microTime(date: Date | undefined): MicroTime | undefined {
-  return date === undefined ? undefined : new MicroTime(date.getTime());
+  // NB: an Invalid Date would throw at serialisation; it is dropped instead.
+  return date === undefined || Number.isNaN(date.getTime()) ? undefined : new MicroTime(date.getTime());
 }
 
 function setOrDelete(map: Record<string, string>, key: string, value: string | undefined): void {

@@ -10,7 +10,7 @@
  * | LEASEHOLD_WATCH_NAMESPACE              | all namespaces            | limit to one namespace |
  * | LEASEHOLD_FAST_FAILOVER                | true                      | false: reconcile only, never fail over |
  * | LEASEHOLD_OBSERVE_ONLY                 | false                     | dry run: log + event what a failover would do, write nothing for it |
- * | LEASEHOLD_LEASE_DURATION (D)           | 6s                        | default for ShareManagers without spec.lease; also for a Lease without leaseDurationSeconds |
+ * | LEASEHOLD_LEASE_DURATION (D)           | 6s                        | default for ShareManagers without spec.lease; also the floor of a Lease whose ShareManager is unknown (lease-duration.ts) |
  * | LEASEHOLD_RENEW_INTERVAL (R)           | 2s                        | default agent renew interval |
  * | LEASEHOLD_RENEW_DEADLINE (T)           | 4s                        | default agent renew deadline |
  * | LEASEHOLD_RETRY_PERIOD                 | 500ms                     | default agent retry period; also the manager's pause before retrying a failed step |
@@ -20,8 +20,8 @@
  * | LEASEHOLD_ANTI_AFFINITY                | auto                      | auto (required when the lost node is unhealthy, else preferred), required, preferred, none |
  * | LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP    | true                      | delete the backing PV's VolumeAttachments on the lost node |
  * | LEASEHOLD_MAX_CONCURRENT_FAILOVERS     | 10                        | failovers this manager runs at once; more wait |
- * | LEASEHOLD_STORM_THRESHOLD              | 0.5                       | pause failovers when more than this share of leases go stale in one window with healthy nodes |
- * | LEASEHOLD_STORM_MIN_LEASES             | 3                         | ... and at least this many (one lease is never a storm) |
+ * | LEASEHOLD_STORM_THRESHOLD              | 0.5                       | pause failovers when more than this share of the leases held off the node with the most stale leases go stale in one window on healthy-looking nodes (storm-guard.ts; one node's loss never trips it) |
+ * | LEASEHOLD_STORM_MIN_LEASES             | 3                         | ... and at least this many of them (one lease is never a storm) |
  * | LEASEHOLD_STORM_WINDOW                 | 30s                       | the window |
  * | LEASEHOLD_FAILOVER_TAKEOVER_TIMEOUT    | 30s                       | take over a failover whose owner made no visible progress this long |
  * | LEASEHOLD_POD_CREATE_TIMEOUT           | 30s                       | retry a claimed pod creation that produced no pod this long |

@@ -5,17 +5,20 @@
  * into `stepFailed`.
  *
  *  - markDelinquent / takeOver: a CAS on the Lease with the resourceVersion of the last
- *    observation; 409 is the outcome `conflict`, never retried here.
+ *    observation; 409 is the outcome `conflict`, never retried here. They write the
+ *    Lease as read plus the manager's own annotations (delinquent, failover-by).
  *  - forceDeletePod: grace period 0 with a UID precondition (only that incarnation);
- *    404 or a UID mismatch (409) mean it is gone.
+ *    404 or a UID mismatch (409) mean it is gone; a holder that is not a pod name (an
+ *    edited Lease) names no pod, so there is nothing to delete.
  *  - deleteAttachments: the VolumeAttachments of the PVC's bound PV on the lost node.
  *  - createReplacement: a fresh pod list first; a live pod other than the lost one means
  *    the replacement already exists (another manager, or our earlier attempt).
  */
 import type { V1Pod } from '@kubernetes/client-node';
+import { isObjectName } from '../lib/env-config.ts';
 import { KubeApiError } from '../lib/errors.ts';
 import { k8s, kubeCall, statusOf, withDeadline } from '../lib/kube-client.ts';
-import { LABEL_SHARE_MANAGER, type LeaseRecord } from '../lib/lease-record.ts';
+import { fromWire, LABEL_SHARE_MANAGER, type LeaseRecord } from '../lib/lease-record.ts';
 import type { LeaseStore } from '../lib/lease-store.ts';
 import type { ManagerConfig } from './config.ts';
 import { type NodeAvoidance, sharePodFor } from './pod-spec.ts';
@@ -45,7 +48,7 @@ export class FailoverExecutor {
 
   async markDelinquent(observed: LeaseRecord, wallNow: Date): Promise<CasOutcome> {
     const outcome = await this.leases.update(
-      { ...observed, delinquentSince: wallNow.toISOString(), failoverBy: this.config.identity },
+      { ...asRead(observed), delinquentSince: wallNow.toISOString(), failoverBy: this.config.identity },
       this.config.requestTimeoutMs,
     );
     return outcome.kind === 'written' ? { kind: 'won', lease: outcome.lease } : { kind: 'conflict' };
@@ -53,7 +56,7 @@ export class FailoverExecutor {
 
   async takeOver(observed: LeaseRecord): Promise<CasOutcome> {
     const outcome = await this.leases.update(
-      { ...observed, failoverBy: this.config.identity },
+      { ...asRead(observed), failoverBy: this.config.identity },
       this.config.requestTimeoutMs,
     );
     return outcome.kind === 'written' ? { kind: 'won', lease: outcome.lease } : { kind: 'conflict' };
@@ -69,7 +72,7 @@ export class FailoverExecutor {
     name: string,
     knownUid: string | undefined,
   ): Promise<'deleted' | 'absent'> {
-    if (name === '') return 'absent';
+    if (!isObjectName(name)) return 'absent';
     let uid = knownUid;
     if (!uid) {
       try {
@@ -148,6 +151,17 @@ export class FailoverExecutor {
     );
     return { pod: created.metadata?.name ?? '', created: true };
   }
+}
+
+/**
+ * The Lease as read, not as the manager cleaned it (lease-fields.ts): the marks write
+ * only the manager's own annotations and keep every other field as its writer left it.
+ * NB: toWire still drops what the API would reject (a missing duration, a bad time).
+ */
+function asRead(observed: LeaseRecord): LeaseRecord {
+  return observed.wire.metadata
+    ? { ...fromWire(observed.wire), resourceVersion: observed.resourceVersion }
+    : observed;
 }
 
 function failed(operation: string, err: unknown): KubeApiError {

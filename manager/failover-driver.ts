@@ -14,6 +14,10 @@
  *  - A follower learns whether the owner's replacement exists from the pod cache, level-
  *    based (`replacementLive` / `replacementFailed`), on entering `following` and on every
  *    pod change of that share manager.
+ *  - A delinquent lease whose failover-by names no manager (lease-fields.ts) has no owner
+ *    to wait for: it is taken over at once (by CAS; exactly one manager wins).
+ *  - A lease's holder node is its `leasehold.dev/holder-node`, else its holder pod's
+ *    spec.nodeName when that pod is known, else unknown ('').
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import type { Clock } from '../lib/clock.ts';
@@ -32,6 +36,7 @@ import {
   considerStale,
   emptyStormGuard,
   forgetLease,
+  type Population,
   type StormGuardState,
   stormStatus,
 } from './storm-guard.ts';
@@ -94,6 +99,16 @@ export class FailoverDriver {
     const lease = verdict.observation.lease;
     if (!this.config.fastFailover) return;
     if (this.phaseOf(key) !== 'idle') return;
+    // NB: the floor may have risen (its ShareManager or holder pod seen) since this verdict.
+    const current = this.monitor?.observation(key);
+    if (current && current.durationMs > verdict.observation.durationMs) {
+      this.log.info(
+        { lease: key, durationMs: current.durationMs, verdictDurationMs: verdict.observation.durationMs },
+        'stale verdict made with a shorter duration than now known: judged again',
+      );
+      this.monitor?.rejudge(key);
+      return;
+    }
     // A verdict is counted and logged once per observed renewal, however often a paused
     // or deferred lease is judged again.
     if (this.counted.get(key) !== verdict.observation.signature) {
@@ -119,11 +134,14 @@ export class FailoverDriver {
       return;
     }
     const now = this.clock.now();
-    const health = this.view.nodeHealth(lease.holderNode);
-    const tracked = this.monitor?.tracked ?? 0;
+    const node = this.holderNodeOf(lease);
+    const health = this.view.nodeHealth(node);
+    const population = this.population();
     const storm = considerStale(
       this.storm,
-      { key, nodeHealthy: health === 'healthy', tracked, now },
+      // An unknown node ('') is never explained by a node failure: it counts (storm-guard.ts).
+      { key, node, nodeHealthy: node === '' || health === 'healthy', now },
+      population,
       this.config.storm,
     );
     this.storm = storm.state;
@@ -132,14 +150,20 @@ export class FailoverDriver {
       if (!this.stormAnnounced) {
         this.stormAnnounced = true;
         this.log.warn(
-          { suspects: storm.suspects, tracked },
-          'storm guard: many leases stale on healthy nodes; failovers paused',
+          {
+            suspects: storm.suspects,
+            nodes: storm.nodes,
+            explainedBy: storm.source,
+            explained: storm.explained,
+            tracked: population.total,
+          },
+          'storm guard: leases stale on several healthy-looking nodes at once; failovers paused',
         );
         void this.events.record(
           sm,
           'Warning',
           'StormGuardActive',
-          `${storm.suspects} of ${tracked} leases went stale on healthy nodes within ${this.config.storm.windowMs / 1000}s; failovers paused`,
+          `${storm.suspects} of ${population.total - (population.byNode.get(storm.source) ?? 0)} leases went stale within ${this.config.storm.windowMs / 1000}s on ${storm.nodes} healthy-looking node(s)${storm.source ? ` besides ${storm.source} (${storm.explained} there)` : ''}; failovers paused`,
         );
       }
       this.later(this.config.storm.windowMs / 2, () => this.monitor?.rejudge(key));
@@ -167,6 +191,9 @@ export class FailoverDriver {
         const machine = m ?? this.start(key, lease);
         machine.owner = lease.failoverBy;
         this.dispatch(key, 'markedByOther');
+        // Nobody runs it (failover-by names no manager): no owner to give time to.
+        if (lease.failoverBy === undefined && this.config.fastFailover && !this.config.observeOnly)
+          this.dispatch(key, 'takeoverDue');
       }
       return;
     }
@@ -183,6 +210,7 @@ export class FailoverDriver {
 
   onLeaseGone(key: string): void {
     this.counted.delete(key);
+    this.storm = forgetLease(this.storm, key);
     if (this.machines.has(key)) this.dispatch(key, 'leaseGone');
   }
 
@@ -369,9 +397,27 @@ export class FailoverDriver {
     this.pending.add(timer);
   }
 
+  /** The lease's holder node: its annotation, else its holder pod's node, else '' (unknown). */
+  private holderNodeOf(lease: LeaseRecord): string {
+    if (lease.holderNode) return lease.holderNode;
+    if (lease.holder === '') return '';
+    return this.view.pod(lease.namespace, lease.holder)?.spec?.nodeName ?? '';
+  }
+
+  /** The tracked leases per holder node, for the storm guard. */
+  private population(): Population {
+    const leases = this.monitor?.leases() ?? [];
+    const byNode = new Map<string, number>();
+    for (const lease of leases) {
+      const node = this.holderNodeOf(lease);
+      if (node) byNode.set(node, (byNode.get(node) ?? 0) + 1);
+    }
+    return { total: leases.length, byNode };
+  }
+
   /** For the metric: refresh whether the storm guard is active now. */
   refreshStormGauge(): void {
-    const s = stormStatus(this.storm, this.monitor?.tracked ?? 0, this.clock.now(), this.config.storm);
+    const s = stormStatus(this.storm, this.population(), this.clock.now(), this.config.storm);
     this.storm = s.state;
     this.metrics.stormGuardActive.set(s.active ? 1 : 0);
   }

@@ -11,11 +11,28 @@
  *    D of healthy watch.
  *  - `onStale` is called when a timer finds the lease stale; it is called again only
  *    after `rejudge` (the caller decides when to ask again).
+ *  - Every lease is read strictly first (lease-fields.ts): the hooks and the verdicts see
+ *    only the cleaned record, and each odd value is logged once per lease (one warn line
+ *    naming the lease, the field, the value and what the manager does instead).
+ *  - D is at least the floor `durationFloor` returns for the lease (lease-duration.ts);
+ *    `floorChanged` re-judges a lease when its ShareManager or holder pod changed.
+ *  - No timer is set beyond 2^31 - 1 ms: a longer wait re-arms in steps, each firing
+ *    once (a Lease with a huge duration costs one wake-up per ~24.8 days, not a spin).
  */
 import type { Clock } from '../lib/clock.ts';
 import type { k8s } from '../lib/kube-client.ts';
 import { fromWire, type LeaseRecord, leaseKey } from '../lib/lease-record.ts';
-import { judge, type Observation, observe, resetObservation, type WatchHealth } from './staleness.ts';
+import type { Logger } from '../lib/logger.ts';
+import { timerDelayMs } from './lease-duration.ts';
+import { inspectLease, OddFieldMemory } from './lease-fields.ts';
+import {
+  judge,
+  type Observation,
+  observe,
+  refloor,
+  resetObservation,
+  type WatchHealth,
+} from './staleness.ts';
 
 export interface StaleVerdict {
   key: string;
@@ -34,15 +51,20 @@ export interface LeaseMonitorHooks {
   onLeaseGone(key: string): void;
 }
 
+/** The duration floor of a lease now (lease-duration.ts durationFloorMs), by its key and record. */
+export type DurationFloor = (key: string, lease: LeaseRecord) => number;
+
 export class LeaseMonitor {
   private readonly observations = new Map<string, Observation>();
   private readonly timers = new Map<string, NodeJS.Timeout>();
   private watch: WatchHealth = { healthy: false, healthySince: 0 };
+  private readonly oddities = new OddFieldMemory();
 
   constructor(
     private readonly clock: Clock,
-    private readonly defaultDurationMs: number,
+    private readonly durationFloor: DurationFloor,
     private readonly hooks: LeaseMonitorHooks,
+    private readonly log: Logger,
   ) {}
 
   get tracked(): number {
@@ -62,11 +84,22 @@ export class LeaseMonitor {
     this.record(fromWire(wire));
   }
 
-  record(lease: LeaseRecord): void {
-    const key = leaseKey(lease);
+  record(raw: LeaseRecord): void {
+    const key = leaseKey(raw);
     const previous = this.observations.get(key);
-    if (previous && Number(previous.lease.resourceVersion) > Number(lease.resourceVersion)) return; // older than known
-    const { observation, renewed } = observe(previous, lease, this.clock.now(), this.defaultDurationMs);
+    if (previous && Number(previous.lease.resourceVersion) > Number(raw.resourceVersion)) return; // older than known
+    const floorMs = this.durationFloor(key, raw);
+    const { lease, odd } = inspectLease(
+      raw,
+      previous?.lease.holder === raw.holder ? Math.max(floorMs, previous.floorMs) : floorMs,
+    );
+    for (const o of this.oddities.fresh(key, odd)) {
+      this.log.warn(
+        { lease: key, field: o.field, value: o.value, instead: o.instead },
+        `lease ${key}: ${o.field} = ${o.value}: ${o.instead}`,
+      );
+    }
+    const { observation, renewed } = observe(previous, lease, this.clock.now(), floorMs);
     this.observations.set(key, observation);
     this.hooks.onLeaseChange(key, lease, renewed);
     this.arm(key);
@@ -75,8 +108,24 @@ export class LeaseMonitor {
   leaseDeleted(namespace: string, name: string): void {
     const key = `${namespace}/${name}`;
     this.observations.delete(key);
+    this.oddities.forget(key);
     this.clear(key);
     this.hooks.onLeaseGone(key);
+  }
+
+  /** The floor of `key` may have changed (its ShareManager or holder pod): apply it, judge again. */
+  floorChanged(key: string): void {
+    const observation = this.observations.get(key);
+    if (!observation) return;
+    const next = refloor(observation, this.durationFloor(key, observation.lease));
+    if (next.durationMs === observation.durationMs && next.floorMs === observation.floorMs) return;
+    this.observations.set(key, next);
+    if (this.timers.has(key)) this.arm(key);
+  }
+
+  /** Every tracked lease as last observed (cleaned). */
+  leases(): LeaseRecord[] {
+    return [...this.observations.values()].map((o) => o.lease);
   }
 
   watchConnected(): void {
@@ -114,8 +163,8 @@ export class LeaseMonitor {
     const now = this.clock.now();
     const verdict = judge(observation, this.watch, now);
     if (verdict.kind === 'fresh') {
-      // +1 ms: "stale" is strictly after the deadline.
-      const timer = setTimeout(() => this.fire(key), Math.max(0, verdict.deadline - now) + 1);
+      // +1 ms: "stale" is strictly after the deadline. NB: clamped; fire() re-arms.
+      const timer = setTimeout(() => this.fire(key), timerDelayMs(verdict.deadline - now + 1));
       this.timers.set(key, timer);
     } else if (verdict.kind === 'stale') {
       const timer = setTimeout(() => this.fire(key), 0);

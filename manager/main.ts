@@ -23,6 +23,8 @@ import { FailoverExecutor } from './execute-failover.ts';
 import { OutOfServiceExecutor } from './execute-out-of-service.ts';
 import { ReconcileExecutor } from './execute-reconcile.ts';
 import { FailoverDriver } from './failover-driver.ts';
+import { durationFloorMs } from './lease-duration.ts';
+import { LeaseLabelCheck } from './lease-label-check.ts';
 import { LeaseMonitor } from './lease-monitor.ts';
 import { createManagerMetrics } from './manager-metrics.ts';
 import { NodeObserver } from './node-observer.ts';
@@ -89,16 +91,29 @@ let outOfService: OutOfServiceReconciler | undefined;
 const shareManagers = informer<ShareManager>({
   resource: 'sharemanagers',
   path: `/apis/${SM_GROUP}/${SM_VERSION}${ns}/${SM_PLURAL}`,
-  onEvent: (_type, sm) => controller?.enqueueFor(sm, false),
+  onEvent: (_type, sm) => {
+    controller?.enqueueFor(sm, false);
+    monitor?.floorChanged(`${sm.metadata?.namespace ?? ''}/${sm.metadata?.name ?? ''}`);
+  },
 });
+// A removed share-manager label looks like a deletion to the label-selected watch: say so.
+const labelCheck = new LeaseLabelCheck(
+  { readLease: (namespace, name) => leaseStore.get(namespace, name, config.requestTimeoutMs) },
+  log,
+);
 const leases = informer<k8s.V1Lease>({
   resource: 'leases',
   path: `/apis/coordination.k8s.io/v1${ns}/leases`,
   labelSelector: LABEL_SHARE_MANAGER,
   onEvent: (type, lease) => {
-    if (type === 'deleted')
-      monitor?.leaseDeleted(lease.metadata?.namespace ?? '', lease.metadata?.name ?? '');
-    else monitor?.leaseSeen(lease);
+    const [leaseNs, leaseName] = [lease.metadata?.namespace ?? '', lease.metadata?.name ?? ''];
+    if (type === 'deleted') {
+      monitor?.leaseDeleted(leaseNs, leaseName);
+      void labelCheck.leaseLeft(leaseNs, leaseName);
+    } else {
+      labelCheck.leaseSeen(leaseNs, leaseName);
+      monitor?.leaseSeen(lease);
+    }
     metrics.leasesTracked.set(monitor?.tracked ?? 0);
     controller?.enqueueFor(lease, false);
     outOfService?.shareLeaseSeen(lease);
@@ -113,6 +128,9 @@ const pods = informer<V1Pod>({
   onEvent: (type, pod) => {
     driver?.onPodChange(pod, type === 'deleted');
     controller?.enqueueFor(pod, true);
+    monitor?.floorChanged(
+      `${pod.metadata?.namespace ?? ''}/${pod.metadata?.labels?.[LABEL_SHARE_MANAGER] ?? ''}`,
+    );
   },
 });
 const nodes = informer<V1Node>({
@@ -175,11 +193,24 @@ const confirmation = new StaleConfirmation(
   config.defaults.retryPeriodMs,
   (verdict) => failovers.onStale(verdict),
 );
-monitor = new LeaseMonitor(clock, config.defaults.leaseDurationMs, {
-  onStale: (verdict) => confirmation.check(verdict),
-  onLeaseChange: (key, lease, renewed) => failovers.onLeaseChange(key, lease, renewed),
-  onLeaseGone: (key) => failovers.onLeaseGone(key),
-});
+monitor = new LeaseMonitor(
+  clock,
+  // D is never below the holder agent's (lease-duration.ts), whatever the Lease says.
+  (key, lease) => {
+    const [namespace, name] = key.split('/') as [string, string];
+    return durationFloorMs(
+      shareManagers.get(namespace, name),
+      lease.holder ? pods.get(namespace, lease.holder) : undefined,
+      config.defaults,
+    );
+  },
+  {
+    onStale: (verdict) => confirmation.check(verdict),
+    onLeaseChange: (key, lease, renewed) => failovers.onLeaseChange(key, lease, renewed),
+    onLeaseGone: (key) => failovers.onLeaseGone(key),
+  },
+  log,
+);
 driver.monitor = monitor;
 confirmation.monitor = monitor;
 controller = new ShareManagerController(

@@ -8,7 +8,8 @@
  *  - unknown: no Node object is known (simulated or deleted node);
  *  - healthy otherwise.
  *
- * The storm guard counts only stale share-manager leases on healthy nodes; the
+ * The storm guard counts only stale share-manager leases on healthy-looking nodes (and
+ * never the node with the most of them: storm-guard.ts); the
  * replacement's anti-affinity is `required` against an unhealthy/unknown node (it is
  * down: never schedule back there) and `preferred` against a healthy one (the share
  * manager failed, not obviously the node; a one-node cluster must still recover).

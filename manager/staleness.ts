@@ -13,17 +13,25 @@
  *  - While the watch is unhealthy there is no deadline at all: no verdicts.
  *  - Only held, non-delinquent leases have deadlines; free ones have nothing to fail over
  *    and delinquent ones belong to the failover machine.
+ *  - D is never shorter than the floor (the holder agent's lease duration, see
+ *    lease-duration.ts), whatever the Lease says; a longer valid leaseDurationSeconds is
+ *    honoured. The floor is sticky for one holder: while the same holder holds, a lower
+ *    floor (a spec shortened, a ShareManager deleted) never replaces a higher one.
  *
  * Not guaranteed: freshness of the verdict. A lagging watch delays observations; the
  * confirming CAS (resourceVersion of the last observation) turns a late verdict into a
  * 409 instead of a false failover.
  */
 import type { LeaseRecord } from '../lib/lease-record.ts';
+import { effectiveDurationMs } from './lease-duration.ts';
 
 export interface Observation {
   signature: string;
   observedAt: number;
+  /** The D this lease is judged by: max(floorMs, a valid leaseDurationSeconds). */
   durationMs: number;
+  /** The floor applied: the holder agent's lease duration as far as known (sticky per holder). */
+  floorMs: number;
   /** The last version of the lease seen (any change), for the confirming CAS. */
   lease: LeaseRecord;
 }
@@ -41,33 +49,53 @@ export type Judgement =
   | { kind: 'free' }
   | { kind: 'delinquent' };
 
-/** What identifies one renewal: any change here is proof of life. */
+/**
+ * What identifies one renewal: any change here is proof of life. A time or a count the
+ * record could not take (lease-fields.ts) still counts by its raw value.
+ */
 export function renewalSignature(lease: LeaseRecord): string {
+  const spec = lease.wire?.spec;
+  const raw = (value: unknown) => (value === undefined || value === null ? '' : `?${String(value)}`);
+  const transitions =
+    spec?.leaseTransitions === undefined || spec.leaseTransitions === lease.transitions
+      ? lease.transitions
+      : raw(spec.leaseTransitions);
   return [
     lease.holder,
-    lease.transitions,
-    lease.acquireTime?.getTime() ?? '',
-    lease.renewTime?.getTime() ?? '',
+    transitions,
+    lease.acquireTime?.getTime() ?? raw(spec?.acquireTime),
+    lease.renewTime?.getTime() ?? raw(spec?.renewTime),
   ].join('|');
 }
 
-export function leaseDurationMs(lease: LeaseRecord, defaultMs: number): number {
-  return lease.durationSeconds > 0 ? lease.durationSeconds * 1000 : defaultMs;
-}
-
-/** Records `lease` as seen at `now`; observedAt moves only when the renewal changed. */
+/**
+ * Records `lease` as seen at `now`; observedAt moves only when the renewal changed.
+ * `floorMs` is the duration floor known now (lease-duration.ts durationFloorMs).
+ */
 export function observe(
   previous: Observation | undefined,
   lease: LeaseRecord,
   now: number,
-  defaultDurationMs: number,
+  floorMs: number,
 ): { observation: Observation; renewed: boolean } {
   const signature = renewalSignature(lease);
-  const durationMs = leaseDurationMs(lease, defaultDurationMs);
+  const sameHolder = previous !== undefined && previous.lease.holder === lease.holder;
+  const floor = sameHolder ? Math.max(previous.floorMs, floorMs) : floorMs;
+  const durationMs = effectiveDurationMs(lease.durationSeconds, floor);
   if (previous && previous.signature === signature) {
-    return { observation: { ...previous, durationMs, lease }, renewed: false };
+    return { observation: { ...previous, durationMs, floorMs: floor, lease }, renewed: false };
   }
-  return { observation: { signature, observedAt: now, durationMs, lease }, renewed: true };
+  return { observation: { signature, observedAt: now, durationMs, floorMs: floor, lease }, renewed: true };
+}
+
+/** A new floor for the same lease version (its ShareManager or holder pod changed); sticky. */
+export function refloor(observation: Observation, floorMs: number): Observation {
+  const floor = Math.max(observation.floorMs, floorMs);
+  return {
+    ...observation,
+    floorMs: floor,
+    durationMs: effectiveDurationMs(observation.lease.durationSeconds, floor),
+  };
 }
 
 /** The blindness rule: forget freshness, start counting from `now`. */

@@ -3,7 +3,9 @@
  * the test process go stale; each verdict (from the manager's log) comes no earlier than
  * D after the last renewal was sent and no more than 1 s after D past the last renewal
  * returned. Two holders whose renewTime is 10 minutes off keep renewing: never stale.
- * No ShareManagers here: the verdict is about the lease alone, nothing is failed over.
+ * No ShareManagers here: the verdict is about the lease alone, nothing is failed over;
+ * such a Lease is judged by at least the manager's default duration, so the manager
+ * runs with D = 3 s as its default (FAST_MANAGER_DEFAULTS).
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -12,6 +14,7 @@ import { eventually, useCluster } from '../support/cluster.ts';
 import {
   createNamespace,
   FAST_LEASE_D_MS,
+  FAST_MANAGER_DEFAULTS,
   HolderLoop,
   startManager,
   useManagerFixture,
@@ -28,7 +31,10 @@ describe('stale detection by observed time', () => {
   it(`${N} leases go stale: each verdict within [D, D + 1 s] of the last renewal; skewed holders never stale`, async (t) => {
     const kc = cluster().kubeConfig;
     await createNamespace(kc, 'detect');
-    const manager = startManager(cluster(), 'd1', { LEASEHOLD_WATCH_NAMESPACE: 'detect' });
+    const manager = startManager(cluster(), 'd1', {
+      ...FAST_MANAGER_DEFAULTS,
+      LEASEHOLD_WATCH_NAMESPACE: 'detect',
+    });
     const doomed: HolderLoop[] = [];
     for (let i = 0; i < N; i++) {
       const h = new HolderLoop(kc, 'detect', `lease-${i}`, `pod-${i}`, 'node-1', 1000).start();

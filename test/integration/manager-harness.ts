@@ -329,6 +329,17 @@ export async function reportPodEnded(
 /** The lease timings most manager tests use: D = 3 s, so verdicts come quickly. */
 export const FAST_LEASE = { duration: '3s', renewInterval: '1s', renewDeadline: '2s', retryPeriod: '200ms' };
 export const FAST_LEASE_D_MS = 3000;
+/**
+ * The same timings as the manager's defaults, for tests whose Leases have no
+ * ShareManager: such a Lease is judged by at least the manager's default duration
+ * (manager/lease-duration.ts), whatever its leaseDurationSeconds says.
+ */
+export const FAST_MANAGER_DEFAULTS = {
+  LEASEHOLD_LEASE_DURATION: FAST_LEASE.duration,
+  LEASEHOLD_RENEW_INTERVAL: FAST_LEASE.renewInterval,
+  LEASEHOLD_RENEW_DEADLINE: FAST_LEASE.renewDeadline,
+  LEASEHOLD_RETRY_PERIOD: FAST_LEASE.retryPeriod,
+};
 
 /**
  * Call inside a describe(): the CRD and the named Nodes exist before its tests; every

@@ -10,6 +10,7 @@ import { eventually, useCluster } from '../support/cluster.ts';
 import {
   createNamespace,
   FAST_LEASE_D_MS,
+  FAST_MANAGER_DEFAULTS,
   HolderLoop,
   readLease,
   startManager,
@@ -26,7 +27,10 @@ describe('API server outage', () => {
   it('API server stopped for 30 s with 50 holders trying: zero verdicts, zero failovers', async () => {
     const kc = cluster().kubeConfig;
     await createNamespace(kc, 'outage');
-    const manager = startManager(cluster(), 'o1', { LEASEHOLD_WATCH_NAMESPACE: 'outage' });
+    const manager = startManager(cluster(), 'o1', {
+      ...FAST_MANAGER_DEFAULTS,
+      LEASEHOLD_WATCH_NAMESPACE: 'outage',
+    });
     for (let i = 0; i < 50; i++)
       holders.push(new HolderLoop(kc, 'outage', `lease-${i}`, `pod-${i}`, 'node-1', 1000).start());
     await eventually(

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { afterEach, beforeEach, mock, test } from 'node:test';
 import type { V1Lease } from '@kubernetes/client-node';
 import { ManualClock } from '../../lib/clock.ts';
+import type { Logger } from '../../lib/logger.ts';
 import { LeaseMonitor, type StaleVerdict } from '../../manager/lease-monitor.ts';
 
 // Test seam: node:test's mocked setTimeout moves with the ManualClock.
@@ -29,14 +30,26 @@ function wire(name: string, rv: number, renew: string, holder = 'pod-a'): V1Leas
   };
 }
 
-function monitor() {
+/** Log lines the monitor wrote, as [object, message]. */
+type Line = [Record<string, unknown>, string];
+
+function monitor(floor: (key: string) => number = () => 6000) {
   const stale: StaleVerdict[] = [];
-  const m = new LeaseMonitor(clock, 6000, {
-    onStale: (v) => stale.push(v),
-    onLeaseChange: () => {},
-    onLeaseGone: () => {},
-  });
-  return { m, stale };
+  const lines: Line[] = [];
+  const log = {
+    warn: (o: Record<string, unknown>, msg: string) => lines.push([o, msg]),
+  } as unknown as Logger;
+  const m = new LeaseMonitor(
+    clock,
+    (key) => floor(key),
+    {
+      onStale: (v) => stale.push(v),
+      onLeaseChange: () => {},
+      onLeaseGone: () => {},
+    },
+    log,
+  );
+  return { m, stale, lines };
 }
 
 test('the per-lease timer fires just after D with no renewal, and renewals push it back', () => {
@@ -120,4 +133,85 @@ test('a held lease freed before its deadline (holder pod ended) is never judged 
   m.leaseSeen(wire('a', 3, 't2', 'pod-b')); // the replacement acquires: a deadline again
   advance(6001);
   assert.equal(stale.length, 1);
+});
+
+function withDuration(lease: V1Lease, seconds: unknown): V1Lease {
+  return { ...lease, spec: { ...lease.spec, leaseDurationSeconds: seconds as number } };
+}
+
+test('a Lease edited to a duration shorter than the floor is judged by the floor, and said once', () => {
+  const { m, stale, lines } = monitor(() => 6000);
+  m.watchConnected();
+  m.leaseSeen(withDuration(wire('a', 1, '2026-01-01T00:00:00.000000Z'), 1));
+  m.leaseSeen(withDuration(wire('a', 2, '2026-01-01T00:00:00.000000Z'), 1)); // metadata-only change
+  advance(5999);
+  assert.equal(stale.length, 0, 'no verdict before the floor');
+  advance(2);
+  assert.equal(stale.length, 1);
+  assert.equal(stale[0]?.observation.durationMs, 6000);
+  const said = lines.filter(([o]) => o.field === 'spec.leaseDurationSeconds');
+  assert.equal(said.length, 1, 'one line per lease and odd value, not per event');
+  assert.equal(said[0]?.[0].lease, 'ns/a');
+  assert.equal(said[0]?.[0].value, '1');
+  assert.match(said[0]?.[1] ?? '', /ns\/a: spec\.leaseDurationSeconds = 1: shorter than .* 6s/);
+});
+
+test('a huge duration: no timer beyond 2^31-1 ms, a few wake-ups over 60 days, verdict only after it', () => {
+  const { m, stale } = monitor(() => 6000);
+  m.watchConnected();
+  const seconds = 2 ** 31 - 1;
+  m.leaseSeen(withDuration(wire('a', 1, 't1'), seconds));
+  const spy = mock.method(globalThis, 'setTimeout');
+  try {
+    const day = 86_400_000;
+    for (let d = 0; d < 60; d++) advance(day);
+    assert.equal(stale.length, 0);
+    const delays = spy.mock.calls.map((c) => Number(c.arguments[1]));
+    assert.ok(
+      delays.every((ms) => ms <= 2 ** 31 - 1 && ms >= 0),
+      `delays ${delays.join(', ')}`,
+    );
+    assert.ok(delays.length <= 3, `re-armed ${delays.length} times in 60 days (bounded steps)`);
+  } finally {
+    spy.mock.restore();
+  }
+  assert.equal(m.observation('ns/a')?.durationMs, seconds * 1000, 'a longer duration is honoured');
+});
+
+test('hostile durations (0, negative, fractional, NaN, a string, missing, beyond int32) fall back to the floor', () => {
+  for (const value of [0, -5, 2.5, Number.NaN, '10', undefined, 2 ** 31, Number.POSITIVE_INFINITY]) {
+    const { m, stale, lines } = monitor(() => 4000);
+    m.watchConnected();
+    m.leaseSeen(withDuration(wire('a', 1, 't1'), value));
+    advance(4001);
+    assert.equal(stale.length, 1, `verdict after the floor for ${String(value)}`);
+    assert.equal(stale[0]?.observation.durationMs, 4000);
+    const said = lines.filter(([o]) => o.field === 'spec.leaseDurationSeconds');
+    assert.equal(said.length, 1, `one line for ${String(value)}`);
+    assert.match(said[0]?.[1] ?? '', /judged by the ShareManager's lease duration 4s/);
+    mock.timers.reset();
+    mock.timers.enable({ apis: ['setTimeout'] });
+  }
+});
+
+test('the floor rises when the ShareManager is seen after the Lease, and is sticky for the holder', () => {
+  let floor = 6000;
+  const { m, stale } = monitor(() => floor);
+  m.watchConnected();
+  m.leaseSeen(withDuration(wire('a', 1, 't1'), 1));
+  advance(3000);
+  floor = 20_000; // the ShareManager (lease.duration 20s) arrives
+  m.floorChanged('ns/a');
+  advance(10_000);
+  assert.equal(stale.length, 0, 'not at the default 6 s');
+  floor = 6000; // the ShareManager deleted (or shortened): the running holder keeps 20 s
+  m.floorChanged('ns/a');
+  m.leaseSeen(withDuration(wire('a', 2, 't1'), 1));
+  advance(6_999);
+  assert.equal(stale.length, 0);
+  advance(2);
+  assert.equal(stale.length, 1, 'stale at 20 s after the last renewal');
+  // A new holder (a pod from the current spec) starts from the current floor.
+  m.leaseSeen(withDuration(wire('a', 3, 't2', 'pod-b'), 1));
+  assert.equal(m.observation('ns/a')?.durationMs, 6000);
 });

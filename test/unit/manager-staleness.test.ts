@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { fromWire, type LeaseRecord } from '../../lib/lease-record.ts';
-import { judge, observe, resetObservation } from '../../manager/staleness.ts';
+import { judge, observe, refloor, resetObservation } from '../../manager/staleness.ts';
 
 function lease(
   over: { holder?: string; renew?: string; rv?: string; delinquent?: string; duration?: number } = {},
@@ -74,7 +74,38 @@ test('free and delinquent leases have no deadline', () => {
   assert.deepEqual(judge(delinquent, healthy, 1e6), { kind: 'delinquent' });
 });
 
-test('the lease duration comes from the Lease, else the default', () => {
+test("the lease duration is the Lease's when longer than the floor, else the floor", () => {
   assert.equal(observe(undefined, lease({ duration: 10 }), 0, 6000).observation.durationMs, 10_000);
   assert.equal(observe(undefined, lease({ duration: 0 }), 0, 6000).observation.durationMs, 6000);
+  assert.equal(observe(undefined, lease({ duration: 1 }), 0, 6000).observation.durationMs, 6000);
+  assert.equal(observe(undefined, lease({ duration: 1 }), 0, 20_000).observation.durationMs, 20_000);
+});
+
+test('the floor is sticky while the same holder holds, and starts afresh for a new holder', () => {
+  let obs = observe(undefined, lease({ duration: 1 }), 0, 20_000).observation;
+  obs = observe(
+    obs,
+    lease({ duration: 1, rv: '2', renew: '2026-01-01T00:00:02.000000Z' }),
+    2000,
+    6000,
+  ).observation;
+  assert.equal(obs.durationMs, 20_000, 'a lower floor (spec shortened, ShareManager gone) does not apply');
+  assert.equal(refloor(obs, 6000).durationMs, 20_000);
+  assert.equal(refloor(obs, 30_000).durationMs, 30_000, 'a higher one does at once');
+  obs = observe(obs, lease({ duration: 1, rv: '3', holder: 'sm-new' }), 3000, 6000).observation;
+  assert.equal(obs.durationMs, 6000);
+});
+
+test('a change of a raw value the record could not take still counts as a renewal', () => {
+  const odd = (renew: string, rv: string) => {
+    const l = lease({ rv });
+    return {
+      ...l,
+      renewTime: undefined,
+      wire: { ...l.wire, spec: { ...l.wire.spec, renewTime: renew as unknown as Date } },
+    };
+  };
+  const first = observe(undefined, odd('garbage-1', '1'), 0, 6000).observation;
+  assert.equal(observe(first, odd('garbage-1', '2'), 1000, 6000).renewed, false);
+  assert.equal(observe(first, odd('garbage-2', '3'), 1000, 6000).renewed, true);
 });
