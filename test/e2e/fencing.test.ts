@@ -2,8 +2,9 @@
  * Fencing on the whole system (3 simulated nodes, a manager on each, the chart installed
  * by helm), default lease timings (D 6 s, R 2 s, T 4 s): the node serving a share is cut
  * from the API server, a manager fails the share over, and the old server must stop
- * before the replacement serves — by the default `pod` fence (no spec.fence), or, when
- * the fence cannot reach the server, by the kubelet's liveness backstop.
+ * before the replacement serves — by the default `pod` fence (no spec.fence), also when
+ * the server ignores SIGTERM (SIGKILL after the grace), or, when the fence cannot reach
+ * the server, by the kubelet's liveness backstop.
  * Each asserts that the serving windows never overlap and that no acknowledged record is
  * lost, and prints when the old server stopped and the new one started.
  * NB: kube-controller-manager runs with --attach-detach-reconcile-sync-period=2s, so the
@@ -20,8 +21,10 @@ const system = useSystem({ nodes: 3, cluster: { attachDetachReconcileSyncPeriod:
 test('shares start and serve', { timeout: 120_000 }, async () => {
   await createShare(system(), 'nofence-a');
   await createShare(system(), 'miss-b', { fence: { action: 'signal', process: 'no-such-server' } });
+  await createShare(system(), 'stubborn-c', { serverArgs: ['--sigterm-delay=never'] });
   await waitServing(system(), 'nofence-a', 90_000);
   await waitServing(system(), 'miss-b', 90_000);
+  await waitServing(system(), 'stubborn-c', 90_000);
   await sleep(2_000); // some records on each volume
 });
 
@@ -71,4 +74,13 @@ test('signals made to fail (the fence names no running process): the kubelet bac
   assert.ok(fenceLine, 'the agent exited (fenced)');
   assert.equal(fenceLine.code, 1, 'the agent fenced (exit 1)');
   assert.match(old.reason ?? '', /SIGTERM/, "the kubelet's kill (SIGTERM first)");
+});
+
+test('a server that ignores SIGTERM: the pod fence SIGKILLs it after the grace, before its replacement serves', {
+  timeout: 180_000,
+}, async () => {
+  const { r, old } = await partitionAndFailOver('stubborn-c');
+  const exit = system().sim.exits.find((e) => e.pod === r.before.pod && e.container === 'server');
+  assert.equal(exit?.signal, 'SIGKILL', 'it ignored SIGTERM: only SIGKILL stopped it');
+  assert.equal(old.reason, undefined, 'killed: it wrote no stop line, its window was closed at the kill');
 });
