@@ -68,7 +68,11 @@ export class ReconcileExecutor {
           [LABEL_SHARE_MANAGER]: name,
         });
         record.wire.metadata = { ...record.wire.metadata, ownerReferences: [ownerRef(sm)] };
-        await this.leases.create(record, this.config.requestTimeoutMs); // conflict = someone created it
+        const created = await this.leases.create(record, this.config.requestTimeoutMs);
+        // Conflict: it exists. Usually another manager created it first; but a Lease whose
+        // label was removed also looks missing (the watch selects on the label), and then
+        // nothing would judge it: put the label back.
+        if (created.kind === 'conflict') await this.restoreLeaseLabel(sm);
         return undefined;
       }
       case 'ensureService': {
@@ -136,6 +140,33 @@ export class ReconcileExecutor {
       case 'requeueAfter':
         return action.ms;
     }
+  }
+
+  /** Re-labels the ShareManager's Lease when its label is missing, by CAS (409: re-observe). */
+  private async restoreLeaseLabel(sm: ShareManager): Promise<void> {
+    const namespace = sm.metadata.namespace ?? '';
+    const name = sm.metadata.name ?? '';
+    const lease = await this.leases.get(namespace, name, this.config.requestTimeoutMs);
+    const labels = lease?.wire.metadata?.labels ?? {};
+    if (!lease || labels[LABEL_SHARE_MANAGER] === name) return;
+    const wire = {
+      ...lease.wire,
+      metadata: { ...lease.wire.metadata, labels: { ...labels, [LABEL_SHARE_MANAGER]: name } },
+    };
+    const outcome = await this.leases.update({ ...lease, wire }, this.config.requestTimeoutMs);
+    const key = `${namespace}/${name}`;
+    if (outcome.kind === 'conflict') {
+      this.log.info({ lease: key }, 'restoring the label of a lease met a conflict: re-observing');
+      return;
+    }
+    this.log.warn(
+      {
+        lease: key,
+        label: LABEL_SHARE_MANAGER,
+        was: labels[LABEL_SHARE_MANAGER] ?? '(missing)',
+      },
+      `lease ${key}: its ${LABEL_SHARE_MANAGER} label was missing; restored, so the lease is watched and judged again`,
+    );
   }
 
   private async releaseLease(

@@ -4,9 +4,10 @@
  *
  * Why: the Lease watch selects on that label, so the API server reports a removed label
  * as a deletion (with the previous content). The manager then forgets the lease: no
- * staleness verdict and no failover for it until the label is back. That is the safe
- * answer (nothing is declared dead on a lease nobody watches), but it must not be
- * silent.
+ * staleness verdict for it until the label is back — the safe answer (nothing is
+ * declared dead on a lease nobody watches), but it must not be silent, and it must not
+ * last: the reconciler, finding the ShareManager's Lease "missing" but present, puts the
+ * label back by CAS (execute-reconcile.ts).
  *
  * Guarantees:
  *  - One read of the Lease per deletion seen by the watch; a Lease that still exists
@@ -48,7 +49,7 @@ export class LeaseLabelCheck {
         this.reported.add(key);
         const field = `metadata.labels[${LABEL_SHARE_MANAGER}]`;
         const instead =
-          'removed: the Lease left the manager watch (label selector); it is forgotten: no staleness verdict and no failover for it until the label is back';
+          'removed: the Lease left the manager watch (label selector); no staleness verdict for it until the label is back (the reconciler restores it)';
         this.log.warn(
           { lease: key, field, value: '(missing)', instead },
           `lease ${key}: ${field} = (missing): ${instead}`,

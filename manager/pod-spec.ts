@@ -16,10 +16,11 @@
  *    no privilege escalation, RuntimeDefault seccomp. NB: this needs the Pod Security
  *    "baseline" level in the share managers' namespace (KILL is allowed there).
  *  - the kubelet's backstop: the server container's liveness probe is the agent's
- *    /readyz (200 only while the lease is held and renewed within T), every 1 s, one
- *    failure kills it, with a probe-level grace of 1 s. So the kubelet stops the server
- *    about T + 1-2 s after the last successful renewal was sent even when the agent
- *    cannot (hung, crashed, unable to signal) and while the node is cut off from the API.
+ *    /readyz (200 only while the lease is held and renewed within T), every 1 s, two
+ *    failures in a row kill it, with a probe-level grace of 1 s. So the kubelet stops
+ *    the server about 2-3 s after the proof lapses — T + 2-3 s after the last successful
+ *    renewal was sent, or 2-3 s after the agent died or hung — even when the agent cannot
+ *    (hung, dead, unable to signal) and while the node is cut off from the API.
  *  - env of the agent from the ShareManager (lease timings with the manager's defaults
  *    filled in, fence, server check) + the downward API for pod and node name.
  *  - owner reference to the ShareManager (controller), labels for the Service selector.
@@ -186,7 +187,9 @@ export function leaseBackstopProbe(agentPort: number): V1Probe {
     httpGet: { path: '/readyz', port: agentPort },
     periodSeconds: 1,
     timeoutSeconds: 1,
-    failureThreshold: 1,
+    // NB: 2, not 1: an agent restarted in place (a crash, an OOM kill) re-proves its
+    // lease within about a second; one missed probe must not end the server for it.
+    failureThreshold: 2,
     successThreshold: 1,
     terminationGracePeriodSeconds: 1,
   };

@@ -185,13 +185,13 @@ test('the agent may signal a root server: uid 0, every capability dropped but KI
   });
 });
 
-test('the kubelet backstop: the server is live only while the agent proves the lease (/readyz), 1 s period, 1 failure, 1 s grace', () => {
+test('the kubelet backstop: the server is live only while the agent proves the lease (/readyz), 1 s period, 2 failures, 1 s grace', () => {
   const server = build().spec?.containers?.[0];
   assert.deepEqual(server?.livenessProbe, {
     httpGet: { path: '/readyz', port: 8081 },
     periodSeconds: 1,
     timeoutSeconds: 1,
-    failureThreshold: 1,
+    failureThreshold: 2,
     successThreshold: 1,
     terminationGracePeriodSeconds: 1,
   });
