@@ -26,7 +26,7 @@ import { k8s } from '../../lib/kube-client.ts';
 import { buildSharePod } from '../../manager/pod-spec.ts';
 import { resolveSpec, type ShareManager, type ShareManagerSpec } from '../../manager/share-manager-spec.ts';
 import { eventually } from '../support/cluster.ts';
-import { startClusterAndSim, stopClusterAndSim } from './sim-harness.ts';
+import { createShareAgentAccount, startClusterAndSim, stopClusterAndSim } from './sim-harness.ts';
 
 assert.ok(
   existsSync(join(import.meta.dirname, '../../dist/agent/main.js')),
@@ -42,28 +42,7 @@ let running: { cluster: Cluster; sim: Sim } | undefined;
 before(
   async () => {
     running = await startClusterAndSim({ nodes: [NODE] });
-    const kc = running.cluster.kubeConfig;
-    await kc
-      .makeApiClient(k8s.CoreV1Api)
-      .createNamespacedServiceAccount({ namespace: 'default', body: { metadata: { name: 'share-agent' } } });
-    const rbac = kc.makeApiClient(k8s.RbacAuthorizationV1Api);
-    await rbac.createNamespacedRole({
-      namespace: 'default',
-      body: {
-        metadata: { name: 'share-agent' },
-        rules: [
-          { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'update'] },
-        ],
-      },
-    });
-    await rbac.createNamespacedRoleBinding({
-      namespace: 'default',
-      body: {
-        metadata: { name: 'share-agent' },
-        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'share-agent' },
-        subjects: [{ kind: 'ServiceAccount', name: 'share-agent', namespace: 'default' }],
-      },
-    });
+    await createShareAgentAccount(running.cluster.kubeConfig);
   },
   { timeout: 300_000 },
 );

@@ -7,6 +7,7 @@ import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { startCluster } from '../../dev/cluster/cluster.ts';
 import type { Cluster, ClusterOptions } from '../../dev/cluster/types.ts';
 import { type Sim, type SimOptions, startSim } from '../../dev/sim/sim.ts';
+import { k8s } from '../../lib/kube-client.ts';
 
 export async function startClusterAndSim(
   simOpts: Omit<SimOptions, 'cluster'>,
@@ -19,6 +20,36 @@ export async function startClusterAndSim(
     await cluster.stop();
     throw err;
   }
+}
+
+/**
+ * The ServiceAccount `share-agent` in `default`, allowed what the chart's agent Role
+ * allows (get, create, update Leases): the identity of the share pods the sim tests run.
+ */
+export async function createShareAgentAccount(kc: k8s.KubeConfig): Promise<void> {
+  const namespace = 'default';
+  const name = 'share-agent';
+  await kc
+    .makeApiClient(k8s.CoreV1Api)
+    .createNamespacedServiceAccount({ namespace, body: { metadata: { name } } });
+  const rbac = kc.makeApiClient(k8s.RbacAuthorizationV1Api);
+  await rbac.createNamespacedRole({
+    namespace,
+    body: {
+      metadata: { name },
+      rules: [
+        { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'update'] },
+      ],
+    },
+  });
+  await rbac.createNamespacedRoleBinding({
+    namespace,
+    body: {
+      metadata: { name },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name },
+      subjects: [{ kind: 'ServiceAccount', name, namespace }],
+    },
+  });
 }
 
 /** Host PIDs of sandbox and container launchers (setpriv/unshare/nsenter) this process started. */

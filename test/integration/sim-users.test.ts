@@ -28,38 +28,13 @@ import { PROJECT_IMAGE, SHARE_SERVER_IMAGE, type Sim } from '../../dev/sim/sim.t
 import { k8s } from '../../lib/kube-client.ts';
 import { ANNOTATION_DELINQUENT } from '../../lib/lease-record.ts';
 import { eventually } from '../support/cluster.ts';
-import { startClusterAndSim, stopClusterAndSim } from './sim-harness.ts';
+import { createShareAgentAccount, startClusterAndSim, stopClusterAndSim } from './sim-harness.ts';
 
 let running: { cluster: Cluster; sim: Sim } | undefined;
 before(
   async () => {
     running = await startClusterAndSim({ nodes: ['sim-u'] });
-    const kc = running.cluster.kubeConfig;
-    await kc
-      .makeApiClient(k8s.CoreV1Api)
-      .createNamespacedServiceAccount({ namespace: 'default', body: { metadata: { name: 'share-agent' } } });
-    const rbac = kc.makeApiClient(k8s.RbacAuthorizationV1Api);
-    await rbac.createNamespacedRole({
-      namespace: 'default',
-      body: {
-        metadata: { name: 'share-agent' },
-        rules: [
-          {
-            apiGroups: ['coordination.k8s.io'],
-            resources: ['leases'],
-            verbs: ['get', 'list', 'watch', 'create', 'update', 'patch'],
-          },
-        ],
-      },
-    });
-    await rbac.createNamespacedRoleBinding({
-      namespace: 'default',
-      body: {
-        metadata: { name: 'share-agent' },
-        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'share-agent' },
-        subjects: [{ kind: 'ServiceAccount', name: 'share-agent', namespace: 'default' }],
-      },
-    });
+    await createShareAgentAccount(running.cluster.kubeConfig);
   },
   { timeout: 300_000 },
 );
