@@ -195,6 +195,13 @@ export async function getShareManager(
     state?: string;
     message?: string;
     lastFailover?: Record<string, string>;
+    conditions?: {
+      type: string;
+      status: string;
+      reason?: string;
+      message?: string;
+      lastTransitionTime?: string;
+    }[];
   };
 }> {
   return (await kc.makeApiClient(k8s.CustomObjectsApi).getNamespacedCustomObject({

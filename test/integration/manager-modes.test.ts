@@ -1,7 +1,8 @@
 /**
  * The manager's modes and guards against the real API server: a bad spec is refused
- * (by the schema or with status Error) without disturbing anything else; observe-only
- * records what it would do and touches nothing. The test plays pods and agents.
+ * (by the schema or with status Error) without disturbing anything else; the Fencing
+ * condition and the FenceDisabled warning of an explicit `fence.action: none`;
+ * observe-only records what it would do and touches nothing. The test plays pods and agents.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -78,6 +79,57 @@ describe('manager modes', () => {
         'the good share manager is untouched',
       );
       assert.equal((await getShareManager(kc, 'bad', 'vol-good')).status?.state, 'Running');
+    } finally {
+      await manager.kill();
+    }
+  });
+
+  it('fencing: the default is Fencing=True; an explicit none is Fencing=False with one Warning event', async () => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'fencing');
+    const manager = startManager(cluster(), 'f1', { LEASEHOLD_WATCH_NAMESPACE: 'fencing' });
+    try {
+      await createShareManager(kc, { namespace: 'fencing', name: 'vol-default' });
+      await createShareManager(kc, {
+        namespace: 'fencing',
+        name: 'vol-none',
+        extra: { fence: { action: 'none' } },
+      });
+      const fencing = (name: string) =>
+        eventually(`the Fencing condition of ${name}`, async () =>
+          (await getShareManager(kc, 'fencing', name)).status?.conditions?.find((c) => c.type === 'Fencing'),
+        );
+      const byDefault = await fencing('vol-default');
+      assert.equal(byDefault.status, 'True');
+      assert.equal(byDefault.reason, 'FencePod');
+      const none = await fencing('vol-none');
+      assert.equal(none.status, 'False');
+      assert.equal(none.reason, 'FenceDisabled');
+      assert.match(none.message ?? '', /keeps running/);
+      assert.ok(none.lastTransitionTime, 'stamped when set');
+      const warned = await eventually('a FenceDisabled event', async () => {
+        const list = (await eventsFor(kc, 'fencing', 'vol-none')).filter((e) => e.reason === 'FenceDisabled');
+        return list.length > 0 ? list : undefined;
+      });
+      assert.equal(warned[0]?.type, 'Warning');
+      const pod = (await podsOf(kc, 'fencing', 'vol-none'))[0];
+      const env = pod?.spec?.initContainers?.[0]?.env ?? [];
+      assert.equal(
+        env.find((e) => e.name === 'LEASEHOLD_FENCE_ACTION')?.value,
+        'none',
+        'honoured as written',
+      );
+      const defaultPod = (await podsOf(kc, 'fencing', 'vol-default'))[0];
+      assert.equal(
+        defaultPod?.spec?.initContainers?.[0]?.env?.find((e) => e.name === 'LEASEHOLD_FENCE_ACTION')?.value,
+        'pod',
+      );
+      await sleep(2_000); // further passes (status writes, pod events) must not repeat the event
+      assert.equal(
+        (await eventsFor(kc, 'fencing', 'vol-none')).filter((e) => e.reason === 'FenceDisabled').length,
+        1,
+        'one event per change, not per pass',
+      );
     } finally {
       await manager.kill();
     }
