@@ -20,7 +20,7 @@ import {
 } from '../../dev/demo/shares.ts';
 import { SHARES_NAMESPACE, type System, type SystemOptions, startSystem } from '../../dev/demo/system.ts';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
-import { monotonicMs } from '../../lib/clock.ts';
+import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { leftoverPodProcesses } from '../integration/sim-harness.ts';
 
@@ -61,7 +61,13 @@ export function assertNoOverlap(sys: System, share: string): void {
 
 /** Every record 1..ackedSeq is readable from the server now serving (none lost, none out of order). */
 export async function assertRecordsKept(serving: Serving, ackedSeq: number): Promise<void> {
-  const answer = await fetchRecords(serving.port);
+  // NB: a server that just started may not have appended its first record yet: wait
+  // (up to 5 s, its interval is 100 ms) for one, then check everything.
+  let answer = await fetchRecords(serving.port);
+  for (let i = 0; i < 50 && answer && answer.lastSeq <= ackedSeq; i++) {
+    await sleep(100);
+    answer = await fetchRecords(serving.port);
+  }
   assert.ok(answer, `${serving.pod} answers GET /records`);
   const seqs = answer.records.map((r) => r.seq);
   const have = new Set(seqs);
