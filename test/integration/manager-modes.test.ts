@@ -260,6 +260,37 @@ describe('manager modes', () => {
         new RegExp(`${clusterIP.replaceAll('.', '\\.')}:/srv/share\\s+nfsvers=4\\.2,`),
       );
 
+      // A user's own server: exactly as written, and no status.export (we do not know its protocol).
+      await createShareManager(kc, { namespace: 'nfs', name: 'vol-own', lease: LEASE });
+      const [own] = await waitForPods(kc, 'nfs', 'vol-own', 1);
+      assert.equal(own?.spec?.containers[0]?.image, 'leasehold.dev/demo-share-server:dev');
+      assert.equal(
+        own?.spec?.initContainers?.[0]?.env?.find((e) => e.name === 'LEASEHOLD_SERVER_CHECK'),
+        undefined,
+        'no check preset for a user server',
+      );
+      await eventually('vol-own reconciled', async () =>
+        (await getShareManager(kc, 'nfs', 'vol-own')).status?.state === 'Pending' ? true : undefined,
+      );
+      await sleep(500);
+      assert.equal((await getShareManager(kc, 'nfs', 'vol-own')).status?.export, undefined);
+
+      // Switching vol-nfs to a server of its own removes status.export (null in the merge patch).
+      await objects.patchNamespacedCustomObject(
+        {
+          group: 'leasehold.dev',
+          version: 'v1alpha1',
+          namespace: 'nfs',
+          plural: 'sharemanagers',
+          name: 'vol-nfs',
+          body: { spec: { server: { image: 'registry.example/own-nfs:1' } } },
+        },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+      );
+      await eventually('status.export removed', async () =>
+        (await getShareManager(kc, 'nfs', 'vol-nfs')).status?.export === undefined ? true : undefined,
+      );
+
       // A mount path the shipped server refuses is a spec error naming the field; no pod.
       await create('vol-root', { pvc: 'data-root', mountPath: '/' });
       const refused = await eventually('status Error for mountPath /', async () => {
