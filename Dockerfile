@@ -9,6 +9,8 @@ COPY tsconfig.json tsconfig.build.json ./
 COPY lib lib
 COPY agent agent
 COPY manager manager
+# The manager checks the default NFS server's export path with its own settings reader.
+COPY server server
 COPY dev dev
 COPY bin bin
 RUN npx tsc -p tsconfig.build.json && npm prune --omit=dev

@@ -15,6 +15,7 @@
  * | LEASEHOLD_RENEW_DEADLINE (T)           | 4s                        | default agent renew deadline |
  * | LEASEHOLD_RETRY_PERIOD                 | 500ms                     | default agent retry period; also the manager's pause before retrying a failed step |
  * | LEASEHOLD_AGENT_IMAGE                  | leasehold.dev/leasehold:dev | image of the agent sidecar (args[0] = agent) |
+ * | LEASEHOLD_NFS_SERVER_IMAGE             | leasehold.dev/nfs-ganesha:dev | image of the shipped NFS server (server/nfs-ganesha/), the server of every ShareManager without spec.server; changing it changes only pods created afterwards |
  * | LEASEHOLD_AGENT_PORT                   | 8081                      | agent HTTP port inside share-manager pods (startup probe /readyz) |
  * | LEASEHOLD_AGENT_SERVICE_ACCOUNT        | namespace default         | ServiceAccount of share-manager pods whose spec names none (the chart sets leasehold-agent) |
  * | LEASEHOLD_ANTI_AFFINITY                | auto                      | auto (required when the lost node is unhealthy, else preferred), required, preferred, none |
@@ -57,6 +58,8 @@ export interface ManagerConfig {
   observeOnly: boolean;
   defaults: LeaseTimings;
   agentImage: string;
+  /** The shipped NFS server's image: the server of ShareManagers without spec.server. */
+  nfsServerImage: string;
   agentPort: number;
   /** ServiceAccount for share-manager pods without spec.serviceAccountName; undefined = the namespace's default. */
   agentServiceAccount: string | undefined;
@@ -91,6 +94,11 @@ export function readManagerConfig(env: Env): ManagerConfig {
       retryPeriodMs: r.duration('LEASEHOLD_RETRY_PERIOD', 500, 10, 60_000),
     },
     agentImage: r.string('LEASEHOLD_AGENT_IMAGE', { fallback: 'leasehold.dev/leasehold:dev' }),
+    nfsServerImage: r.string('LEASEHOLD_NFS_SERVER_IMAGE', {
+      fallback: 'leasehold.dev/nfs-ganesha:dev',
+      pattern: /^[^\s]+$/,
+      rule: 'must be an image reference such as registry.example/nfs-ganesha:1.0 (no spaces)',
+    }),
     agentPort: r.integer('LEASEHOLD_AGENT_PORT', 8081, 1, 65535),
     agentServiceAccount: env.LEASEHOLD_AGENT_SERVICE_ACCOUNT?.trim()
       ? r.objectName('LEASEHOLD_AGENT_SERVICE_ACCOUNT')

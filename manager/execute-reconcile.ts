@@ -1,7 +1,8 @@
 /**
  * The I/O of reconcile actions (reconcile-share-manager.ts decides them). Thin: each
  * action is one or two API calls; "already exists" and "already gone" are successes.
- * Returns a requeue delay when the action asks for one (a lost claim, a pending request).
+ * Returns a requeue delay when the action asks for one (a lost claim, a pending request,
+ * a Service whose ClusterIP was just learned: the next pass publishes status.export).
  *
  * releaseLease is a CAS with exactly the version the decision saw: a 409 means the lease
  * moved (a new holder, a delinquent mark); the watch delivers the change and the next
@@ -15,6 +16,7 @@ import type { LeaseStore } from '../lib/lease-store.ts';
 import type { Logger } from '../lib/logger.ts';
 import type { ManagerConfig } from './config.ts';
 import type { EventRecorder } from './events.ts';
+import { NFS_PORT, NFS_PORT_NAME } from './nfs-server-preset.ts';
 import { ANNOTATION_POD_REQUEST, sharePodFor } from './pod-spec.ts';
 import type { ReconcileAction } from './reconcile-share-manager.ts';
 import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
@@ -26,8 +28,8 @@ export function newRequestId(): string {
 
 export class ReconcileExecutor {
   private readonly core: k8s.CoreV1Api;
-  /** ShareManager UIDs whose Service is known to exist. */
-  readonly servicesKnown = new Set<string>();
+  /** ShareManager UID -> its Service's spec.clusterIP ('None' when headless), once known to exist. */
+  readonly servicesKnown = new Map<string, string>();
 
   constructor(
     kc: k8s.KubeConfig,
@@ -75,40 +77,8 @@ export class ReconcileExecutor {
         if (created.kind === 'conflict') await this.restoreLeaseLabel(sm);
         return undefined;
       }
-      case 'ensureService': {
-        const ports = (sm.spec.server.ports ?? []).map((p, i) => ({
-          name: p.name ?? `port-${i}`,
-          port: p.containerPort,
-          targetPort: p.containerPort as unknown as k8s.IntOrString,
-          protocol: p.protocol ?? 'TCP',
-        }));
-        try {
-          await this.core.createNamespacedService(
-            {
-              namespace,
-              body: {
-                metadata: {
-                  name,
-                  namespace,
-                  labels: { [LABEL_SHARE_MANAGER]: name },
-                  ownerReferences: [ownerRef(sm)],
-                },
-                spec: {
-                  selector: { [LABEL_SHARE_MANAGER]: name },
-                  // No ports declared: a headless Service (DNS to the pod) needs none.
-                  ...(ports.length > 0 ? { ports } : { clusterIP: 'None' }),
-                },
-              },
-            },
-            deadline,
-          );
-        } catch (err) {
-          if (statusOf(err) !== 409)
-            throw fail(`creating the service of share manager ${namespace}/${name}`, err);
-        }
-        this.servicesKnown.add(sm.metadata.uid ?? '');
-        return undefined;
-      }
+      case 'ensureService':
+        return this.ensureService(sm);
       case 'deletePod':
         try {
           await this.core.deleteNamespacedPod(
@@ -140,6 +110,61 @@ export class ReconcileExecutor {
       case 'requeueAfter':
         return action.ms;
     }
+  }
+
+  /**
+   * Creates the Service (or finds it: 409) and records its ClusterIP. Returns a requeue
+   * so that the next pass publishes status.export: no watch reports the Service.
+   */
+  private async ensureService(sm: ShareManager): Promise<number | undefined> {
+    const namespace = sm.metadata.namespace ?? '';
+    const name = sm.metadata.name ?? '';
+    const ports = servicePorts(sm);
+    let clusterIP: string | undefined;
+    try {
+      const created = await this.core.createNamespacedService(
+        {
+          namespace,
+          body: {
+            metadata: {
+              name,
+              namespace,
+              labels: { [LABEL_SHARE_MANAGER]: name },
+              ownerReferences: [ownerRef(sm)],
+            },
+            spec: {
+              selector: { [LABEL_SHARE_MANAGER]: name },
+              // No ports declared: a headless Service (DNS to the pod) needs none.
+              ...(ports.length > 0 ? { ports } : { clusterIP: 'None' }),
+            },
+          },
+        },
+        withDeadline(this.config.requestTimeoutMs),
+      );
+      clusterIP = created.spec?.clusterIP;
+    } catch (err) {
+      if (statusOf(err) !== 409)
+        throw new KubeApiError(`creating the service of share manager ${namespace}/${name}`, statusOf(err), {
+          cause: err,
+        });
+      try {
+        const existing = await this.core.readNamespacedService(
+          { namespace, name },
+          withDeadline(this.config.requestTimeoutMs),
+        );
+        clusterIP = existing.spec?.clusterIP;
+      } catch (readErr) {
+        throw new KubeApiError(
+          `reading the service of share manager ${namespace}/${name}`,
+          statusOf(readErr),
+          {
+            cause: readErr,
+          },
+        );
+      }
+    }
+    this.servicesKnown.set(sm.metadata.uid ?? '', clusterIP ?? '');
+    return 1;
   }
 
   /** Re-labels the ShareManager's Lease when its label is missing, by CAS (409: re-observe). */
@@ -214,6 +239,19 @@ export class ReconcileExecutor {
     }
     return undefined;
   }
+}
+
+/** The Service ports: spec.server's, or the shipped NFS server's 2049 (nfs-server-preset.ts). */
+export function servicePorts(sm: ShareManager): k8s.V1ServicePort[] {
+  const declared = sm.spec.server
+    ? (sm.spec.server.ports ?? [])
+    : [{ name: NFS_PORT_NAME, containerPort: NFS_PORT, protocol: 'TCP' }];
+  return declared.map((p, i) => ({
+    name: p.name ?? `port-${i}`,
+    port: p.containerPort,
+    targetPort: p.containerPort as unknown as k8s.IntOrString,
+    protocol: p.protocol ?? 'TCP',
+  }));
 }
 
 export function ownerRef(sm: ShareManager): k8s.V1OwnerReference {

@@ -23,18 +23,32 @@
  *    (hung, dead, unable to signal) and while the node is cut off from the API.
  *  - env of the agent from the ShareManager (lease timings with the manager's defaults
  *    filled in, fence, server check) + the downward API for pod and node name.
+ *  - the server container is `spec.server` as written, or without it the shipped NFS
+ *    server (nfs-server-preset.ts: image from the manager's settings, port 2049 `nfs`,
+ *    the export at the mount path, its securityContext, an emptyDir run directory) with
+ *    the agent checking tcp://127.0.0.1:2049 unless spec.serverCheck says otherwise.
  *  - owner reference to the ShareManager (controller), labels for the Service selector.
  *  - node anti-affinity against a lost node, `required` or `preferred` as decided by the
  *    caller (see anti-affinity.ts).
  */
-import type { V1Affinity, V1EnvVar, V1Pod, V1Probe, V1SecurityContext } from '@kubernetes/client-node';
+import type {
+  V1Affinity,
+  V1Container,
+  V1EnvVar,
+  V1Pod,
+  V1Probe,
+  V1SecurityContext,
+  V1Volume,
+} from '@kubernetes/client-node';
 import { formatDuration } from '../lib/env-config.ts';
 import { LABEL_SHARE_MANAGER } from '../lib/lease-record.ts';
 import type { LeaseTimings, ManagerConfig } from './config.ts';
+import { NFS_RUN_DIR, NFS_RUN_VOLUME, nfsServerContainer } from './nfs-server-preset.ts';
 import {
   type FenceAction,
   resolveSpec,
   type ShareManager,
+  type ShareManagerSpec,
   SM_GROUP,
   SM_KIND,
   SM_VERSION,
@@ -56,6 +70,10 @@ export interface PodSpecInput {
   mountPath: string;
   /** The resolved fence action (spec.fence.action, default pod). */
   fenceAction: FenceAction;
+  /** The resolved server check (spec.serverCheck, else the NFS preset, else none). */
+  serverCheck?: ShareManagerSpec['serverCheck'];
+  /** The image of the shipped NFS server, used when the ShareManager has no spec.server. */
+  nfsServerImage: string;
   agentImage: string;
   agentPort: number;
   /** ServiceAccount when the ShareManager names none; undefined = the namespace's default. */
@@ -68,7 +86,7 @@ export interface PodSpecInput {
 /** The manager settings a share pod is built from. */
 export type PodSettings = Pick<
   ManagerConfig,
-  'defaults' | 'agentImage' | 'agentPort' | 'agentServiceAccount'
+  'defaults' | 'agentImage' | 'agentPort' | 'agentServiceAccount' | 'nfsServerImage'
 >;
 
 /**
@@ -88,6 +106,8 @@ export function sharePodFor(
     timings: resolved.timings,
     mountPath: resolved.mountPath,
     fenceAction: resolved.fenceAction,
+    serverCheck: resolved.serverCheck,
+    nfsServerImage: settings.nfsServerImage,
     agentImage: settings.agentImage,
     agentPort: settings.agentPort,
     agentServiceAccount: settings.agentServiceAccount,
@@ -140,7 +160,7 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
           image: input.agentImage,
           args: ['agent'],
           restartPolicy: 'Always',
-          env: agentEnv(sm, timings, agentPort, input.fenceAction),
+          env: agentEnv(sm, timings, agentPort, input.fenceAction, input.serverCheck ?? sm.spec.serverCheck),
           securityContext: AGENT_SECURITY_CONTEXT,
           ports: [{ name: 'agent-http', containerPort: agentPort, protocol: 'TCP' }],
           startupProbe: {
@@ -152,21 +172,43 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
           readinessProbe: { httpGet: { path: '/readyz', port: agentPort }, periodSeconds: 2 },
         },
       ],
-      containers: [
-        {
-          name: SERVER_CONTAINER,
-          image: spec.server.image,
-          ...(spec.server.command ? { command: spec.server.command } : {}),
-          ...(spec.server.args ? { args: spec.server.args } : {}),
-          ...(spec.server.ports ? { ports: spec.server.ports } : {}),
-          env: spec.server.env ?? [],
-          ...(spec.server.securityContext ? { securityContext: spec.server.securityContext } : {}),
-          volumeMounts: [{ name: VOLUME_NAME, mountPath: input.mountPath }],
-          livenessProbe: leaseBackstopProbe(agentPort),
-        },
+      containers: [serverContainer(input)],
+      volumes: [
+        { name: VOLUME_NAME, persistentVolumeClaim: { claimName: spec.volume.pvc } },
+        ...(spec.server ? [] : [NFS_RUN_EMPTY_DIR]),
       ],
-      volumes: [{ name: VOLUME_NAME, persistentVolumeClaim: { claimName: spec.volume.pvc } }],
     },
+  };
+}
+
+const NFS_RUN_EMPTY_DIR: V1Volume = {
+  name: NFS_RUN_VOLUME,
+  emptyDir: { medium: 'Memory', sizeLimit: '16Mi' },
+};
+
+/** spec.server as written, or the shipped NFS server when there is none; both get the backstop. */
+function serverContainer(input: PodSpecInput): V1Container {
+  const server = input.sm.spec.server;
+  const volumeMounts = [{ name: VOLUME_NAME, mountPath: input.mountPath }];
+  const livenessProbe = leaseBackstopProbe(input.agentPort);
+  if (!server) {
+    return {
+      ...nfsServerContainer(input.nfsServerImage, input.mountPath),
+      name: SERVER_CONTAINER,
+      volumeMounts: [...volumeMounts, { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_DIR }],
+      livenessProbe,
+    };
+  }
+  return {
+    name: SERVER_CONTAINER,
+    image: server.image,
+    ...(server.command ? { command: server.command } : {}),
+    ...(server.args ? { args: server.args } : {}),
+    ...(server.ports ? { ports: server.ports } : {}),
+    env: server.env ?? [],
+    ...(server.securityContext ? { securityContext: server.securityContext } : {}),
+    volumeMounts,
+    livenessProbe,
   };
 }
 
@@ -200,6 +242,7 @@ function agentEnv(
   t: LeaseTimings,
   agentPort: number,
   fenceAction: FenceAction,
+  check: ShareManagerSpec['serverCheck'],
 ): V1EnvVar[] {
   const env: V1EnvVar[] = [
     { name: 'LEASEHOLD_LEASE_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
@@ -219,7 +262,6 @@ function agentEnv(
   if (fence?.command) env.push({ name: 'LEASEHOLD_FENCE_COMMAND', value: fence.command });
   if (fence?.grace) env.push({ name: 'LEASEHOLD_FENCE_GRACE', value: fence.grace });
   if (fence?.timeout) env.push({ name: 'LEASEHOLD_FENCE_TIMEOUT', value: fence.timeout });
-  const check = sm.spec.serverCheck;
   if (check) {
     env.push({ name: 'LEASEHOLD_SERVER_CHECK', value: check.target });
     if (check.timeout) env.push({ name: 'LEASEHOLD_SERVER_CHECK_TIMEOUT', value: check.timeout });

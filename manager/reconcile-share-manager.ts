@@ -24,7 +24,10 @@
  *     status: `status.podRequest`), then create the pod. With several managers exactly
  *     one claim wins; a claim whose pod never appears is retried after a timeout measured
  *     from when THIS manager first saw it.
- *  8. status (state, node, pod, leaseHolder) -> written only when it differs.
+ *  8. status (state, node, pod, leaseHolder, export) -> written only when it differs.
+ *     `export` (how to mount: ClusterIP, port 2049, the mount path, mount options) is
+ *     published for the shipped NFS server once the Service's ClusterIP is known, and
+ *     removed when the ShareManager names its own server (we do not know its protocol).
  *  9. the `Fencing` condition -> True for a fence that stops the server; False (reason
  *     FenceDisabled, plus a Warning event once per change) for an explicit
  *     `spec.fence.action: none`, whose server keeps running after its agent lost the
@@ -35,6 +38,7 @@
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import type { LeaseRecord } from '../lib/lease-record.ts';
+import { type ExportStatus, exportStatus } from './nfs-server-preset.ts';
 import { ANNOTATION_POD_REQUEST } from './pod-spec.ts';
 import type {
   FenceAction,
@@ -50,6 +54,8 @@ export interface ShareManagerSnapshot {
   /** undefined when the lease informer has not synced yet. */
   lease: LeaseRecord | undefined | 'unknown';
   serviceKnown: boolean;
+  /** The Service's spec.clusterIP once known ('None' when headless). */
+  clusterIP: string | undefined;
   pods: readonly V1Pod[];
   now: number;
   /** When this manager first saw the current status.podRequest (monotonic). */
@@ -63,7 +69,10 @@ export interface ShareManagerSnapshot {
 export type StatusFields = Pick<
   ShareManagerStatus,
   'state' | 'message' | 'node' | 'pod' | 'leaseHolder' | 'observedGeneration'
->;
+> & {
+  /** The mount information; null removes it (a merge patch deletes a null field). */
+  export?: ExportStatus | null;
+};
 
 export type ReconcileAction =
   | { kind: 'setStatus'; status: StatusFields }
@@ -231,13 +240,29 @@ function desiredStatus(s: ShareManagerSnapshot, live: V1Pod[], failingOver: bool
     pod: pod?.metadata?.name ?? '',
     leaseHolder: holder,
     observedGeneration: s.sm.metadata.generation,
+    ...exportField(s),
   };
 }
 
+/** status.export: set for the NFS default once the ClusterIP is known; null to remove it. */
+function exportField(s: ShareManagerSnapshot): Pick<StatusFields, 'export'> {
+  if (!s.resolved.ok) return {};
+  const ip = s.clusterIP;
+  if (s.resolved.nfsDefault) {
+    // Not known yet (the Service is being created): leave what is there.
+    if (!ip || ip === 'None') return {};
+    return { export: exportStatus(ip, s.resolved.mountPath) };
+  }
+  return s.sm.status?.export ? { export: null } : {};
+}
+
 function statusIfChanged(sm: ShareManager, desired: StatusFields): ReconcileAction[] {
-  const current = sm.status ?? {};
-  const differs = (Object.keys(desired) as (keyof StatusFields)[]).some(
-    (key) => desired[key] !== undefined && (current[key] ?? '') !== (desired[key] ?? ''),
-  );
+  const current: StatusFields = sm.status ?? {};
+  const differs = (Object.keys(desired) as (keyof StatusFields)[]).some((key) => {
+    const want = desired[key];
+    if (want === undefined) return false;
+    if (key === 'export') return JSON.stringify(current.export ?? null) !== JSON.stringify(want);
+    return (current[key] ?? '') !== want;
+  });
   return differs ? [{ kind: 'setStatus', status: desired }] : [];
 }

@@ -75,6 +75,7 @@ export class ShareManagerController {
       resolved: resolveSpec(sm.spec, this.config.defaults),
       lease: wireLease ? fromWire(wireLease) : undefined,
       serviceKnown: this.executor.servicesKnown.has(sm.metadata.uid ?? ''),
+      clusterIP: this.executor.servicesKnown.get(sm.metadata.uid ?? ''),
       pods,
       now,
       podRequestSeenAt: request ? seen?.at : undefined,

@@ -9,11 +9,20 @@
  * filled in, and returns a message naming the fields on failure: the reconciler then
  * sets status Error and touches nothing else. Without `spec.fence` the fence is `pod`
  * (every process of the pod but the agent); `none` is honoured only when written.
+ * Without `spec.server` the shipped NFS server runs (nfs-server-preset.ts): its export
+ * path (the mount path) must pass the server's own rules, and without `spec.serverCheck`
+ * the agent checks TCP 2049.
  */
 import type { V1EnvVar, V1ObjectMeta, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
 import { formatDuration, parseDuration } from '../lib/env-config.ts';
 import { defaultFenceTiming, fenceTimingProblems } from '../lib/fence-timing.ts';
 import { type LeaseTimings, timingProblem } from './config.ts';
+import {
+  type ExportStatus,
+  nfsMountPathProblems,
+  nfsServerCheck,
+  usesNfsDefault,
+} from './nfs-server-preset.ts';
 
 export const SM_GROUP = 'leasehold.dev';
 export const SM_VERSION = 'v1alpha1';
@@ -25,7 +34,8 @@ export type ShareManagerState = (typeof SM_STATES)[number];
 
 export interface ShareManagerSpec {
   volume: { pvc: string; mountPath?: string };
-  server: {
+  /** Unset: the shipped NFS server (nfs-server-preset.ts). */
+  server?: {
     image: string;
     args?: string[];
     command?: string[];
@@ -71,6 +81,8 @@ export interface ShareManagerStatus {
   /** Arbitration of the next pod creation among managers (see reconcile-share-manager.ts). */
   podRequest?: { id: string; by: string };
   lastFailover?: LastFailover;
+  /** How to mount the share (default NFS server only): nfs-server-preset.ts. */
+  export?: ExportStatus;
   conditions?: {
     type: string;
     status: string;
@@ -91,7 +103,16 @@ export interface ShareManager {
 export type FenceAction = NonNullable<NonNullable<ShareManagerSpec['fence']>['action']>;
 
 export type ResolvedSpec =
-  | { ok: true; timings: LeaseTimings; mountPath: string; fenceAction: FenceAction }
+  | {
+      ok: true;
+      timings: LeaseTimings;
+      mountPath: string;
+      fenceAction: FenceAction;
+      /** true: no spec.server, the shipped NFS server runs (nfs-server-preset.ts). */
+      nfsDefault: boolean;
+      /** spec.serverCheck, else the NFS preset for the default server, else none. */
+      serverCheck: ShareManagerSpec['serverCheck'];
+    }
   | { ok: false; message: string };
 
 /** Fills in the manager's default timings and checks the rules the schema cannot express. */
@@ -130,8 +151,12 @@ export function resolveSpec(spec: ShareManagerSpec, defaults: LeaseTimings): Res
   if (fenceAction === 'command' && !fence?.command)
     problems.push('spec.fence.command is required when action is command');
   if (fenceAction !== 'none' && problems.length === 0) problems.push(...fenceTimingOf(fence, timings));
+  const mountPath = spec.volume.mountPath ?? '/export';
+  const nfsDefault = usesNfsDefault(spec);
+  if (nfsDefault) problems.push(...nfsMountPathProblems(mountPath));
   if (problems.length > 0) return { ok: false, message: problems.join('; ') };
-  return { ok: true, timings, mountPath: spec.volume.mountPath ?? '/export', fenceAction };
+  const serverCheck = spec.serverCheck ?? (nfsDefault ? nfsServerCheck(timings) : undefined);
+  return { ok: true, timings, mountPath, fenceAction, nfsDefault, serverCheck };
 }
 
 /** spec.fence.grace/timeout (or their defaults) against D - T: lib/fence-timing.ts. */

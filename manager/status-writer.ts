@@ -11,6 +11,9 @@ import { KubeApiError } from '../lib/errors.ts';
 import { k8s, statusOf, withDeadline } from '../lib/kube-client.ts';
 import { type ShareManagerStatus, SM_GROUP, SM_PLURAL, SM_VERSION } from './share-manager-spec.ts';
 
+/** A merge patch of the status: a null field is removed. */
+export type StatusPatch = { [K in keyof ShareManagerStatus]?: ShareManagerStatus[K] | null };
+
 export class StatusWriter {
   private readonly api: k8s.CustomObjectsApi;
   constructor(
@@ -21,7 +24,7 @@ export class StatusWriter {
   }
 
   /** Merges `status` into the ShareManager's status. Returns false when it no longer exists. */
-  async patch(namespace: string, name: string, status: Partial<ShareManagerStatus>): Promise<boolean> {
+  async patch(namespace: string, name: string, status: StatusPatch): Promise<boolean> {
     return (await this.send(namespace, name, { status })) === 'written';
   }
 

@@ -90,6 +90,31 @@ describe('Helm chart', () => {
     assert.match(result.stderr, /antiAffinity/);
   });
 
+  it('passes nfsServer.image to the manager as LEASEHOLD_NFS_SERVER_IMAGE (tag: appVersion by default)', async () => {
+    const custom = await helm([
+      'template',
+      'x',
+      chartDir,
+      '--set',
+      'nfsServer.image.repository=registry.example/nfs-ganesha',
+      '--set',
+      'nfsServer.image.tag=1.2',
+    ]);
+    assert.equal(custom.code, 0, custom.stderr);
+    assert.match(
+      custom.stdout,
+      /name: LEASEHOLD_NFS_SERVER_IMAGE, value: "registry\.example\/nfs-ganesha:1\.2"/,
+    );
+    const byDefault = await helm(['template', 'x', chartDir]);
+    assert.match(
+      byDefault.stdout,
+      /name: LEASEHOLD_NFS_SERVER_IMAGE, value: "leasehold\.dev\/nfs-ganesha:\d+\.\d+\.\d+"/,
+    );
+    const bad = await helm(['template', 'x', chartDir, '--set', 'nfsServer.image.repository=a b']);
+    assert.notEqual(bad.code, 0);
+    assert.match(bad.stderr, /nfsServer\/image\/repository/);
+  });
+
   it('renders manifests the API server accepts (server-side dry run), then installs them', async () => {
     const created = await kubectl(['create', 'namespace', namespace]);
     assert.equal(created.code, 0, created.stderr);

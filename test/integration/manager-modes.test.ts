@@ -2,10 +2,13 @@
  * The manager's modes and guards against the real API server: a bad spec is refused
  * (by the schema or with status Error) without disturbing anything else; the Fencing
  * condition and the FenceDisabled warning of an explicit `fence.action: none`;
- * observe-only records what it would do and touches nothing. The test plays pods and agents.
+ * observe-only records what it would do and touches nothing; a ShareManager with only
+ * `spec.volume` gets the shipped NFS server, a Service with a ClusterIP on 2049 and
+ * status.export (and its printer column). The test plays pods and agents.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import * as k8s from '@kubernetes/client-node';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
 import {
@@ -23,6 +26,7 @@ import {
   shareManagerBody,
   startManager,
   useManagerFixture,
+  waitForPods,
 } from './manager-harness.ts';
 
 const cluster = useCluster({ scheduler: false });
@@ -172,6 +176,129 @@ describe('manager modes', () => {
         1,
         'recorded once',
       );
+    } finally {
+      await manager.kill();
+    }
+  });
+
+  it('no spec.server: the shipped NFS server, a Service with a ClusterIP on 2049, status.export', async () => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'nfs');
+    const image = 'registry.example/nfs-ganesha:it';
+    const manager = startManager(cluster(), 'n1', {
+      LEASEHOLD_WATCH_NAMESPACE: 'nfs',
+      LEASEHOLD_NFS_SERVER_IMAGE: image,
+    });
+    try {
+      const objects = kc.makeApiClient(k8s.CustomObjectsApi);
+      const create = (name: string, volume: Record<string, string>) =>
+        objects.createNamespacedCustomObject({
+          group: 'leasehold.dev',
+          version: 'v1alpha1',
+          namespace: 'nfs',
+          plural: 'sharemanagers',
+          body: {
+            apiVersion: 'leasehold.dev/v1alpha1',
+            kind: 'ShareManager',
+            metadata: { name, namespace: 'nfs' },
+            spec: { volume, lease: LEASE },
+          },
+        });
+      // Accepted by the API server without spec.server (the CRD no longer requires it).
+      await create('vol-nfs', { pvc: 'data-nfs', mountPath: '/srv/share' });
+      const [pod] = await waitForPods(kc, 'nfs', 'vol-nfs', 1);
+      const server = pod?.spec?.containers.find((c) => c.name === 'server');
+      assert.equal(server?.image, image);
+      assert.deepEqual(
+        server?.ports?.map((p) => ({ ...p })),
+        [{ name: 'nfs', containerPort: 2049, protocol: 'TCP' }],
+      );
+      const serverEnv = Object.fromEntries((server?.env ?? []).map((e) => [e.name, e.value]));
+      assert.equal(serverEnv.LEASEHOLD_NFS_EXPORT_PATH, '/srv/share');
+      assert.deepEqual(server?.securityContext?.capabilities?.add, [
+        'CHOWN',
+        'DAC_OVERRIDE',
+        'DAC_READ_SEARCH',
+        'FOWNER',
+        'FSETID',
+        'SETGID',
+        'SETUID',
+      ]);
+      assert.equal(server?.securityContext?.readOnlyRootFilesystem, true);
+      const agentEnv = Object.fromEntries(
+        (pod?.spec?.initContainers?.[0]?.env ?? []).map((e) => [e.name, e.value]),
+      );
+      assert.equal(agentEnv.LEASEHOLD_SERVER_CHECK, 'tcp://127.0.0.1:2049');
+      assert.equal(agentEnv.LEASEHOLD_SERVER_CHECK_TIMEOUT, '500ms', 'below T - R = 1s of FAST_LEASE');
+      assert.equal(agentEnv.LEASEHOLD_FENCE_ACTION, 'pod');
+
+      const service = await kc
+        .makeApiClient(k8s.CoreV1Api)
+        .readNamespacedService({ namespace: 'nfs', name: 'vol-nfs' });
+      const clusterIP = service.spec?.clusterIP ?? '';
+      assert.match(clusterIP, /^\d+\.\d+\.\d+\.\d+$/, `a ClusterIP, not headless: ${clusterIP}`);
+      assert.deepEqual(
+        service.spec?.ports?.map((p) => [p.name, p.port, p.targetPort, p.protocol]),
+        [['nfs', 2049, 2049, 'TCP']],
+      );
+      const published = await eventually('status.export', async () => {
+        const s = await getShareManager(kc, 'nfs', 'vol-nfs');
+        return s.status?.export as Record<string, unknown> | undefined;
+      });
+      assert.deepEqual(published, {
+        clusterIP,
+        port: 2049,
+        path: '/srv/share',
+        source: `${clusterIP}:/srv/share`,
+        mountOptions: 'nfsvers=4.2,proto=tcp,hard,timeo=20,retrans=2,noresvport',
+      });
+      const table = await kubectl(cluster(), ['get', 'sm', '-n', 'nfs', 'vol-nfs', '-o', 'wide']);
+      assert.equal(table.code, 0, table.stderr);
+      assert.match(table.stdout, /EXPORT\s+OPTIONS/);
+      assert.match(
+        table.stdout,
+        new RegExp(`${clusterIP.replaceAll('.', '\\.')}:/srv/share\\s+nfsvers=4\\.2,`),
+      );
+
+      // A user's own server: exactly as written, and no status.export (we do not know its protocol).
+      await createShareManager(kc, { namespace: 'nfs', name: 'vol-own', lease: LEASE });
+      const [own] = await waitForPods(kc, 'nfs', 'vol-own', 1);
+      assert.equal(own?.spec?.containers[0]?.image, 'leasehold.dev/demo-share-server:dev');
+      assert.equal(
+        own?.spec?.initContainers?.[0]?.env?.find((e) => e.name === 'LEASEHOLD_SERVER_CHECK'),
+        undefined,
+        'no check preset for a user server',
+      );
+      await eventually('vol-own reconciled', async () =>
+        (await getShareManager(kc, 'nfs', 'vol-own')).status?.state === 'Pending' ? true : undefined,
+      );
+      await sleep(500);
+      assert.equal((await getShareManager(kc, 'nfs', 'vol-own')).status?.export, undefined);
+
+      // Switching vol-nfs to a server of its own removes status.export (null in the merge patch).
+      await objects.patchNamespacedCustomObject(
+        {
+          group: 'leasehold.dev',
+          version: 'v1alpha1',
+          namespace: 'nfs',
+          plural: 'sharemanagers',
+          name: 'vol-nfs',
+          body: { spec: { server: { image: 'registry.example/own-nfs:1' } } },
+        },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+      );
+      await eventually('status.export removed', async () =>
+        (await getShareManager(kc, 'nfs', 'vol-nfs')).status?.export === undefined ? true : undefined,
+      );
+
+      // A mount path the shipped server refuses is a spec error naming the field; no pod.
+      await create('vol-root', { pvc: 'data-root', mountPath: '/' });
+      const refused = await eventually('status Error for mountPath /', async () => {
+        const s = await getShareManager(kc, 'nfs', 'vol-root');
+        return s.status?.state === 'Error' ? s : undefined;
+      });
+      assert.match(refused.status?.message ?? '', /spec\.volume\.mountPath="\/": the shipped NFS server/);
+      assert.deepEqual(await podsOf(kc, 'nfs', 'vol-root'), []);
     } finally {
       await manager.kill();
     }

@@ -77,6 +77,7 @@ function managerPod(
     timings: resolved.timings,
     mountPath: resolved.mountPath,
     fenceAction: resolved.fenceAction,
+    nfsServerImage: 'leasehold.dev/nfs-ganesha:dev',
     agentImage: 'leasehold.dev/leasehold:dev',
     agentPort: 8081,
     avoid: undefined,

@@ -74,3 +74,16 @@ test('settings parse', () => {
   assert.equal(c.takeoverTimeoutMs, 5000);
   assert.equal(c.httpPort, 0);
 });
+
+test('LEASEHOLD_NFS_SERVER_IMAGE: the shipped NFS server image, defaulted; a reference with spaces is refused', () => {
+  assert.equal(readManagerConfig(base).nfsServerImage, 'leasehold.dev/nfs-ganesha:dev');
+  assert.equal(
+    readManagerConfig({ ...base, LEASEHOLD_NFS_SERVER_IMAGE: 'registry.example/nfs-ganesha:1.2' })
+      .nfsServerImage,
+    'registry.example/nfs-ganesha:1.2',
+  );
+  assert.throws(
+    () => readManagerConfig({ ...base, LEASEHOLD_NFS_SERVER_IMAGE: 'nfs ganesha' }),
+    /LEASEHOLD_NFS_SERVER_IMAGE="nfs ganesha": must be an image reference/,
+  );
+});

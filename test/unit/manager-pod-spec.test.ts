@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { describe, it, test } from 'node:test';
+import { exportStatus, NFS_MOUNT_OPTIONS } from '../../manager/nfs-server-preset.ts';
 import { avoidanceFor, nodeHealth } from '../../manager/node-health.ts';
-import { buildSharePod } from '../../manager/pod-spec.ts';
+import { buildSharePod, sharePodFor } from '../../manager/pod-spec.ts';
 import type { ShareManager } from '../../manager/share-manager-spec.ts';
 import { resolveSpec } from '../../manager/share-manager-spec.ts';
 
@@ -30,6 +31,7 @@ function build(avoid?: { node: string; mode: 'required' | 'preferred' }) {
     timings: resolved.timings,
     mountPath: resolved.mountPath,
     fenceAction: resolved.fenceAction,
+    nfsServerImage: 'leasehold.dev/nfs-ganesha:dev',
     agentImage: 'leasehold.dev/leasehold:dev',
     agentPort: 8081,
     avoid,
@@ -134,6 +136,7 @@ test('the ServiceAccount: the spec names it, else the manager default, else the 
     timings: resolved.timings,
     mountPath: resolved.mountPath,
     fenceAction: resolved.fenceAction,
+    nfsServerImage: 'leasehold.dev/nfs-ganesha:dev',
     agentImage: 'leasehold.dev/leasehold:dev',
     agentPort: 8081,
     avoid: undefined,
@@ -161,6 +164,7 @@ test('no unfenced default: without spec.fence the agent fences the whole pod; no
     timings: resolved.timings,
     mountPath: resolved.mountPath,
     fenceAction: resolved.fenceAction,
+    nfsServerImage: 'leasehold.dev/nfs-ganesha:dev',
     agentImage: 'leasehold.dev/leasehold:dev',
     agentPort: 8081,
     avoid: undefined,
@@ -222,6 +226,7 @@ test('spec.fence.grace/timeout: passed to the agent, and held to grace < timeout
     timings: ok.timings,
     mountPath: ok.mountPath,
     fenceAction: ok.fenceAction,
+    nfsServerImage: 'leasehold.dev/nfs-ganesha:dev',
     agentImage: 'leasehold.dev/leasehold:dev',
     agentPort: 8081,
     avoid: undefined,
@@ -229,4 +234,147 @@ test('spec.fence.grace/timeout: passed to the agent, and held to grace < timeout
   const env = pod.spec?.initContainers?.[0]?.env ?? [];
   assert.equal(env.find((e) => e.name === 'LEASEHOLD_FENCE_GRACE')?.value, '1s');
   assert.equal(env.find((e) => e.name === 'LEASEHOLD_FENCE_TIMEOUT')?.value, '2500ms');
+});
+
+describe('no spec.server: the shipped NFS server', () => {
+  const nfsSm: ShareManager = {
+    metadata: { name: 'vol-n', namespace: 'storage', uid: 'uid-n', generation: 1 },
+    spec: { volume: { pvc: 'data-n', mountPath: '/srv/share' } },
+  };
+  const settings = {
+    defaults,
+    agentImage: 'leasehold.dev/leasehold:dev',
+    agentPort: 8081,
+    agentServiceAccount: undefined,
+    nfsServerImage: 'registry.example/nfs-ganesha:1.2',
+  };
+  const podOf = (s: ShareManager) => {
+    const built = sharePodFor(s, settings, undefined, {});
+    assert.ok(built.ok, built.ok ? '' : built.message);
+    return built.pod;
+  };
+  const agentEnvOf = (s: ShareManager) =>
+    Object.fromEntries((podOf(s).spec?.initContainers?.[0]?.env ?? []).map((e) => [e.name, e.value]));
+
+  it('the server container: the manager image, 2049/TCP named nfs, the export at the mount path', () => {
+    const pod = podOf(nfsSm);
+    const server = pod.spec?.containers[0];
+    assert.equal(server?.name, 'server');
+    assert.equal(server?.image, 'registry.example/nfs-ganesha:1.2');
+    assert.equal(server?.command, undefined, "the image's entrypoint runs");
+    assert.deepEqual(server?.ports, [{ name: 'nfs', containerPort: 2049, protocol: 'TCP' }]);
+    assert.deepEqual(server?.env, [
+      { name: 'LEASEHOLD_NFS_EXPORT_PATH', value: '/srv/share' },
+      { name: 'LEASEHOLD_NFS_PSEUDO_PATH', value: '/srv/share' },
+      { name: 'LEASEHOLD_NFS_PORT', value: '2049' },
+      { name: 'LEASEHOLD_NFS_RUN_DIR', value: '/run/leasehold-nfs' },
+    ]);
+    assert.deepEqual(server?.volumeMounts, [
+      { name: 'share', mountPath: '/srv/share' },
+      { name: 'nfs-run', mountPath: '/run/leasehold-nfs' },
+    ]);
+    assert.deepEqual(pod.spec?.volumes, [
+      { name: 'share', persistentVolumeClaim: { claimName: 'data-n' } },
+      { name: 'nfs-run', emptyDir: { medium: 'Memory', sizeLimit: '16Mi' } },
+    ]);
+    assert.deepEqual(server?.livenessProbe?.httpGet, { path: '/readyz', port: 8081 }, 'the backstop too');
+  });
+
+  it('securityContext: root with only the VFS FSAL capabilities, read-only root, no escalation', () => {
+    assert.deepEqual(podOf(nfsSm).spec?.containers[0]?.securityContext, {
+      runAsUser: 0,
+      runAsGroup: 0,
+      runAsNonRoot: false,
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      capabilities: {
+        drop: ['ALL'],
+        add: ['CHOWN', 'DAC_OVERRIDE', 'DAC_READ_SEARCH', 'FOWNER', 'FSETID', 'SETGID', 'SETUID'],
+      },
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
+  });
+
+  it('the agent: pod fence, server check tcp://127.0.0.1:2049 with a timeout below T - R', () => {
+    const env = agentEnvOf(nfsSm);
+    assert.equal(env.LEASEHOLD_FENCE_ACTION, 'pod');
+    assert.equal(env.LEASEHOLD_SERVER_CHECK, 'tcp://127.0.0.1:2049');
+    assert.equal(env.LEASEHOLD_SERVER_CHECK_TIMEOUT, '1s', 'T - R = 2s: 1 s');
+    assert.equal(env.LEASEHOLD_SERVER_CHECK_FAILURES, undefined, "the agent's default (3)");
+    const fast = agentEnvOf({
+      ...nfsSm,
+      spec: { ...nfsSm.spec, lease: { duration: '3s', renewInterval: '1s', renewDeadline: '2s' } },
+    });
+    assert.equal(
+      fast.LEASEHOLD_SERVER_CHECK_TIMEOUT,
+      '500ms',
+      'T - R = 1s: half of it (the agent needs < T - R)',
+    );
+  });
+
+  it("the user's spec.serverCheck and spec.fence win over the presets", () => {
+    const env = agentEnvOf({
+      ...nfsSm,
+      spec: {
+        ...nfsSm.spec,
+        serverCheck: { target: 'tcp://127.0.0.1:12049', failures: 5 },
+        fence: { action: 'signal', process: 'ganesha.nfsd', signal: 'SIGKILL' },
+      },
+    });
+    assert.equal(env.LEASEHOLD_SERVER_CHECK, 'tcp://127.0.0.1:12049');
+    assert.equal(env.LEASEHOLD_SERVER_CHECK_TIMEOUT, undefined);
+    assert.equal(env.LEASEHOLD_SERVER_CHECK_FAILURES, '5');
+    assert.equal(env.LEASEHOLD_FENCE_ACTION, 'signal');
+    assert.equal(env.LEASEHOLD_FENCE_PROCESS, 'ganesha.nfsd');
+  });
+
+  it('the default mount path /export; a path the server refuses is a spec error naming the field', () => {
+    const plain = podOf({ ...nfsSm, spec: { volume: { pvc: 'data-n' } } });
+    assert.equal(
+      plain.spec?.containers[0]?.env?.find((e) => e.name === 'LEASEHOLD_NFS_EXPORT_PATH')?.value,
+      '/export',
+    );
+    const root = resolveSpec({ volume: { pvc: 'data-n', mountPath: '/' } }, defaults);
+    assert.ok(!root.ok);
+    assert.match(
+      root.message,
+      /spec\.volume\.mountPath="\/": the shipped NFS server \(no spec\.server\) refuses it: LEASEHOLD_NFS_PSEUDO_PATH="\/": must not be the pseudo root/,
+    );
+    const spaced = resolveSpec({ volume: { pvc: 'data-n', mountPath: '/my share' } }, defaults);
+    assert.ok(!spaced.ok);
+    assert.match(spaced.message, /spec\.volume\.mountPath="\/my share": .*LEASEHOLD_NFS_EXPORT_PATH/);
+    // The same path is fine for a user's own server: its rules are not ours.
+    assert.ok(resolveSpec({ ...sm.spec, volume: { pvc: 'data-a', mountPath: '/' } }, defaults).ok);
+  });
+
+  it("a user's own server is used exactly as written: no NFS env, check, run volume or security preset", () => {
+    const pod = build();
+    const server = pod.spec?.containers[0];
+    assert.deepEqual(server?.args, ['--dir', '/export']);
+    assert.deepEqual(server?.ports, [{ containerPort: 2049 }]);
+    assert.deepEqual(server?.env, []);
+    assert.equal(server?.securityContext, undefined);
+    assert.equal(pod.spec?.volumes?.length, 1);
+    const env = (pod.spec?.initContainers?.[0]?.env ?? []).map((e) => e.name);
+    assert.ok(!env.includes('LEASEHOLD_SERVER_CHECK'));
+  });
+});
+
+describe('status.export and the mount options', () => {
+  it('ip:/path, [ip]:/path for IPv6, port 2049, the recommended options', () => {
+    assert.deepEqual(exportStatus('10.96.0.20', '/export'), {
+      clusterIP: '10.96.0.20',
+      port: 2049,
+      path: '/export',
+      source: '10.96.0.20:/export',
+      mountOptions: 'nfsvers=4.2,proto=tcp,hard,timeo=20,retrans=2,noresvport',
+    });
+    assert.equal(exportStatus('fd00:10:96::1', '/srv/share').source, '[fd00:10:96::1]:/srv/share');
+  });
+
+  it('the options are hard mounts over NFSv4.2/TCP (a soft mount would fail writes during a failover)', () => {
+    const options = new Set(NFS_MOUNT_OPTIONS.split(','));
+    for (const o of ['hard', 'nfsvers=4.2', 'proto=tcp', 'noresvport']) assert.ok(options.has(o), o);
+    assert.ok(!options.has('soft'));
+  });
 });

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
 import { fromWire } from '../../lib/lease-record.ts';
+import { servicePorts } from '../../manager/execute-reconcile.ts';
 import {
   decideShareManager,
   fencingCondition,
@@ -45,6 +46,7 @@ function snap(over: Partial<ShareManagerSnapshot> = {}): ShareManagerSnapshot {
     resolved,
     lease: lease('vol-a'),
     serviceKnown: true,
+    clusterIP: '10.96.0.20',
     pods: [pod('vol-a')],
     now: 1000,
     podRequestSeenAt: undefined,
@@ -231,4 +233,78 @@ test('the Fencing condition: set when missing or stale; an explicit none is Fals
 
   // Once the condition says so, nothing more (no event per pass).
   assert.deepEqual(decideShareManager(snap({ sm: unfenced })), []);
+});
+
+test('the NFS default publishes status.export once the ClusterIP is known, and only when it differs', () => {
+  const nfs: ShareManager = { ...sm, spec: { volume: { pvc: 'pvc', mountPath: '/data' } } };
+  const running = {
+    state: 'Running' as const,
+    message: '',
+    node: 'n1',
+    pod: 'vol-a',
+    leaseHolder: 'vol-a',
+    observedGeneration: 1,
+  };
+  const unknown = decideShareManager(
+    snap({ sm: { ...nfs, status: running }, serviceKnown: false, clusterIP: undefined }),
+  );
+  assert.deepEqual(
+    unknown.map((a) => a.kind),
+    ['ensureService'],
+    'no export (nor a status write) before the ClusterIP is known',
+  );
+  const known = decideShareManager(snap({ sm: { ...nfs, status: running } }));
+  assert.equal(known.length, 1);
+  const write = known[0];
+  assert.ok(write?.kind === 'setStatus');
+  assert.deepEqual(write.status.export, {
+    clusterIP: '10.96.0.20',
+    port: 2049,
+    path: '/data',
+    source: '10.96.0.20:/data',
+    mountOptions: 'nfsvers=4.2,proto=tcp,hard,timeo=20,retrans=2,noresvport',
+  });
+  const published = { ...nfs, status: { ...running, export: write.status.export ?? undefined } };
+  assert.deepEqual(decideShareManager(snap({ sm: published })), [], 'current: nothing to write');
+  const moved = decideShareManager(snap({ sm: published, clusterIP: '10.96.0.99' }));
+  assert.equal(moved[0]?.kind === 'setStatus' && moved[0].status.export?.source, '10.96.0.99:/data');
+});
+
+test("a user's own server gets no status.export; a stale one is removed (null in the merge patch)", () => {
+  const running = {
+    state: 'Running' as const,
+    message: '',
+    node: 'n1',
+    pod: 'vol-a',
+    leaseHolder: 'vol-a',
+    observedGeneration: 1,
+  };
+  assert.deepEqual(decideShareManager(snap({ sm: { ...sm, status: running } })), []);
+  const stale = {
+    ...sm,
+    status: {
+      ...running,
+      export: {
+        clusterIP: '10.96.0.20',
+        port: 2049,
+        path: '/export',
+        source: '10.96.0.20:/export',
+        mountOptions: 'hard',
+      },
+    },
+  };
+  const actions = decideShareManager(snap({ sm: stale }));
+  assert.equal(actions.length, 1);
+  assert.equal(actions[0]?.kind === 'setStatus' && actions[0].status.export, null);
+});
+
+test('the Service ports: the NFS default gets nfs 2049/TCP; a user server its own; none is headless', () => {
+  assert.deepEqual(servicePorts({ ...sm, spec: { volume: { pvc: 'pvc' } } }), [
+    { name: 'nfs', port: 2049, targetPort: 2049, protocol: 'TCP' },
+  ]);
+  assert.deepEqual(
+    servicePorts({ ...sm, spec: { ...sm.spec, server: { image: 'img', ports: [{ containerPort: 8080 }] } } }),
+    [{ name: 'port-0', port: 8080, targetPort: 8080, protocol: 'TCP' }],
+  );
+  assert.deepEqual(servicePorts(sm), []);
 });

@@ -2,6 +2,10 @@
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
+{{- define "leasehold.nfsServerImage" -}}
+{{ .Values.nfsServer.image.repository }}:{{ .Values.nfsServer.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
 {{- define "leasehold.labels" -}}
 app.kubernetes.io/name: leasehold
 app.kubernetes.io/instance: {{ .Release.Name }}

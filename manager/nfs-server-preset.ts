@@ -1,0 +1,155 @@
+/**
+ * The shipped NFS server (server/nfs-ganesha/) as the default server of a ShareManager
+ * without `spec.server` (pure): its container, the Service port, the agent's server
+ * check preset and the mount information published in status.
+ *
+ * Guarantees: a ShareManager with only `spec.volume` gets a server that exports its
+ * `mountPath` on TCP 2049 (named `nfs`), with the export path checked by the server's own
+ * settings reader (server/nfs-ganesha/config.ts), so a path the server would refuse is a
+ * spec error (status Error) instead of a pod that exits 2 again and again. A user's own
+ * `spec.server` is used exactly as written: nothing here applies to it.
+ *
+ * The server container's securityContext (NFS_SERVER_SECURITY_CONTEXT): root, every
+ * capability dropped but the ones NFS-Ganesha's VFS FSAL uses:
+ *  - DAC_READ_SEARCH: file handles are `name_to_handle_at`/`open_by_handle_at`, and
+ *    open_by_handle_at(2) requires it. NB: it is not in the Pod Security "baseline"
+ *    list, so the namespace of a default-NFS share needs the `privileged` level (the
+ *    container is still not privileged: no host namespaces, no other capability).
+ *  - CHOWN, DAC_OVERRIDE, FOWNER, FSETID, SETUID, SETGID: ganesha acts for each client
+ *    (setfsuid/setfsgid to the client's ids, chown/chmod/utimes for it; with
+ *    no_root_squash a root client must be able to do what local root can).
+ *  - not NET_BIND_SERVICE (2049 is not a privileged port), not KILL (the entrypoint
+ *    signals only its own child, same uid), not SYS_ADMIN.
+ * allowPrivilegeEscalation false, RuntimeDefault seccomp (the runtime default profiles
+ * of Docker and containerd allow open_by_handle_at when the container holds
+ * DAC_READ_SEARCH), read-only root filesystem with an emptyDir for the entrypoint's run
+ * directory (rendered ganesha.conf, pid file, ccache dir); recovery state is on the
+ * volume (LEASEHOLD_NFS_RECOVERY_DIR). Not verified in a container runtime (none runs
+ * on the development machines); the integration test runs the same entrypoint and
+ * Debian ganesha on the host.
+ *
+ * Mount options (NFS_MOUNT_OPTIONS), for Linux clients, see mountOptions below.
+ */
+import type { V1Container, V1EnvVar, V1SecurityContext } from '@kubernetes/client-node';
+import { formatDuration } from '../lib/env-config.ts';
+import { ConfigError } from '../lib/errors.ts';
+import { readNfsServerConfig } from '../server/nfs-ganesha/config.ts';
+import type { LeaseTimings } from './config.ts';
+import type { ShareManagerSpec } from './share-manager-spec.ts';
+
+export const NFS_PORT = 2049;
+export const NFS_PORT_NAME = 'nfs';
+/** The entrypoint's run directory (LEASEHOLD_NFS_RUN_DIR default), an emptyDir. */
+export const NFS_RUN_DIR = '/run/leasehold-nfs';
+export const NFS_RUN_VOLUME = 'nfs-run';
+
+/**
+ * Recommended Linux client mount options (nfs(5)); every choice is for a failover:
+ *  - nfsvers=4.2: the server speaks 4.1/4.2 only (sessions: a request retried after a
+ *    reconnect is answered from the session's reply cache, not executed twice).
+ *  - proto=tcp: the only transport the server offers.
+ *  - hard: a request is retried until the server answers, so a write in flight during a
+ *    failover stalls and then completes. `soft` would return EIO to the application
+ *    after retrans timeouts, and nfs(5) warns it can silently corrupt data.
+ *  - timeo=20,retrans=2: the Linux client sets TCP_USER_TIMEOUT to timeo x (retrans + 1)
+ *    and TCP keepalive to timeo (net/sunrpc/xprtsock.c, xs_tcp_set_socket_timeouts), so a
+ *    connection to a pod whose node died (no RST ever comes) is given up after 6 s of
+ *    unacknowledged data (about the lease duration, when the replacement is started),
+ *    instead of the default 60 s x 3. The kernel acknowledges TCP data, not ganesha, so a
+ *    slow but alive server does not trip it; a needless reconnect is harmless with 4.1+.
+ *  - noresvport: reconnect from a new source port. The Service's ClusterIP is DNAT'd by
+ *    connection tracking; reusing the old source port can hit the stale entry that still
+ *    points at the lost pod. AWS recommends it for EFS for the same reason (a new TCP
+ *    source port on reconnection). ganesha accepts non-privileged ports by default.
+ */
+export const NFS_MOUNT_OPTIONS = 'nfsvers=4.2,proto=tcp,hard,timeo=20,retrans=2,noresvport';
+
+export const NFS_SERVER_SECURITY_CONTEXT: V1SecurityContext = {
+  runAsUser: 0,
+  runAsGroup: 0,
+  runAsNonRoot: false,
+  allowPrivilegeEscalation: false,
+  readOnlyRootFilesystem: true,
+  capabilities: {
+    drop: ['ALL'],
+    add: ['CHOWN', 'DAC_OVERRIDE', 'DAC_READ_SEARCH', 'FOWNER', 'FSETID', 'SETGID', 'SETUID'],
+  },
+  seccompProfile: { type: 'RuntimeDefault' },
+};
+
+/** True when the ShareManager gets the shipped NFS server (no spec.server). */
+export function usesNfsDefault(spec: ShareManagerSpec): boolean {
+  return spec.server === undefined;
+}
+
+/** The env of the default server: the export and its client path are the volume's mount path. */
+export function nfsServerEnv(mountPath: string): V1EnvVar[] {
+  return [
+    { name: 'LEASEHOLD_NFS_EXPORT_PATH', value: mountPath },
+    { name: 'LEASEHOLD_NFS_PSEUDO_PATH', value: mountPath },
+    { name: 'LEASEHOLD_NFS_PORT', value: String(NFS_PORT) },
+    { name: 'LEASEHOLD_NFS_RUN_DIR', value: NFS_RUN_DIR },
+  ];
+}
+
+/** The server's own rules on the env above, as spec problems naming spec.volume.mountPath. */
+export function nfsMountPathProblems(mountPath: string): string[] {
+  const env = Object.fromEntries(nfsServerEnv(mountPath).map((e) => [e.name, e.value ?? '']));
+  try {
+    readNfsServerConfig(env);
+    return [];
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    return err.problems.map(
+      (p) =>
+        `spec.volume.mountPath=${JSON.stringify(mountPath)}: the shipped NFS server (no spec.server) refuses it: ${p}`,
+    );
+  }
+}
+
+/** The default server container (without volume mounts and probes: pod-spec.ts adds them). */
+export function nfsServerContainer(image: string, mountPath: string): V1Container {
+  return {
+    name: 'server',
+    image,
+    ports: [{ name: NFS_PORT_NAME, containerPort: NFS_PORT, protocol: 'TCP' }],
+    env: nfsServerEnv(mountPath),
+    securityContext: NFS_SERVER_SECURITY_CONTEXT,
+  };
+}
+
+/**
+ * The agent's server check for the default server when the spec gives none: a TCP
+ * connect to ganesha. NB: the agent counts failures only after the first success (the
+ * server starts after the agent acquired), and requires the check timeout < T - R, so
+ * the timeout is 1 s or half of T - R, whichever is shorter.
+ */
+export function nfsServerCheck(timings: LeaseTimings): NonNullable<ShareManagerSpec['serverCheck']> {
+  const room = timings.renewDeadlineMs - timings.renewIntervalMs;
+  return {
+    target: `tcp://127.0.0.1:${NFS_PORT}`,
+    timeout: formatDuration(Math.min(1000, Math.floor(room / 2))),
+  };
+}
+
+/** The mount information published in status.export. */
+export interface ExportStatus {
+  clusterIP: string;
+  port: number;
+  path: string;
+  /** `ip:/path` (`[ip]:/path` for IPv6): the source of a mount or of a PV's nfs block. */
+  source: string;
+  mountOptions: string;
+}
+
+/** status.export of a default-NFS share whose Service has `clusterIP`. */
+export function exportStatus(clusterIP: string, mountPath: string): ExportStatus {
+  const host = clusterIP.includes(':') ? `[${clusterIP}]` : clusterIP;
+  return {
+    clusterIP,
+    port: NFS_PORT,
+    path: mountPath,
+    source: `${host}:${mountPath}`,
+    mountOptions: NFS_MOUNT_OPTIONS,
+  };
+}
