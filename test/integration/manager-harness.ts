@@ -15,6 +15,7 @@ import * as k8s from '@kubernetes/client-node';
 import type { Cluster } from '../../dev/cluster/cluster.ts';
 import { sleep } from '../../lib/clock.ts';
 import { fromWire, type LeaseRecord } from '../../lib/lease-record.ts';
+import type { ShareManagerStatus } from '../../manager/share-manager-spec.ts';
 import { eventually } from '../support/cluster.ts';
 import { HolderLoop } from './manager-holder-loop.ts';
 
@@ -195,13 +196,7 @@ export async function getShareManager(
     state?: string;
     message?: string;
     lastFailover?: Record<string, string>;
-    conditions?: {
-      type: string;
-      status: string;
-      reason?: string;
-      message?: string;
-      lastTransitionTime?: string;
-    }[];
+    conditions?: ShareManagerStatus['conditions'];
   };
 }> {
   return (await kc.makeApiClient(k8s.CustomObjectsApi).getNamespacedCustomObject({
