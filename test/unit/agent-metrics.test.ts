@@ -12,6 +12,7 @@ import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import { AgentMetrics } from '../../agent/agent-metrics.ts';
+import { renderFamilies, Histogram as TextHistogram } from '../../agent/prom-text.ts';
 import { ManualClock } from '../../lib/clock.ts';
 
 interface FamilyShape {
@@ -166,5 +167,32 @@ describe('agent metrics exposition', () => {
     assert.match(text, /^leasehold_agent_seconds_since_last_renewal -1$/m);
     assert.equal(text.match(/^leasehold_agent_renew_duration_seconds_bucket\{le="[^"]+"\} 0$/gm)?.length, 11);
     assert.doesNotMatch(text, /^leasehold_agent_renew_failures_total\{/m);
+  });
+
+  it('escapes HELP and label values as the format requires; promtool reads them back', () => {
+    const hist = new TextHistogram([0.1, 1]);
+    hist.observe(0.5, { kind: 'a "quoted"\nvalue \\ here' });
+    const text = renderFamilies([
+      {
+        name: 'x_info',
+        help: 'back\\slash and\nnewline',
+        type: 'gauge',
+        samples: [{ labels: { v: 'say "hi"' }, value: 1 }],
+      },
+      { name: 'x_seconds', help: 'h', type: 'histogram', samples: hist.samples() },
+      {
+        name: 'x_inf',
+        help: 'h',
+        type: 'gauge',
+        samples: [{ value: Number.POSITIVE_INFINITY }, { labels: { a: 'n' }, value: Number.NaN }],
+      },
+    ]);
+    assert.match(text, /^# HELP x_info back\\\\slash and\\nnewline$/m);
+    assert.match(text, /^x_info\{v="say \\"hi\\""\} 1$/m);
+    assert.match(text, /^x_seconds_bucket\{kind="a \\"quoted\\"\\nvalue \\\\ here",le="1"\} 1$/m);
+    assert.match(text, /^x_inf \+Inf$/m);
+    const verdict = promtool(text);
+    assert.equal(verdict.status, 0, verdict.output);
+    assert.throws(() => new TextHistogram([1, 1]), /buckets must increase/);
   });
 });
