@@ -1,6 +1,6 @@
 /**
  * The agent's Prometheus metrics (prefix leasehold_agent_), plus the default process
- * metrics from lib/metrics.ts. Failure reasons are a small closed set so that the
+ * metrics (process-metrics.ts). Failure reasons are a small closed set so that the
  * label never grows without bound.
  *
  *   leasehold_agent_renewals_total                     successful renewals
@@ -10,94 +10,103 @@
  *   leasehold_agent_seconds_since_last_renewal         age of the last successful renewal (by send time)
  *   leasehold_agent_lease_held                         1 while the lease is held
  *   leasehold_agent_fenced                             1 once the agent has fenced
+ *
+ * Names, types, HELP texts and labels are those the agent exposed through prom-client
+ * before; the exposition is written by hand (prom-text.ts says why: ~12 MB of RSS).
+ * `registry` is what lib/http-endpoints.ts serves at /metrics.
  */
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { Clock } from '../lib/clock.ts';
 import { KubeApiError } from '../lib/errors.ts';
+import type { MetricsSource } from '../lib/http-endpoints.ts';
+import { ProcessMetrics } from './process-metrics.ts';
+import { CONTENT_TYPE, type Family, Histogram, renderFamilies } from './prom-text.ts';
 
 export type FailureReason = 'timeout' | 'unreachable' | 'conflict' | 'server_check' | `http_${number}`;
 
+const PREFIX = 'leasehold_agent_';
+const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4];
+
 export class AgentMetrics {
-  readonly registry: Registry;
-  private readonly renewals: Counter;
-  private readonly failures: Counter<'reason'>;
-  private readonly latency: Histogram;
-  private readonly held: Gauge;
-  private readonly fenced: Gauge;
+  readonly registry: MetricsSource;
+  private readonly process = new ProcessMetrics(PREFIX);
+  private renewals = 0;
+  /** By reason, in first-seen order. */
+  private readonly failures = new Map<FailureReason, number>();
+  private readonly latency = new Histogram(LATENCY_BUCKETS);
+  private held = 0;
+  private fenced = 0;
   private lastSuccessSentAtMs: number | undefined;
 
   constructor(private readonly clock: Clock) {
-    // NB: not lib/metrics.ts createRegistry(): its default event-loop monitor samples every
-    // 10 ms, which alone costs ~0.45 % of a core, the agent's whole CPU budget. Sampling
-    // once a second costs nothing measurable and still shows a stuck loop.
-    this.registry = new Registry();
-    collectDefaultMetrics({
-      register: this.registry,
-      prefix: 'leasehold_agent_',
-      eventLoopMonitoringPrecision: 1000,
-    });
-    const registers = [this.registry];
-    this.renewals = new Counter({
-      name: 'leasehold_agent_renewals_total',
-      help: 'Successful lease renewals',
-      registers,
-    });
-    this.failures = new Counter({
-      name: 'leasehold_agent_renew_failures_total',
-      help: 'Failed renewal attempts by reason',
-      labelNames: ['reason'],
-      registers,
-    });
-    this.latency = new Histogram({
-      name: 'leasehold_agent_renew_duration_seconds',
-      help: 'Latency of successful renewal requests',
-      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4],
-      registers,
-    });
-    const self = this;
-    new Gauge({
-      name: 'leasehold_agent_seconds_since_last_renewal',
-      help: 'Seconds since the last successful renewal was sent (-1 before the first)',
-      registers,
-      collect() {
-        this.set(self.secondsSinceLastRenewal());
-      },
-    });
-    this.held = new Gauge({
-      name: 'leasehold_agent_lease_held',
-      help: '1 while this agent holds the lease',
-      registers,
-    });
-    this.fenced = new Gauge({
-      name: 'leasehold_agent_fenced',
-      help: '1 once this agent has fenced',
-      registers,
-    });
+    this.registry = { contentType: CONTENT_TYPE, metrics: async () => this.render() };
   }
 
   /** A successful acquisition or renewal whose request was sent at `sentAtMs`. */
   renewed(sentAtMs: number, latencyMs: number, isRenewal: boolean): void {
     this.lastSuccessSentAtMs = sentAtMs;
     if (isRenewal) {
-      this.renewals.inc();
+      this.renewals += 1;
       this.latency.observe(latencyMs / 1000);
     }
   }
 
   failed(reason: FailureReason): void {
-    this.failures.inc({ reason });
+    this.failures.set(reason, (this.failures.get(reason) ?? 0) + 1);
   }
 
   setHeld(held: boolean): void {
-    this.held.set(held ? 1 : 0);
+    this.held = held ? 1 : 0;
   }
 
   setFenced(): void {
-    this.fenced.set(1);
+    this.fenced = 1;
   }
 
   secondsSinceLastRenewal(): number {
     return this.lastSuccessSentAtMs === undefined ? -1 : (this.clock.now() - this.lastSuccessSentAtMs) / 1000;
+  }
+
+  /** The whole exposition, read now. */
+  render(): string {
+    const own: Family[] = [
+      {
+        name: `${PREFIX}renewals_total`,
+        help: 'Successful lease renewals',
+        type: 'counter',
+        samples: [{ value: this.renewals }],
+      },
+      {
+        name: `${PREFIX}renew_failures_total`,
+        help: 'Failed renewal attempts by reason',
+        type: 'counter',
+        samples: [...this.failures].map(([reason, value]) => ({ labels: { reason }, value })),
+      },
+      {
+        name: `${PREFIX}renew_duration_seconds`,
+        help: 'Latency of successful renewal requests',
+        type: 'histogram',
+        samples: this.latency.samples({}),
+      },
+      {
+        name: `${PREFIX}seconds_since_last_renewal`,
+        help: 'Seconds since the last successful renewal was sent (-1 before the first)',
+        type: 'gauge',
+        samples: [{ value: this.secondsSinceLastRenewal() }],
+      },
+      {
+        name: `${PREFIX}lease_held`,
+        help: '1 while this agent holds the lease',
+        type: 'gauge',
+        samples: [{ value: this.held }],
+      },
+      {
+        name: `${PREFIX}fenced`,
+        help: '1 once this agent has fenced',
+        type: 'gauge',
+        samples: [{ value: this.fenced }],
+      },
+    ];
+    return renderFamilies([...this.process.families(), ...own]);
   }
 }
 

@@ -14,9 +14,10 @@
 import { systemClock } from '../lib/clock.ts';
 import { ConfigError } from '../lib/errors.ts';
 import { type Endpoints, serveEndpoints } from '../lib/http-endpoints.ts';
-import { createLogger, type Logger } from '../lib/logger.ts';
+import type { Logger } from '../lib/logger.ts';
 import { acquireLease } from './acquire-loop.ts';
 import { AgentHealth } from './agent-health.ts';
+import { createAgentLogger } from './agent-logger.ts';
 import { AgentMetrics } from './agent-metrics.ts';
 import { type AgentConfig, readAgentConfig } from './config.ts';
 import { EXIT_CONFIG, EXIT_FENCED, EXIT_RELEASED, EXIT_START_FAILED } from './exit-codes.ts';
@@ -38,7 +39,7 @@ async function main(): Promise<number> {
     return EXIT_CONFIG;
   }
   const clock = systemClock;
-  const log = createLogger('agent', config.logLevel).child({
+  const log = createAgentLogger('agent', config.logLevel).child({
     lease: `${config.namespace}/${config.leaseName}`,
     pod: config.podName,
   });
