@@ -128,12 +128,24 @@ test('sidecar first, server after the startup probe; a fencing agent signals onl
   }
 
   // A manager-style delinquent mark on lease-b: agent b fences its server, server a serves on.
-  const leaseB = await coordination.readNamespacedLease({ namespace: 'default', name: 'lease-b' });
-  leaseB.metadata = {
-    ...leaseB.metadata,
-    annotations: { ...leaseB.metadata?.annotations, [ANNOTATION_DELINQUENT]: new Date().toISOString() },
-  };
-  await coordination.replaceNamespacedLease({ namespace: 'default', name: 'lease-b', body: leaseB });
+  // By CAS, as a manager does: a renewal in between (409) means read again.
+  await eventually('lease-b marked delinquent', async () => {
+    const leaseB = await coordination.readNamespacedLease({ namespace: 'default', name: 'lease-b' });
+    leaseB.metadata = {
+      ...leaseB.metadata,
+      annotations: { ...leaseB.metadata?.annotations, [ANNOTATION_DELINQUENT]: new Date().toISOString() },
+    };
+    try {
+      return await coordination.replaceNamespacedLease({
+        namespace: 'default',
+        name: 'lease-b',
+        body: leaseB,
+      });
+    } catch (err) {
+      if ((err as { code?: number }).code === 409) return undefined;
+      throw err;
+    }
+  });
   const stoppedB = await eventually('server b fenced', async () => windowsOf(podB)[0]?.stopMonoMs, 15_000);
   assert.ok(stoppedB);
   assert.match(windowsOf(podB)[0]?.reason ?? '', /SIGTERM/);

@@ -465,12 +465,24 @@ test('the real agent as uid 0 with only CAP_KILL acquires, and its fence stops t
   const coordination = (running as { cluster: Cluster }).cluster.kubeConfig.makeApiClient(
     k8s.CoordinationV1Api,
   );
-  const lease = await coordination.readNamespacedLease({ namespace: 'default', name: 'fence-root-kill' });
-  lease.metadata = {
-    ...lease.metadata,
-    annotations: { ...lease.metadata?.annotations, [ANNOTATION_DELINQUENT]: new Date().toISOString() },
-  };
-  await coordination.replaceNamespacedLease({ namespace: 'default', name: 'fence-root-kill', body: lease });
+  // A manager-style delinquent mark by CAS; a renewal in between (409) means read again.
+  await eventually('the lease marked delinquent', async () => {
+    const lease = await coordination.readNamespacedLease({ namespace: 'default', name: 'fence-root-kill' });
+    lease.metadata = {
+      ...lease.metadata,
+      annotations: { ...lease.metadata?.annotations, [ANNOTATION_DELINQUENT]: new Date().toISOString() },
+    };
+    try {
+      return await coordination.replaceNamespacedLease({
+        namespace: 'default',
+        name: 'fence-root-kill',
+        body: lease,
+      });
+    } catch (err) {
+      if ((err as { code?: number }).code === 409) return undefined;
+      throw err;
+    }
+  });
   const stopped = await eventually(
     'the server fenced',
     async () => sim().exits.find((e) => e.pod === 'fence-root-kill' && e.container === 'server'),
