@@ -4,20 +4,22 @@
 #     when `node` on PATH is older, Node 24 is installed from the npm registry into
 #     ~/.cache/leasehold/node24 and put first on PATH;
 #   - node_modules, by `npm ci`, when missing or older than package-lock.json;
+#   - with --debs, the Debian packages the tests and the demo use (dev/debian-packages.sh);
 #   - with --kube, the control-plane binaries (dev/kube/build.sh; first run builds),
 #     exported as LEASEHOLD_KUBE_BIN; with --helm, the helm CLI (dev/helm/build.sh),
 #     exported as LEASEHOLD_HELM_BIN.
 #
-#   bash dev/toolchain.sh [--kube] [--helm] COMMAND [ARGS...]
+#   bash dev/toolchain.sh [--debs] [--kube] [--helm] COMMAND [ARGS...]
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache_root="${LEASEHOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold}"
 say() { echo "leasehold: $*" >&2; }
 
-need_kube=0 need_helm=0
+need_kube=0 need_helm=0 need_debs=0
 while :; do
   case "${1:-}" in
+    --debs) need_debs=1; shift ;;
     --kube) need_kube=1; shift ;;
     --helm) need_helm=1; shift ;;
     *) break ;;
@@ -41,6 +43,8 @@ if ! node_ok; then
   export PATH="$node24/bin:$PATH"
   node_ok || { say "Node in $node24 is not usable ($(node --version 2>&1)); remove that folder and run again"; exit 1; }
 fi
+
+if [ "$need_debs" = 1 ]; then bash "$root/dev/debian-packages.sh"; fi
 
 cd "$root"
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests and the demo use, when they are missing:
+#   openssl (cluster certificates), faketime + libfaketime (the clock-skew scenarios),
+#   util-linux (unshare, nsenter, setpriv: pod sandboxes), procps (pgrep),
+#   nfs-ganesha + nfs-ganesha-vfs (the shipped NFS server), libnfs-utils (nfs-cp,
+#   nfs-cat: user-space NFS clients; this kernel has no NFS client), and prometheus
+#   for promtool (checks the agent's /metrics text; installed without recommends, so no
+#   exporter daemon comes along).
+# Needs root for apt-get; without it, prints the command to run and exits 1.
+set -euo pipefail
+say() { echo "leasehold: $*" >&2; }
+
+missing=()
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v faketime >/dev/null 2>&1 || missing+=(faketime)
+dpkg -s libfaketime >/dev/null 2>&1 || missing+=(libfaketime)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+command -v pgrep >/dev/null 2>&1 || missing+=(procps)
+command -v ganesha.nfsd >/dev/null 2>&1 || missing+=(nfs-ganesha)
+dpkg -s nfs-ganesha-vfs >/dev/null 2>&1 || missing+=(nfs-ganesha-vfs)
+command -v nfs-cp >/dev/null 2>&1 || missing+=(libnfs-utils)
+lean=()
+command -v promtool >/dev/null 2>&1 || lean+=(prometheus)
+
+[ ${#missing[@]} -eq 0 ] && [ ${#lean[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+  say "missing Debian packages: ${missing[*]} ${lean[*]}; as root run:"
+  say "  apt-get update && apt-get install -y ${missing[*]} && apt-get install -y --no-install-recommends ${lean[*]}"
+  exit 1
+fi
+say "installing Debian packages: ${missing[*]} ${lean[*]}"
+apt-get update -qq >&2
+if [ ${#missing[@]} -gt 0 ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2; fi
+if [ ${#lean[@]} -gt 0 ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${lean[@]}" >&2; fi
