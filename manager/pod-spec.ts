@@ -193,7 +193,7 @@ function serverContainer(input: PodSpecInput): V1Container {
   const livenessProbe = leaseBackstopProbe(input.agentPort);
   if (!server) {
     return {
-      ...nfsServerContainer(input.nfsServerImage, input.mountPath),
+      ...nfsServerContainer(input.nfsServerImage, input.mountPath, input.sm.spec.nfs),
       name: SERVER_CONTAINER,
       volumeMounts: [...volumeMounts, { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_DIR }],
       livenessProbe,
