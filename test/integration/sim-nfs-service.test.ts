@@ -11,6 +11,8 @@
  *  - a file written through the address is read back through the SAME address from a
  *    replacement pod on another node after the first pod was deleted (the PV moved by
  *    the real attach-detach controller);
+ *  - a read through the address while the backend's node is frozen waits and completes
+ *    after the thaw;
  *  - an established connection hears the FIN/RST of a pod deleted on a healthy node,
  *    and hears nothing when the backend's node crashes, although the proxy saw the
  *    dead backend's socket close (it would fail if the proxy passed that on).
@@ -214,6 +216,22 @@ test('nfs-ganesha pods serve one file through one Service address across a repla
   );
   assert.ok(readB.stdout.equals(content), 'the same bytes, served by the replacement');
   mark('read back from nfs-b');
+
+  // A frozen node answers nothing, and carries on after the thaw: a read started while
+  // sim-b is frozen completes once it is healed.
+  await sim().node('sim-b').freeze();
+  let frozenRead: Awaited<ReturnType<typeof runNfsTool>> | undefined;
+  const reading = runNfsTool('nfs-cat', [url]).then((r) => {
+    frozenRead = r;
+    return r;
+  });
+  await new Promise((r) => setTimeout(r, 1_500));
+  assert.equal(frozenRead, undefined, 'no answer while the node is frozen');
+  sim().node('sim-b').heal();
+  const thawed = await reading;
+  assert.equal(thawed.code, 0, thawed.stderr);
+  assert.ok(thawed.stdout.equals(content), 'the read held during the freeze completes after it');
+  mark(`read across a 1.5 s freeze of sim-b took ${(thawed.ms / 1000).toFixed(1)} s`);
 
   // Crash nfs-b's node under an established connection: the dead machine sends nothing.
   const toB = await openConnection(address.port);
