@@ -14,9 +14,9 @@
  * Routing: service-routing.ts (ready endpoints, else serving terminating ones, uniform
  * random; none: the connection is reset at once); an endpoint's pod IP and port are
  * mapped to the pod's host port through the simulator's port map. Each connection
- * stays with its endpoint and follows service-connection.ts when the endpoint's node
- * crashes, freezes, is partitioned or heals (fed by `nodeChanged`, called by the
- * simulator before the node's processes are touched).
+ * stays with its endpoint (proxied-connection.ts) and follows service-connection.ts
+ * when the endpoint's node crashes, freezes, is partitioned or heals (fed by
+ * `nodeChanged`, called by the simulator before the node's processes are touched).
  *
  * Not modelled: conntrack (its table, timeouts, the stale-entry reuse a reconnect
  * from the same source port can hit; each accepted connection is simply bound to its
@@ -33,15 +33,9 @@ import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { monotonicMs } from '../../lib/clock.ts';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
-import { TcpSplice } from '../net/tcp-splice.ts';
 import { type ListWatch, startListWatch } from './list-watch.ts';
-import {
-  type ConnectionAction,
-  type ConnectionState,
-  initialState,
-  type NodeCondition,
-  nextState,
-} from './service-connection.ts';
+import { ProxiedConnection } from './proxied-connection.ts';
+import type { ConnectionState, NodeCondition } from './service-connection.ts';
 import {
   type PortEndpoint,
   portEndpoints,
@@ -85,64 +79,6 @@ interface PortListener {
   portName: string;
   server: Server;
   address: ServiceAddress;
-}
-
-class ProxiedConnection {
-  state: ConnectionState;
-  upstreamEvent: string | undefined;
-  readonly openedMonoMs = monotonicMs();
-  readonly splice: TcpSplice;
-
-  constructor(
-    client: Socket,
-    readonly servicePort: string,
-    readonly endpoint: PortEndpoint,
-    condition: NodeCondition,
-    private readonly proxy: {
-      resolve(e: PortEndpoint): ResolvedEndpoint;
-      forget(c: ProxiedConnection): void;
-    },
-  ) {
-    this.state = initialState(condition);
-    this.splice = new TcpSplice(client, {
-      onEvent: (side, how, detail) => {
-        if (side === 'upstream') this.upstreamEvent = detail ? `${how} (${detail})` : how;
-        this.apply({ kind: side, how });
-      },
-      onClosed: () => this.proxy.forget(this),
-    });
-  }
-
-  apply(event: Parameters<typeof nextState>[1]): void {
-    const { state, actions } = nextState(this.state, event);
-    this.state = state;
-    for (const action of actions) this.execute(action);
-  }
-
-  private execute(action: ConnectionAction): void {
-    const s = this.splice;
-    if (action === 'hold') s.hold();
-    else if (action === 'end-client') s.endClient();
-    else if (action === 'reset-client') s.resetClient();
-    else if (action === 'end-upstream') s.endUpstream();
-    else if (action === 'reset-upstream') s.resetUpstream();
-    else this.resume();
-  }
-
-  /** Forwards again; a connection that never reached its backend connects first. */
-  private resume(): void {
-    const s = this.splice;
-    if (!s.connected) {
-      const port = this.proxy.resolve(this.endpoint).hostPort;
-      if (port === undefined) {
-        this.state = { kind: 'closed' };
-        s.resetClient();
-        return;
-      }
-      s.connect({ host: '127.0.0.1', port });
-    }
-    s.resume();
-  }
 }
 
 export class ServiceProxy {
