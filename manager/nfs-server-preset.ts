@@ -24,9 +24,10 @@
  * of Docker and containerd allow open_by_handle_at when the container holds
  * DAC_READ_SEARCH), read-only root filesystem with an emptyDir for the entrypoint's run
  * directory (rendered ganesha.conf, pid file, ccache dir); recovery state is on the
- * volume (LEASEHOLD_NFS_RECOVERY_DIR). Not verified in a container runtime (none runs
- * on the development machines); the integration test runs the same entrypoint and
- * Debian ganesha on the host.
+ * volume (LEASEHOLD_NFS_RECOVERY_DIR). Verified with exactly these capability sets and
+ * no_new_privs as the simulated kubelet applies them the way containerd + runc do
+ * (test/integration/sim-nfs-service.test.ts: ganesha reports them and serves); not yet
+ * in a real container runtime (issue 12).
  *
  * Mount options (NFS_MOUNT_OPTIONS), for Linux clients, see mountOptions below.
  */
@@ -177,6 +178,10 @@ export function nfsServerContainer(image: string, mountPath: string, nfs: NfsSet
     ports: nfsPorts(nfs),
     env: nfsServerEnv(mountPath, nfs),
     securityContext: NFS_SERVER_SECURITY_CONTEXT,
+    // Ready (an endpoint of the Service) only once ganesha accepts connections: it
+    // answers 70-110 ms after the container starts, and clients routed before that
+    // would be refused.
+    readinessProbe: { tcpSocket: { port: NFS_PORT_NAME }, periodSeconds: 1, failureThreshold: 1 },
   };
 }
 

@@ -52,6 +52,13 @@ test('spec.nfs reaches the server as its env vars, and the server reads them bac
   assert.equal(config.exportPath, '/srv/share');
 });
 
+test('the server is an endpoint of the Service only once ganesha accepts connections', () => {
+  const built = sharePodFor(share(undefined), settings, undefined, {});
+  assert.ok(built.ok);
+  const server = built.pod.spec?.containers.find((c) => c.name === 'server');
+  assert.deepEqual(server?.readinessProbe?.tcpSocket, { port: 'nfs' });
+});
+
 test('without spec.nfs the server gets no setting of it (its own defaults: 4.1/4.2, grace 15 s, lease 10 s)', () => {
   const env = serverEnv(share(undefined));
   for (const name of ['LEASEHOLD_NFS_VERSIONS', 'LEASEHOLD_NFS_GRACE_PERIOD', 'LEASEHOLD_NFS_MOUNT_PORT'])
