@@ -251,7 +251,7 @@ static void usage(const char *why) {
   fprintf(stderr,
           "nfs-writer: %s\n"
           "usage: nfs-writer --version 3|4 --host H --port P [--mount-port M] --export /path\n"
-          "  --file NAME [--writer-id N] [--record-size B (32..3072, default 64)]\n"
+          "  --file NAME [--writer-id N] [--record-size B (48..3072, default 64)]\n"
           "  [--start-seq N (default 1)] [--count N (0: until SIGTERM)] [--interval-ms N]\n"
           "  [--timeout-ms N (whole seconds, default 2000)] [--backoff-ms N] [--backoff-max-ms N]\n",
           why);
@@ -293,7 +293,7 @@ static void parse_args(int argc, char **argv, struct options *o) {
     else if (!strcmp(a, "--writer-id"))
       o->writer_id = (unsigned)parse_long(a, v, 0, 999999999);
     else if (!strcmp(a, "--record-size"))
-      o->record_size = (int)parse_long(a, v, 32, 3072);
+      o->record_size = (int)parse_long(a, v, 48, 3072);
     else if (!strcmp(a, "--start-seq"))
       o->start_seq = (uint64_t)parse_long(a, v, 1, 1000000000L);
     else if (!strcmp(a, "--count"))
