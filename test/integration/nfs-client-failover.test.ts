@@ -6,8 +6,9 @@
  * same address ~1 s later (what a replacement pod behind a stable Service address is).
  * Writes must resume, no acknowledged record may be lost (read back byte for byte from
  * the export directory), no file handle may go stale; the measured gaps are reported as
- * diagnostics. A second test changes Export_Id across the restart and shows the
- * stale-handle check fires.
+ * diagnostics. A second test first hangs ganesha (SIGSTOP: calls go unanswered, as with
+ * a node that vanished) so the per-call timeout fires, then restarts it with another
+ * Export_Id and shows the stale-handle check fires.
  *
  * NFSv3 needs an rpcbind (ganesha exits otherwise): each incarnation gets a private one
  * (dev/nfs-client/private-rpcbind.ts), never one on the host's port 111. Grace and
@@ -20,6 +21,7 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { type PrivateRpcbind, startPrivateRpcbind } from '../../dev/nfs-client/private-rpcbind.ts';
 import { analyzeWriteRun, type WriteRunReport } from '../../dev/nfs-client/write-analysis.ts';
+import type { WriterEvent } from '../../dev/nfs-client/writer-lines.ts';
 import { buildWriter, startWriter, type WriterProcess } from '../../dev/nfs-client/writer-process.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import {
@@ -107,6 +109,14 @@ function report(s: Share, writer: WriterProcess, file: string, faultMs: number):
   });
 }
 
+async function waitForEvent(w: WriterProcess, ok: (e: WriterEvent) => boolean, timeoutMs: number) {
+  const until = performance.now() + timeoutMs;
+  while (!w.events.some(ok)) {
+    if (performance.now() > until) throw new Error(`no such writer event within ${timeoutMs} ms`);
+    await sleep(20);
+  }
+}
+
 function describeGap(r: WriteRunReport): string {
   const g = r.clientWriteGaps[0];
   return `gap ${g?.gapMs?.toFixed(0)} ms (resumed ${g?.resumedAfterMs?.toFixed(0)} ms after the crash), ${r.acked} acked, errors ${JSON.stringify(r.errors)}`;
@@ -147,6 +157,7 @@ describe('nfs-client writers across a ganesha crash (real ganesha.nfsd, libnfs)'
     const [exit3, exit4] = [await v3.stop(), await v4.stop()];
     assert.equal(exit3?.signalled, true, `v3 writer exit line: ${v3.stderr()}`);
     assert.equal(exit4?.signalled, true, `v4 writer exit line: ${v4.stderr()}`);
+    assert.equal(processRuns(v3.pid) || processRuns(v4.pid), false, 'no writer left behind');
     await stopCleanly(second.server);
     await second.rpcbind.stop();
 
@@ -177,9 +188,9 @@ describe('nfs-client writers across a ganesha crash (real ganesha.nfsd, libnfs)'
     assert.ok(r4.errors.grace > 0, 'the v4.0 writer was told NFS4ERR_GRACE');
   });
 
-  it('reports a stale handle when the new incarnation changes Export_Id (the check can fail)', async () => {
+  it('a hung server (SIGSTOP, packets answered by no one) times calls out; a new incarnation with another Export_Id is reported as a stale handle', async (t) => {
     const binary = await buildWriter();
-    const s = await share('client-stale');
+    const s = await share('client-hung-stale');
     const first = await incarnation(s, 1, '3');
     const v3 = startWriter(binary, {
       host: '127.0.0.1',
@@ -189,17 +200,32 @@ describe('nfs-client writers across a ganesha crash (real ganesha.nfsd, libnfs)'
       version: 3,
       file: 'v3.log',
       intervalMs: 20,
+      timeoutMs: 1000,
     });
     try {
       await v3.waitForAck(10, ACK_WAIT_MS);
-      const faultMs = await crash(first.server);
+      // A node that vanished: its kernel answers nothing, like a stopped ganesha's calls.
+      const ganesha = first.server.ganeshaPid();
+      assert.ok(ganesha !== undefined);
+      const faultMs = monotonicMs();
+      process.kill(ganesha, 'SIGSTOP');
+      await waitForEvent(v3, (e) => e.event === 'error' && e.kind === 'timeout', ACK_WAIT_MS);
+      await crash(first.server);
       await first.rpcbind.stop();
       const second = await incarnation(s, 2, '3', { LEASEHOLD_NFS_EXPORT_ID: '2' });
       await v3.waitForMoreAcks(10, ACK_WAIT_MS);
       await v3.stop();
+      assert.equal(processRuns(v3.pid), false, 'the writer is gone');
       await stopCleanly(second.server);
       await second.rpcbind.stop();
       const r = report(s, v3, 'v3.log', faultMs);
+      t.diagnostic(`NFSv3 after a hang of ~1 s and a restart: ${describeGap(r)}`);
+      const failures = v3.events.flatMap((e) =>
+        e.event === 'error' ? [`${e.kind} ${e.op}: ${e.message}`] : [],
+      );
+      t.diagnostic(`its errors: ${failures.join(' | ')}`);
+      assert.ok(r.errors.timeout >= 1);
+      assert.equal(r.ackedWritesLost, 0);
       assert.equal(r.staleHandles, 1);
       assert.deepEqual(r.violations, ['1 stale file handles']);
       const stale = v3.events.find((e) => e.event === 'error' && e.kind === 'stale');
