@@ -11,6 +11,10 @@
  *    WRITE UNSTABLE + COMMIT; NFSv4.0 WRITE + COMMIT via nfs_fsync). Only then is the
  *    `ack` line printed, with CLOCK_MONOTONIC milliseconds (the clock of
  *    lib/clock.ts monotonicMs, shared by every process of the machine).
+ *    NB: libnfs does not show the write verifiers, so the writer cannot check that the
+ *    COMMIT reached the incarnation that took the WRITE; it need not: both go over one
+ *    TCP connection with libnfs's auto-reconnect off, and a server restart breaks that
+ *    connection, so a WRITE + COMMIT pair that both succeed was served by one server.
  *  - Hard-mount behaviour: every call has a timeout (`--timeout-ms`, like timeo); on any
  *    failure the writer drops the connection, waits a short backoff and reconnects to
  *    the SAME host:port, mounts, re-opens the file, and retries the SAME record until it

@@ -29,6 +29,7 @@ import {
   freePort,
   type NfsServerProcess,
   processRuns,
+  runNfsTool,
   spawnNfsServer,
   tempDir,
 } from './nfs-ganesha-harness.ts';
@@ -158,6 +159,12 @@ describe('nfs-client writers across a ganesha crash (real ganesha.nfsd, libnfs)'
     assert.equal(exit3?.signalled, true, `v3 writer exit line: ${v3.stderr()}`);
     assert.equal(exit4?.signalled, true, `v4 writer exit line: ${v4.stderr()}`);
     assert.equal(processRuns(v3.pid) || processRuns(v4.pid), false, 'no writer left behind');
+    // The new incarnation serves, over NFSv3, exactly the bytes the analysis reads from disk.
+    const overNfs = await runNfsTool('nfs-cat', [
+      `nfs://127.0.0.1${PSEUDO}/v3.log?version=3&nfsport=${s.port}&mountport=${s.mountPort}`,
+    ]);
+    assert.equal(overNfs.code, 0, `nfs-cat over NFSv3: ${overNfs.stderr}`);
+    assert.ok(overNfs.stdout.equals(readFileSync(join(s.exportPath, 'v3.log'))), 'NFS and disk agree');
     await stopCleanly(second.server);
     await second.rpcbind.stop();
 
