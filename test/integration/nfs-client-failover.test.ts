@@ -132,6 +132,7 @@ describe('nfs-client writers across a ganesha crash (real ganesha.nfsd, libnfs)'
   it('NFSv3 and NFSv4.0 writes resume on the new incarnation with nothing acknowledged lost and no stale handle', async (t) => {
     const startedAt = performance.now();
     const binary = await buildWriter();
+    assert.equal(await buildWriter(), binary, 'built once per source: the same cached binary');
     const s = await share('client-failover');
     const first = await incarnation(s, 1, '3,4.0');
     const common = { host: '127.0.0.1', port: s.port, exportPath: PSEUDO, intervalMs: 20, timeoutMs: 2000 };
