@@ -12,7 +12,6 @@
  * server directly, this process then exits 1) or `leasehold-nfs`, this process's title
  * (stops it the clean way, exit 0).
  */
-import { existsSync } from 'node:fs';
 import { type Clock, systemClock } from '../../lib/clock.ts';
 import { ConfigError } from '../../lib/errors.ts';
 import { createLogger, type Logger } from '../../lib/logger.ts';
@@ -20,7 +19,13 @@ import { type NfsServerConfig, readNfsServerConfig } from './config.ts';
 import { EXIT_CONFIG, EXIT_ENDED, EXIT_START_FAILED, EXIT_STOPPED, ServerStartError } from './exit-codes.ts';
 import { renderGaneshaConfig } from './ganesha-conf.ts';
 import { describeExit, startGanesha, waitServing } from './ganesha-process.ts';
-import { decideRpcbind, RPCBIND_SOCKET, type RpcbindProcess, startRpcbind } from './rpcbind.ts';
+import {
+  decideRpcbind,
+  RPCBIND_SOCKET,
+  type RpcbindProcess,
+  socketAnswers,
+  startRpcbind,
+} from './rpcbind.ts';
 import { type PreparedServer, prepareServer } from './volume.ts';
 
 process.title = 'leasehold-nfs';
@@ -61,7 +66,7 @@ async function main(): Promise<number> {
   }
   if (stopRequested()) return EXIT_STOPPED;
 
-  const decision = decideRpcbind(config, existsSync(RPCBIND_SOCKET));
+  const decision = decideRpcbind(config, config.versions.includes('3') && (await socketAnswers()));
   let rpcbind: RpcbindProcess | undefined;
   if (decision.kind === 'start') {
     try {

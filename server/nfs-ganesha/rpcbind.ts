@@ -10,11 +10,14 @@
  * so an rpcbind started here is private to the pod: it clashes with nothing.
  *
  * Decision (LEASEHOLD_NFS_RPCBIND): `auto` starts Debian's `rpcbind -f` as our child
- * when version 3 is on and no rpcbind socket exists (one is there: a sidecar sharing
- * /run, or the simulator's stand-in, dev/sim/pod-rpcbind.ts); `external` never starts
- * one (the user provides rpcbind some other way, e.g. on the pod's 127.0.0.1:111).
+ * when version 3 is on and nothing answers on the rpcbind socket (something does: a
+ * sidecar sharing /run, the rpcbind of an earlier incarnation of this container that was
+ * SIGKILLed (the pod's /run outlives it), or the simulator's stand-in in
+ * dev/sim/pod-sandbox.ts); `external` never starts one (the user provides rpcbind some
+ * other way, e.g. on the pod's 127.0.0.1:111). NB: a socket file nobody answers on (its
+ * rpcbind was SIGKILLed) counts as none; rpcbind replaces it at start.
  *
- * Invariants: `startRpcbind` resolves only once the socket exists, and on every failure
+ * Invariants: `startRpcbind` resolves only once rpcbind answers on its socket, and on every failure
  * leaves no rpcbind running; an exit hook SIGKILLs a running rpcbind, so none outlives
  * the entrypoint; like ganesha it runs in its own process group (Ctrl-C reaches only us).
  * NB: Debian's rpcbind switches to user `_rpc` once its sockets are bound (built with
@@ -25,7 +28,7 @@
  * socket only, which is all ganesha needs (clients are given the NFS and MOUNT ports).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { connect } from 'node:net';
 import { type Clock, sleep } from '../../lib/clock.ts';
 import type { NfsServerConfig } from './config.ts';
 import { ServerStartError } from './exit-codes.ts';
@@ -35,17 +38,32 @@ export const RPCBIND_SOCKET = '/var/run/rpcbind.sock';
 
 export type RpcbindDecision =
   | { kind: 'start' }
-  | { kind: 'none'; reason: 'no NFSv3' | 'LEASEHOLD_NFS_RPCBIND=external' | 'socket exists' };
+  | { kind: 'none'; reason: 'no NFSv3' | 'LEASEHOLD_NFS_RPCBIND=external' | 'rpcbind answers' };
 
-/** Pure: whether the entrypoint starts its own rpcbind. */
+/** Pure: whether the entrypoint starts its own rpcbind, given whether one answers on the socket. */
 export function decideRpcbind(
   config: Pick<NfsServerConfig, 'versions' | 'rpcbind'>,
-  socketExists: boolean,
+  socketAnswers: boolean,
 ): RpcbindDecision {
   if (!config.versions.includes('3')) return { kind: 'none', reason: 'no NFSv3' };
   if (config.rpcbind === 'external') return { kind: 'none', reason: 'LEASEHOLD_NFS_RPCBIND=external' };
-  if (socketExists) return { kind: 'none', reason: 'socket exists' };
+  if (socketAnswers) return { kind: 'none', reason: 'rpcbind answers' };
   return { kind: 'start' };
+}
+
+/** Whether something accepts a connection on the unix socket `path` within `timeoutMs`. */
+export function socketAnswers(path = RPCBIND_SOCKET, timeoutMs = 1_000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ path });
+    const done = (answers: boolean) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(answers);
+    };
+    const timer = setTimeout(() => done(false), timeoutMs);
+    socket.once('connect', () => done(true));
+    socket.once('error', () => done(false));
+  });
 }
 
 export interface RpcbindProcess {
@@ -57,14 +75,14 @@ export interface RpcbindProcess {
 const hint =
   'NFSv3 needs rpcbind; set LEASEHOLD_NFS_RPCBIND=external if the pod provides one, or leave version 3 out of LEASEHOLD_NFS_VERSIONS';
 
-/** Starts `rpcbind -f`; resolves once its socket exists, else throws ServerStartError. */
+/** Starts `rpcbind -f`; resolves once it answers on its socket, else throws ServerStartError. */
 export async function startRpcbind(
   config: Pick<NfsServerConfig, 'rpcbindBin' | 'startTimeoutMs'>,
   clock: Clock,
   socket = RPCBIND_SOCKET,
 ): Promise<RpcbindProcess> {
   const child: ChildProcess = spawn(config.rpcbindBin, ['-f'], {
-    stdio: ['ignore', 'inherit', 'pipe'],
+    stdio: ['ignore', 'ignore', 'pipe'],
     detached: true,
   });
   let stderr = '';
@@ -111,17 +129,17 @@ export async function startRpcbind(
   void exited.then((o) => {
     outcome = o;
   });
-  while (!existsSync(socket)) {
+  while (!(await socketAnswers(socket, 200))) {
     if (outcome !== undefined) {
       const detail = spawnError !== undefined ? `cannot run it: ${spawnError}` : `it ${outcome}`;
       throw new ServerStartError(
-        `LEASEHOLD_NFS_RPCBIND=auto: could not start rpcbind (LEASEHOLD_NFS_RPCBIND_BIN=${config.rpcbindBin}): ${detail} before creating ${socket}${stderr.trim() === '' ? '' : `; its stderr: ${stderr.trim()}`}. ${hint}`,
+        `LEASEHOLD_NFS_RPCBIND=auto: could not start rpcbind (LEASEHOLD_NFS_RPCBIND_BIN=${config.rpcbindBin}): ${detail} before answering on ${socket}${stderr.trim() === '' ? '' : `; its stderr: ${stderr.trim()}`}. ${hint}`,
       );
     }
     if (clock.now() - startedAtMs > config.startTimeoutMs) {
       await stop(1_000);
       throw new ServerStartError(
-        `LEASEHOLD_NFS_RPCBIND=auto: rpcbind (LEASEHOLD_NFS_RPCBIND_BIN=${config.rpcbindBin}) did not create ${socket} within LEASEHOLD_NFS_START_TIMEOUT=${config.startTimeoutMs}ms. ${hint}`,
+        `LEASEHOLD_NFS_RPCBIND=auto: rpcbind (LEASEHOLD_NFS_RPCBIND_BIN=${config.rpcbindBin}) did not answer on ${socket} within LEASEHOLD_NFS_START_TIMEOUT=${config.startTimeoutMs}ms. ${hint}`,
       );
     }
     await Promise.race([sleep(20), exited]);

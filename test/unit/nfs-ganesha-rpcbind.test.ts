@@ -21,7 +21,7 @@ describe('nfs-ganesha rpcbind decision', () => {
   it('uses an rpcbind that is there already (a sidecar, the simulator)', () => {
     assert.deepEqual(decideRpcbind(config({ LEASEHOLD_NFS_VERSIONS: '3' }), true), {
       kind: 'none',
-      reason: 'socket exists',
+      reason: 'rpcbind answers',
     });
   });
 
