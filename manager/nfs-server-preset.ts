@@ -31,8 +31,9 @@
  *    port 111 and the v3 mount options name both ports, so no client asks a portmapper.
  * allowPrivilegeEscalation false, RuntimeDefault seccomp (the runtime default profiles
  * of Docker and containerd allow open_by_handle_at when the container holds
- * DAC_READ_SEARCH), read-only root filesystem with an emptyDir for the entrypoint's run
- * directory (rendered ganesha.conf, pid file, ccache dir); recovery state is on the
+ * DAC_READ_SEARCH), read-only root filesystem with an emptyDir on /run holding the
+ * entrypoint's run directory (rendered ganesha.conf, pid file, ccache dir) and, with
+ * NFSv3, rpcbind's socket and lock; recovery state is on the
  * volume (LEASEHOLD_NFS_RECOVERY_DIR). Verified with exactly these capability sets and
  * no_new_privs as the simulated kubelet applies them the way containerd + runc do
  * (test/integration/sim-nfs-service.test.ts: ganesha reports them and serves); not yet
@@ -76,8 +77,13 @@ const NFS_SETTING_ENV = {
   clients: 'LEASEHOLD_NFS_CLIENTS',
   squash: 'LEASEHOLD_NFS_SQUASH',
 } as const satisfies Record<keyof NfsSettings, string>;
-/** The entrypoint's run directory (LEASEHOLD_NFS_RUN_DIR default), an emptyDir. */
+/** The entrypoint's run directory (LEASEHOLD_NFS_RUN_DIR default), in the emptyDir on /run. */
 export const NFS_RUN_DIR = '/run/leasehold-nfs';
+/**
+ * Where the run emptyDir is mounted: all of /run (the root filesystem is read-only),
+ * because NFSv3's rpcbind needs /run/rpcbind.sock and /run/rpcbind.lock there.
+ */
+export const NFS_RUN_MOUNT = '/run';
 export const NFS_RUN_VOLUME = 'nfs-run';
 
 /**

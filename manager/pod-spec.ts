@@ -25,7 +25,8 @@
  *    filled in, fence, server check) + the downward API for pod and node name.
  *  - the server container is `spec.server` as written, or without it the shipped NFS
  *    server (nfs-server-preset.ts: image from the manager's settings, port 2049 `nfs`,
- *    the export at the mount path, its securityContext, an emptyDir run directory) with
+ *    the export at the mount path, its securityContext, an emptyDir on /run for its
+ *    run directory and NFSv3's rpcbind) with
  *    the agent checking tcp://127.0.0.1:2049 unless spec.serverCheck says otherwise.
  *  - owner reference to the ShareManager (controller), labels for the Service selector.
  *  - node anti-affinity against a lost node, `required` or `preferred` as decided by the
@@ -43,7 +44,7 @@ import type {
 import { formatDuration } from '../lib/env-config.ts';
 import { LABEL_SHARE_MANAGER } from '../lib/lease-record.ts';
 import type { LeaseTimings, ManagerConfig } from './config.ts';
-import { NFS_RUN_DIR, NFS_RUN_VOLUME, nfsServerContainer } from './nfs-server-preset.ts';
+import { NFS_RUN_MOUNT, NFS_RUN_VOLUME, nfsServerContainer } from './nfs-server-preset.ts';
 import {
   type FenceAction,
   resolveSpec,
@@ -195,7 +196,7 @@ function serverContainer(input: PodSpecInput): V1Container {
     return {
       ...nfsServerContainer(input.nfsServerImage, input.mountPath, input.sm.spec.nfs),
       name: SERVER_CONTAINER,
-      volumeMounts: [...volumeMounts, { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_DIR }],
+      volumeMounts: [...volumeMounts, { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_MOUNT }],
       livenessProbe,
     };
   }

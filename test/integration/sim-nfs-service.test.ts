@@ -41,7 +41,12 @@ import type { Cluster } from '../../dev/cluster/types.ts';
 import { buildWriter, startWriter } from '../../dev/nfs-client/writer-process.ts';
 import { createTestVolume, NFS_SERVER_IMAGE, type Sim } from '../../dev/sim/sim.ts';
 import { k8s } from '../../lib/kube-client.ts';
-import { NFS_RUN_DIR, NFS_RUN_VOLUME, nfsServerContainer } from '../../manager/nfs-server-preset.ts';
+import {
+  NFS_RUN_DIR,
+  NFS_RUN_MOUNT,
+  NFS_RUN_VOLUME,
+  nfsServerContainer,
+} from '../../manager/nfs-server-preset.ts';
 import { eventually } from '../support/cluster.ts';
 import { nfsUrl, processRuns, runNfsTool } from './nfs-ganesha-harness.ts';
 import { startClusterAndSim, stopClusterAndSim } from './sim-harness.ts';
@@ -287,7 +292,7 @@ test('nfs-ganesha pods serve one file through one Service address across a repla
   await core().deleteNamespacedPod({ namespace: NS, name: 'nfs-x', gracePeriodSeconds: 0 });
 });
 
-/** The preset's NFSv3 server container exactly (KILL added, MOUNT port), over an emptyDir export. */
+/** The preset's NFSv3 server container exactly (KILL added, MOUNT port, run emptyDir on /run), over an emptyDir export. */
 function nfsV3Pod(name: string, app: string): V1Pod {
   const server = nfsServerContainer(`${NFS_SERVER_IMAGE}:dev`, EXPORT, { versions: ['3', '4.1'] });
   return {
@@ -302,7 +307,7 @@ function nfsV3Pod(name: string, app: string): V1Pod {
           readinessProbe: { tcpSocket: { port: 'nfs' }, periodSeconds: 1 },
           volumeMounts: [
             { name: 'data', mountPath: EXPORT },
-            { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_DIR },
+            { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_MOUNT },
           ],
         },
       ],

@@ -271,7 +271,7 @@ describe('no spec.server: the shipped NFS server', () => {
     ]);
     assert.deepEqual(server?.volumeMounts, [
       { name: 'share', mountPath: '/srv/share' },
-      { name: 'nfs-run', mountPath: '/run/leasehold-nfs' },
+      { name: 'nfs-run', mountPath: '/run' },
     ]);
     assert.deepEqual(pod.spec?.volumes, [
       { name: 'share', persistentVolumeClaim: { claimName: 'data-n' } },
