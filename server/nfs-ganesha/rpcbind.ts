@@ -93,11 +93,17 @@ export async function startRpcbind(
   let running = true;
   let spawnError: string | undefined;
   const killOnExit = () => {
-    if (running) child.kill('SIGKILL');
+    if (!running || child.pid === undefined) return;
+    try {
+      process.kill(child.pid, 'SIGKILL');
+    } catch {
+      // gone, or EPERM without CAP_KILL: nothing more can be done at exit
+    }
   };
   process.on('exit', killOnExit);
   const exited = new Promise<string>((resolve) => {
-    child.once('error', (err) => {
+    // NB: `on`, not `once`: a later 'error' without a listener would throw.
+    child.on('error', (err) => {
       if (child.pid !== undefined) return;
       running = false;
       spawnError = err.message;
