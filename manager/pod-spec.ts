@@ -1,7 +1,7 @@
 /**
  * Builds the share-manager pod of one ShareManager (pure).
  *
- * Shape (DESIGN.md "Components", "Agent behaviour"):
+ * Shape (docs/design.md, "Reconciling a ShareManager"):
  *  - `generateName: <sm>-`: every pod name is one incarnation, the lease holder identity.
  *  - the agent is a native sidecar (init container with restartPolicy Always) whose
  *    startupProbe is the agent's /readyz: the server container starts only once the
