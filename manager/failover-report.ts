@@ -36,6 +36,8 @@ export interface ReportContext {
   times: FailoverTimes;
   /** The previous owner's record of this failover (after a takeover). */
   inherited?: LastFailover | undefined;
+  /** What the volume handoff did (volume-handoff.ts describeHandoff). */
+  handoff?: string | undefined;
   durationMs: number;
   identity: string;
   status: StatusWriter;
@@ -72,6 +74,7 @@ export function lastFailover(c: ReportContext): LastFailover {
     replacementCreatedAt: first?.replacementCreatedAt ?? iso(c.times.replacementCreated),
     completedAt: iso(c.times.acquired),
     replacementPod: c.replacementPod,
+    volumeHandoff: c.handoff ?? first?.volumeHandoff,
   };
   return Object.fromEntries(
     Object.entries(record).filter(([, v]) => v !== undefined),
@@ -105,7 +108,7 @@ export async function announceFailover(
   if (!sm) return;
   const who = `pod ${c.lostPod || '(none)'} on node ${c.lostNode || '(unknown)'}`;
   if (observeOnly) {
-    const message = `observe-only: lease of ${who} unchanged for ${c.durationMs / 1000}s by ${c.identity}'s observation; would mark it delinquent, force-delete the pod, remove its attachments on the node and create a replacement`;
+    const message = `observe-only: lease of ${who} unchanged for ${c.durationMs / 1000}s by ${c.identity}'s observation; would mark it delinquent, force-delete the pod, hand its volume off the node and create a replacement`;
     c.log.warn({ sm: sm.metadata.name, lostPod: c.lostPod, lostNode: c.lostNode }, message);
     await c.events.record(sm, 'Warning', 'WouldFailOver', message);
     return;
@@ -121,6 +124,22 @@ export async function announceFailover(
       .patch(namespace, name, { state: 'FailingOver', message, lastFailover: lastFailover(c) })
       .catch((err: unknown) =>
         c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing status FailingOver failed'),
+      ),
+  ]);
+}
+
+/** The volume handoff's outcome: event VolumeHandoff on the ShareManager, status.lastFailover.volumeHandoff. */
+export async function reportHandoff(c: ReportContext): Promise<void> {
+  const sm = c.sm;
+  if (!sm || !c.handoff) return;
+  const namespace = sm.metadata.namespace ?? '';
+  const name = sm.metadata.name ?? '';
+  await Promise.all([
+    c.events.record(sm, 'Normal', 'VolumeHandoff', c.handoff),
+    c.status
+      .patch(namespace, name, { lastFailover: lastFailover(c) })
+      .catch((err: unknown) =>
+        c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing status.lastFailover.volumeHandoff failed'),
       ),
   ]);
 }

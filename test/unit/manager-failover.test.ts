@@ -26,7 +26,7 @@ test('the happy path runs steps 1-6 in order', () => {
   const path: [FailoverEvent, Phase, string[]][] = [
     ['stale', 'marking', ['writeMark']],
     ['markWon', 'deletingPod', ['announce', 'deletePod']],
-    ['podGone', 'detaching', ['deleteAttachments']],
+    ['podGone', 'detaching', ['handOffVolume']],
     ['detached', 'replacing', ['createReplacement']],
     ['replacementCreated', 'awaitingAcquire', []],
     ['acquired', 'idle', ['complete']],
