@@ -81,6 +81,26 @@ export function lastFailover(c: ReportContext): LastFailover {
   ) as unknown as LastFailover;
 }
 
+const RECORD_FIELDS = [
+  'detectedAt',
+  'markedAt',
+  'podDeletedAt',
+  'detachedAt',
+  'replacementCreatedAt',
+  'completedAt',
+  'replacementPod',
+  'volumeHandoff',
+] as const;
+
+/**
+ * lastFailover as a merge patch: the fields this failover has not reached yet are null,
+ * so none of the previous failover's values survives into this one's record.
+ */
+export function lastFailoverPatch(c: ReportContext): LastFailover {
+  const clears = Object.fromEntries(RECORD_FIELDS.map((f) => [f, null]));
+  return { ...clears, ...lastFailover(c) } as unknown as LastFailover;
+}
+
 /** Seconds between two instants, on the monotonic clock. */
 function span(from: Instant | undefined, to: Instant | undefined): number | undefined {
   return from && to ? (to.mono - from.mono) / 1000 : undefined;
@@ -121,7 +141,7 @@ export async function announceFailover(
   await Promise.all([
     c.events.record(sm, 'Warning', takeover ? 'FailoverTakenOver' : 'LeaseExpired', message),
     c.status
-      .patch(namespace, name, { state: 'FailingOver', message, lastFailover: lastFailover(c) })
+      .patch(namespace, name, { state: 'FailingOver', message, lastFailover: lastFailoverPatch(c) })
       .catch((err: unknown) =>
         c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing status FailingOver failed'),
       ),
@@ -137,7 +157,7 @@ export async function reportHandoff(c: ReportContext): Promise<void> {
   await Promise.all([
     c.events.record(sm, 'Normal', 'VolumeHandoff', c.handoff),
     c.status
-      .patch(namespace, name, { lastFailover: lastFailover(c) })
+      .patch(namespace, name, { lastFailover: lastFailoverPatch(c) })
       .catch((err: unknown) =>
         c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing status.lastFailover.volumeHandoff failed'),
       ),
@@ -167,7 +187,7 @@ export async function completeFailover(c: ReportContext): Promise<void> {
         state: 'Running',
         message: '',
         leaseHolder: c.replacementPod,
-        lastFailover: lastFailover(c),
+        lastFailover: lastFailoverPatch(c),
       })
       .catch((err: unknown) =>
         c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing status Running failed'),
