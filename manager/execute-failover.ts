@@ -130,7 +130,7 @@ export class FailoverExecutor {
   ): Promise<HandoffOutcome> {
     for (let attempt = 1; ; attempt++) {
       const snapshot = await this.handoffSnapshot(namespace, pvc, node);
-      const decision = decideHandoff({
+      let decision: HandoffDecision = decideHandoff({
         mode: this.config.volumeHandoff,
         lostNode: node,
         pv: snapshot.pv,
@@ -151,10 +151,20 @@ export class FailoverExecutor {
         } catch (err) {
           const status = statusOf(err);
           if (status === 422 && attempt < 3) continue;
-          if (status !== 404)
+          // NB: without the permission, fall back to the older handoff rather than stall the failover.
+          if (status === 403) {
+            decision = {
+              kind: 'deleteAttachments',
+              names: snapshot.attachments,
+              reason: `patching node ${node} status was forbidden (403): the manager's RBAC lacks patch on nodes/status`,
+              waitDetached: decision.waitDetached,
+            };
+          } else if (status !== 404) {
             throw failed(`removing ${decision.uniqueName} from node ${node} status.volumesInUse`, err);
+          }
         }
-      } else if (decision.kind === 'deleteAttachments') {
+      }
+      if (decision.kind === 'deleteAttachments') {
         for (const name of decision.names) {
           try {
             await this.storage.deleteVolumeAttachment({ name }, this.deadline);

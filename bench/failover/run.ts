@@ -48,6 +48,8 @@ interface ModeResult {
   samples: CrashSample[];
   detection: Summary;
   crashToServing: Summary;
+  /** Seconds from the crash to each step (leasehold modes; measured, never shifted). */
+  phases?: Record<'handoff' | 'oldDetached' | 'attached' | 'acquired', Summary>;
   notes: string[];
 }
 
@@ -178,6 +180,12 @@ async function runMode(mode: Mode): Promise<ModeResult> {
     samples,
     detection: summarize(samples.map((s) => s.detectS ?? Number.NaN)),
     crashToServing: summarize(samples.map((s) => s.servingS ?? Number.NaN)),
+    phases: {
+      handoff: summarize(samples.map((s) => s.handoffS ?? Number.NaN)),
+      oldDetached: summarize(samples.map((s) => s.oldDetachedS ?? Number.NaN)),
+      attached: summarize(samples.map((s) => s.attachedS ?? Number.NaN)),
+      acquired: summarize(samples.map((s) => s.acquiredS ?? Number.NaN)),
+    },
     notes: samples.filter((s) => s.note).map((s) => `run ${s.run}: ${s.note}`),
   };
 }
