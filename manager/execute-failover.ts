@@ -32,7 +32,7 @@ import { decideHandoff, type HandoffDecision, type HandoffPv, releaseInUsePatch 
 /** What the step knows that the API does not: the failover's own observations. */
 export interface HandoffContext {
   newerPodOnNode: string | undefined;
-  heartbeatObservedAt(): number | undefined;
+  heartbeatChangedAt(): number | undefined;
   holderSilentSince: number | undefined;
   renewDeadlineMs: number;
 }
@@ -137,7 +137,7 @@ export class FailoverExecutor {
         volumesInUse: snapshot.volumesInUse,
         attachments: snapshot.attachments,
         newerPodOnNode: context.newerPodOnNode,
-        heartbeatObservedAt: context.heartbeatObservedAt(),
+        heartbeatChangedAt: context.heartbeatChangedAt(),
         holderSilentSince: context.holderSilentSince,
         renewDeadlineMs: context.renewDeadlineMs,
       });
@@ -159,7 +159,9 @@ export class FailoverExecutor {
               reason: `patching node ${node} status was forbidden (403): the manager's RBAC lacks patch on nodes/status`,
               waitDetached: decision.waitDetached,
             };
-          } else if (status !== 404) {
+          } else if (status === 404) {
+            decision = { kind: 'nothing', reason: `node ${node} is gone` };
+          } else {
             throw failed(`removing ${decision.uniqueName} from node ${node} status.volumesInUse`, err);
           }
         }

@@ -30,8 +30,8 @@ export interface ClusterView {
   /** Live (not ended, not deleting) pods of the share manager `key`. */
   livePods(key: string): V1Pod[];
   nodeHealth(node: string): NodeHealth;
-  /** Our monotonic time of the node heartbeat Lease's last observed change; undefined = never seen. */
-  heartbeatObservedAt(node: string): number | undefined;
+  /** Our monotonic time of the node heartbeat Lease's last change we saw (not moved by watch resets); undefined = never seen. */
+  heartbeatChangedAt(node: string): number | undefined;
 }
 
 /** The part of a failover machine the steps read and fill in. */
@@ -114,7 +114,7 @@ export function runStep(
             .find((p) => p.metadata?.name !== m.lostPod && p.spec?.nodeName === m.lostNode)?.metadata?.name;
           const outcome = await executor.handOffVolume(namespace, sm.spec.volume.pvc, m.lostNode, {
             newerPodOnNode,
-            heartbeatObservedAt: () => view.heartbeatObservedAt(m.lostNode),
+            heartbeatChangedAt: () => view.heartbeatChangedAt(m.lostNode),
             holderSilentSince: m.holderSilentSince,
             renewDeadlineMs: renewDeadlineOf(sm, config),
           });

@@ -46,7 +46,10 @@
  *    at h > S + T) proves the node's kubelet alive after the agent gave up. The kubelet
  *    then is the authority on volumesInUse: it saw the force-deletion, unmounts and
  *    clears the entry itself, and the ADC detaches normally. So we leave it
- *    (`leaveToKubelet`). NB: with the default 10 s heartbeat the absence of a heartbeat
+ *    (`leaveToKubelet`). NB: a heartbeat sent before a crash but delivered to us late
+ *    (after a watch gap) counts too; the volume then waits for the ADC's own timeout
+ *    (6 min on a NotReady node) or the out-of-service taint: slower, never unsafe.
+ *    NB: with the default 10 s heartbeat the absence of a heartbeat
  *    in the few seconds before the verdict does not prove the node dead; it is no
  *    evidence of life, which is all this step needs (see next point).
  *  - A node that was alive after all (or only partitioned): its kubelet re-adds the
@@ -91,8 +94,11 @@ export interface HandoffInput {
   attachments: readonly string[];
   /** A live pod of this share manager other than the lost one on the lost node. */
   newerPodOnNode: string | undefined;
-  /** Our monotonic time of the node heartbeat's last observed change; undefined = never seen. */
-  heartbeatObservedAt: number | undefined;
+  /**
+   * Our monotonic time of the last change of the node's heartbeat Lease we actually saw
+   * (a watch reset does not move it); undefined = never seen.
+   */
+  heartbeatChangedAt: number | undefined;
   /** Our monotonic time of the lost holder's last observed renewal (the verdict's); undefined after a takeover. */
   holderSilentSince: number | undefined;
   /** The old holder's renew deadline T: by S + T it renewed or fenced itself. */
@@ -133,7 +139,7 @@ export function decideHandoff(input: HandoffInput): HandoffDecision {
       waitDetached,
     };
   }
-  const heard = input.heartbeatObservedAt;
+  const heard = input.heartbeatChangedAt;
   const silent = input.holderSilentSince;
   if (heard !== undefined && silent !== undefined && heard > silent + input.renewDeadlineMs)
     return {

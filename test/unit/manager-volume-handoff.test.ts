@@ -25,7 +25,7 @@ function input(overrides: Partial<HandoffInput> = {}): HandoffInput {
     volumesInUse: [OTHER, OURS],
     attachments: ['csi-123'],
     newerPodOnNode: undefined,
-    heartbeatObservedAt: 9_000,
+    heartbeatChangedAt: 9_000,
     holderSilentSince: 10_000,
     renewDeadlineMs: 4_000,
     ...overrides,
@@ -72,21 +72,21 @@ describe('decideHandoff: volumes-in-use (the default)', () => {
   });
 
   it("leaves it to the kubelet when the node heartbeat was seen after the holder's renew deadline", () => {
-    const d = decideHandoff(input({ heartbeatObservedAt: 14_001 }));
+    const d = decideHandoff(input({ heartbeatChangedAt: 14_001 }));
     assert.equal(d.kind, 'leaveToKubelet');
   });
 
   it("a heartbeat seen before the holder's renew deadline is no evidence of life", () => {
-    assert.equal(decideHandoff(input({ heartbeatObservedAt: 14_000 })).kind, 'releaseInUse');
-    assert.equal(decideHandoff(input({ heartbeatObservedAt: 12_000 })).kind, 'releaseInUse');
+    assert.equal(decideHandoff(input({ heartbeatChangedAt: 14_000 })).kind, 'releaseInUse');
+    assert.equal(decideHandoff(input({ heartbeatChangedAt: 12_000 })).kind, 'releaseInUse');
   });
 
   it("without the holder's silence time (after a takeover) or any heartbeat seen, releases", () => {
     assert.equal(
-      decideHandoff(input({ holderSilentSince: undefined, heartbeatObservedAt: 99_000 })).kind,
+      decideHandoff(input({ holderSilentSince: undefined, heartbeatChangedAt: 99_000 })).kind,
       'releaseInUse',
     );
-    assert.equal(decideHandoff(input({ heartbeatObservedAt: undefined })).kind, 'releaseInUse');
+    assert.equal(decideHandoff(input({ heartbeatChangedAt: undefined })).kind, 'releaseInUse');
   });
 
   it('a multi-attach PV waits for the old attachment to be gone', () => {
@@ -138,7 +138,7 @@ describe('decideHandoff: what every mode refuses', () => {
   }
 
   it('volume-attachment deletes the attachments on the lost node, whatever the heartbeat', () => {
-    assert.deepEqual(decideHandoff(input({ mode: 'volume-attachment', heartbeatObservedAt: 99_000 })), {
+    assert.deepEqual(decideHandoff(input({ mode: 'volume-attachment', heartbeatChangedAt: 99_000 })), {
       kind: 'deleteAttachments',
       names: ['csi-123'],
       reason: 'mode volume-attachment',
