@@ -75,7 +75,12 @@ export async function leaseholdCrashRuns(
     try {
       const after = await waitServing(sys, SHARE, budgetMs, before.pod);
       const window = sys.sim.servingWindows(pvName(SHARE)).find((w) => w.id === after.pod);
-      if (window) sample.servingS = round((new Date(window.startWall).getTime() - crashAt) / 1000);
+      const startedMs = window ? new Date(window.startWall).getTime() - crashAt : Number.NaN;
+      // NB: a window that began before the crash is not this crash's replacement: the
+      // share had already moved (an agent that fenced itself on a starved machine).
+      if (startedMs > 0) sample.servingS = round(startedMs / 1000);
+      else if (window)
+        sample.note = `served by ${after.pod} since before the crash: not a failover of this crash`;
       await sleep(500);
     } catch {
       sample.note = `not served again within ${budgetMs / 1000} s`;
