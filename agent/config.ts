@@ -29,7 +29,7 @@
  * | LEASEHOLD_SERVER_CHECK_TIMEOUT    | 1s       | per check; must be < T - R so a check cannot starve the renewal |
  * | LEASEHOLD_SERVER_CHECK_FAILURES   | 3        | consecutive failures (after the first success) that fence |
  *
- * Cross-field rules (docs: "Why it is safe"): D > T > R; T - R >= retry period (room for
+ * Cross-field rules (docs/design.md, "Why it is safe"): D > T > R; T - R >= retry period (room for
  * at least one retry); fence grace < fence timeout < D - T (the fence must end before a
  * manager may declare the holder dead; lib/fence-timing.ts). LEASEHOLD_FENCE_COMMAND_TIMEOUT
  * was renamed LEASEHOLD_FENCE_TIMEOUT and is refused, so an old manifest is not silently

@@ -3,7 +3,7 @@
  * what to do. No I/O, no clock reads: the caller passes `now` (monotonic ms) and does
  * what the returned action says (acquire-loop.ts, renew-loop.ts).
  *
- * Invariants (DESIGN.md "Agent behaviour" 1 and 3):
+ * Invariants (docs/design.md, "The lease protocol": acquire and renew):
  *  - A lease held by someone else is taken only when it is free, marked delinquent, or
  *    its resourceVersion has stayed the same for the lease duration by THIS agent's own
  *    monotonic observation. Remote renewTime/acquireTime are never compared with a

@@ -2,7 +2,7 @@
  * The renewal loop: one CAS update of the cached Lease every R, until the lease is lost,
  * the renew deadline passes, the server check fails, or a planned stop is requested.
  *
- * Guarantees (DESIGN.md "Timings and safety"):
+ * Guarantees (docs/design.md, "Why it is safe"):
  *  - Happy path: exactly one API request per renewal (update with the cached object and
  *    its resourceVersion; no read before the write).
  *  - The deadline is T after the last successful request was SENT (monotonic clock).

@@ -1,6 +1,6 @@
 /**
- * The optional check of the local server before each renewal (DESIGN.md "Agent
- * behaviour" 7): a TCP connect or an HTTP GET (2xx/3xx is healthy), each bounded by a
+ * The optional check of the local server before each renewal (docs/design.md, "The
+ * lease protocol": fence): a TCP connect or an HTTP GET (2xx/3xx is healthy), each bounded by a
  * timeout. After N consecutive failures the agent stops renewing and fences, so a hung
  * server fails over like a dead node.
  *

@@ -3,7 +3,9 @@
 #   openssl (cluster certificates), faketime + libfaketime (the clock-skew scenarios),
 #   util-linux (unshare, nsenter, setpriv: pod sandboxes), procps (pgrep),
 #   nfs-ganesha + nfs-ganesha-vfs (the shipped NFS server), libnfs-utils (nfs-cp,
-#   nfs-cat: user-space NFS clients; this kernel has no NFS client), and prometheus
+#   nfs-cat: user-space NFS clients; this kernel has no NFS client), gcc + libc6-dev +
+#   pkg-config + libnfs-dev (build dev/nfs-client's libnfs writer), rpcbind (a private
+#   one per NFSv3 ganesha in the tests: dev/nfs-client/private-rpcbind.ts), and prometheus
 #   for promtool (checks the agent's /metrics text; installed without recommends, so no
 #   exporter daemon comes along).
 # Needs root for apt-get; without it, prints the command to run and exits 1.
@@ -19,6 +21,11 @@ command -v pgrep >/dev/null 2>&1 || missing+=(procps)
 command -v ganesha.nfsd >/dev/null 2>&1 || missing+=(nfs-ganesha)
 dpkg -s nfs-ganesha-vfs >/dev/null 2>&1 || missing+=(nfs-ganesha-vfs)
 command -v nfs-cp >/dev/null 2>&1 || missing+=(libnfs-utils)
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+dpkg -s libc6-dev >/dev/null 2>&1 || missing+=(libc6-dev)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+dpkg -s libnfs-dev >/dev/null 2>&1 || missing+=(libnfs-dev)
+dpkg -s rpcbind >/dev/null 2>&1 || missing+=(rpcbind)
 lean=()
 command -v promtool >/dev/null 2>&1 || lean+=(prometheus)
 

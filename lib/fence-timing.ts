@@ -3,7 +3,7 @@
  * by the agent (its env) and the manager (ShareManager spec.fence), so both apply the
  * same bound.
  *
- * The argument (docs: "Why it is safe"): the agent starts its fence at most T after it
+ * The argument (docs/design.md, "Why it is safe"): the agent starts its fence at most T after it
  * SENT its last successful renewal; no manager may declare the holder dead earlier than
  * D after it OBSERVED that renewal, which is later than the send. So a fence that ends
  * within `timeoutMs < D - T` after it started ends before any verdict.

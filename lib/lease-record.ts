@@ -1,6 +1,6 @@
 /**
  * The per-volume Lease as this project sees it, with pure converters to and from the
- * coordination.k8s.io/v1 wire object. See DESIGN.md "Objects".
+ * coordination.k8s.io/v1 wire object. See docs/design.md, "Objects".
  *
  * Invariants:
  *  - `holder` is a pod name (one incarnation); '' means free.

@@ -34,7 +34,8 @@
  * | LEASEHOLD_HTTP_HOST                    | 0.0.0.0                   | address the endpoints listen on |
  * | LEASEHOLD_LOG_LEVEL                    | info                      | fatal, error, warn, info, debug, trace, silent |
  *
- * Cross-field rules (DESIGN.md "Timings and safety"): D > T > R and T - R >= retry period.
+ * Cross-field rules (docs/design.md, "Timings and the rules that tie them"): D > T > R
+ * and T - R >= retry period.
  * KUBECONFIG is read by lib/kube-client.ts (in-cluster service account when unset).
  */
 import { type Env, EnvReader, formatDuration } from '../lib/env-config.ts';

@@ -1,8 +1,8 @@
 /**
  * The I/O of a failover's steps (thin: no decisions beyond "already done counts as
- * done"). Each method is one step of DESIGN.md "Manager behaviour" and returns a typed
- * outcome; API failures throw KubeApiError naming the object, which the driver turns
- * into `stepFailed`.
+ * done"). Each method is one step of the failover (docs/design.md, "The failover state
+ * machine") and returns a typed outcome; API failures throw KubeApiError naming the
+ * object, which the driver turns into `stepFailed`.
  *
  *  - markDelinquent / takeOver: a CAS on the Lease with the resourceVersion of the last
  *    observation; 409 is the outcome `conflict`, never retried here. They write the

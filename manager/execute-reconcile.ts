@@ -16,7 +16,7 @@ import type { LeaseStore } from '../lib/lease-store.ts';
 import type { Logger } from '../lib/logger.ts';
 import type { ManagerConfig } from './config.ts';
 import type { EventRecorder } from './events.ts';
-import { NFS_PORT, NFS_PORT_NAME } from './nfs-server-preset.ts';
+import { nfsPorts } from './nfs-server-preset.ts';
 import { ANNOTATION_POD_REQUEST, sharePodFor } from './pod-spec.ts';
 import type { ReconcileAction } from './reconcile-share-manager.ts';
 import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
@@ -241,11 +241,9 @@ export class ReconcileExecutor {
   }
 }
 
-/** The Service ports: spec.server's, or the shipped NFS server's 2049 (nfs-server-preset.ts). */
+/** The Service ports: spec.server's, or the shipped NFS server's (nfs-server-preset.ts). */
 export function servicePorts(sm: ShareManager): k8s.V1ServicePort[] {
-  const declared = sm.spec.server
-    ? (sm.spec.server.ports ?? [])
-    : [{ name: NFS_PORT_NAME, containerPort: NFS_PORT, protocol: 'TCP' }];
+  const declared = sm.spec.server ? (sm.spec.server.ports ?? []) : nfsPorts(sm.spec.nfs);
   return declared.map((p, i) => ({
     name: p.name ?? `port-${i}`,
     port: p.containerPort,

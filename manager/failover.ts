@@ -1,6 +1,6 @@
 /**
  * The failover state machine of one share manager, as a transition table
- * (DESIGN.md "Manager behaviour", steps 1-6). Pure: (phase, event) -> (next, actions).
+ * (docs/design.md, "The failover state machine"). Pure: (phase, event) -> (next, actions).
  * The driver (failover-driver.ts) turns observations and I/O results into events and
  * hands the actions to the executor.
  *

@@ -1,5 +1,5 @@
 /**
- * The duration D the manager judges a lease by (DESIGN.md "Timings and safety"), pure.
+ * The duration D the manager judges a lease by (docs/design.md, "Why it is safe"), pure.
  *
  * Why: the safety argument needs the manager's D to be at least the holder agent's D
  * (its renew deadline T < D): then the agent fences before any verdict. The Lease's

@@ -24,21 +24,49 @@
  * of Docker and containerd allow open_by_handle_at when the container holds
  * DAC_READ_SEARCH), read-only root filesystem with an emptyDir for the entrypoint's run
  * directory (rendered ganesha.conf, pid file, ccache dir); recovery state is on the
- * volume (LEASEHOLD_NFS_RECOVERY_DIR). Not verified in a container runtime (none runs
- * on the development machines); the integration test runs the same entrypoint and
- * Debian ganesha on the host.
+ * volume (LEASEHOLD_NFS_RECOVERY_DIR). Verified with exactly these capability sets and
+ * no_new_privs as the simulated kubelet applies them the way containerd + runc do
+ * (test/integration/sim-nfs-service.test.ts: ganesha reports them and serves); not yet
+ * in a real container runtime (issue 12).
  *
  * Mount options (NFS_MOUNT_OPTIONS), for Linux clients, see mountOptions below.
  */
 import type { V1Container, V1EnvVar, V1SecurityContext } from '@kubernetes/client-node';
 import { formatDuration } from '../lib/env-config.ts';
 import { ConfigError } from '../lib/errors.ts';
-import { readNfsServerConfig } from '../server/nfs-ganesha/config.ts';
+import { type NfsVersion, readNfsServerConfig, type SquashMode } from '../server/nfs-ganesha/config.ts';
 import type { LeaseTimings } from './config.ts';
 import type { ShareManagerSpec } from './share-manager-spec.ts';
 
 export const NFS_PORT = 2049;
 export const NFS_PORT_NAME = 'nfs';
+/** The NFSv3 MOUNT port, served (and published on the Service) only when spec.nfs.versions has 3. */
+export const NFS_MOUNT_PORT = 20048;
+export const NFS_MOUNT_PORT_NAME = 'nfs-mount';
+
+/**
+ * spec.nfs: the shipped server's NFS settings a ShareManager may change (default server
+ * only). Each maps to one of the server's env vars (server/nfs-ganesha/README.md) and is
+ * checked by the server's own settings reader, so what the manager accepts the server
+ * accepts. Unset fields keep the server's defaults (NFSv4.1/4.2, grace 15 s, lease 10 s,
+ * every client, no_root_squash).
+ */
+export interface NfsSettings {
+  versions?: NfsVersion[];
+  gracePeriod?: string;
+  leaseLifetime?: string;
+  clients?: string[];
+  squash?: SquashMode;
+}
+
+/** spec.nfs field -> the server's env var (one place, used both ways). */
+const NFS_SETTING_ENV = {
+  versions: 'LEASEHOLD_NFS_VERSIONS',
+  gracePeriod: 'LEASEHOLD_NFS_GRACE_PERIOD',
+  leaseLifetime: 'LEASEHOLD_NFS_LEASE_LIFETIME',
+  clients: 'LEASEHOLD_NFS_CLIENTS',
+  squash: 'LEASEHOLD_NFS_SQUASH',
+} as const satisfies Record<keyof NfsSettings, string>;
 /** The entrypoint's run directory (LEASEHOLD_NFS_RUN_DIR default), an emptyDir. */
 export const NFS_RUN_DIR = '/run/leasehold-nfs';
 export const NFS_RUN_VOLUME = 'nfs-run';
@@ -64,6 +92,21 @@ export const NFS_RUN_VOLUME = 'nfs-run';
  */
 export const NFS_MOUNT_OPTIONS = 'nfsvers=4.2,proto=tcp,hard,timeo=20,retrans=2,noresvport';
 
+/**
+ * The mount options for the versions spec.nfs enables: the same failover choices, with
+ * the highest version served. NFSv4.0 has no sessions (a retried non-idempotent request
+ * can run twice) and always waits out the whole grace period after a move; NFSv3 needs
+ * `nolock` (the server runs no NLM) and the fixed ports, so no rpcbind is asked.
+ */
+export function mountOptionsFor(nfs: NfsSettings = {}): string {
+  const versions = nfs.versions ?? ['4.1', '4.2'];
+  const failover = 'hard,timeo=20,retrans=2,noresvport';
+  if (versions.includes('4.2')) return NFS_MOUNT_OPTIONS;
+  if (versions.includes('4.1')) return `nfsvers=4.1,proto=tcp,${failover}`;
+  if (versions.includes('4.0')) return `nfsvers=4.0,proto=tcp,${failover}`;
+  return `nfsvers=3,proto=tcp,mountproto=tcp,port=${NFS_PORT},mountport=${NFS_MOUNT_PORT},nolock,${failover}`;
+}
+
 export const NFS_SERVER_SECURITY_CONTEXT: V1SecurityContext = {
   runAsUser: 0,
   runAsGroup: 0,
@@ -82,40 +125,72 @@ export function usesNfsDefault(spec: ShareManagerSpec): boolean {
   return spec.server === undefined;
 }
 
-/** The env of the default server: the export and its client path are the volume's mount path. */
-export function nfsServerEnv(mountPath: string): V1EnvVar[] {
-  return [
+/**
+ * The env of the default server: the export and its client path are the volume's mount
+ * path; spec.nfs settings as the server's env vars.
+ */
+export function nfsServerEnv(mountPath: string, nfs: NfsSettings = {}): V1EnvVar[] {
+  const env: V1EnvVar[] = [
     { name: 'LEASEHOLD_NFS_EXPORT_PATH', value: mountPath },
     { name: 'LEASEHOLD_NFS_PSEUDO_PATH', value: mountPath },
     { name: 'LEASEHOLD_NFS_PORT', value: String(NFS_PORT) },
     { name: 'LEASEHOLD_NFS_RUN_DIR', value: NFS_RUN_DIR },
   ];
+  if (nfs.versions?.includes('3'))
+    env.push({ name: 'LEASEHOLD_NFS_MOUNT_PORT', value: String(NFS_MOUNT_PORT) });
+  for (const field of Object.keys(NFS_SETTING_ENV) as (keyof NfsSettings)[]) {
+    const value = nfs[field];
+    if (value === undefined) continue;
+    env.push({ name: NFS_SETTING_ENV[field], value: Array.isArray(value) ? value.join(',') : value });
+  }
+  return env;
 }
 
-/** The server's own rules on the env above, as spec problems naming spec.volume.mountPath. */
-export function nfsMountPathProblems(mountPath: string): string[] {
-  const env = Object.fromEntries(nfsServerEnv(mountPath).map((e) => [e.name, e.value ?? '']));
+/**
+ * The server's own rules on the env above, as spec problems naming the spec field
+ * (spec.volume.mountPath or spec.nfs.<field>) instead of the env var.
+ */
+export function nfsSpecProblems(mountPath: string, nfs: NfsSettings = {}): string[] {
+  const env = Object.fromEntries(nfsServerEnv(mountPath, nfs).map((e) => [e.name, e.value ?? '']));
   try {
     readNfsServerConfig(env);
     return [];
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
-    return err.problems.map(
-      (p) =>
-        `spec.volume.mountPath=${JSON.stringify(mountPath)}: the shipped NFS server (no spec.server) refuses it: ${p}`,
-    );
+    return err.problems.map((p) => {
+      const fields = (Object.keys(NFS_SETTING_ENV) as (keyof NfsSettings)[]).filter((f) =>
+        p.includes(NFS_SETTING_ENV[f]),
+      );
+      const named =
+        fields.length > 0
+          ? fields.map((f) => `spec.nfs.${f}=${JSON.stringify(nfs[f])}`).join(', ')
+          : `spec.volume.mountPath=${JSON.stringify(mountPath)}`;
+      return `${named}: the shipped NFS server (no spec.server) refuses it: ${p}`;
+    });
   }
 }
 
 /** The default server container (without volume mounts and probes: pod-spec.ts adds them). */
-export function nfsServerContainer(image: string, mountPath: string): V1Container {
+export function nfsServerContainer(image: string, mountPath: string, nfs: NfsSettings = {}): V1Container {
   return {
     name: 'server',
     image,
-    ports: [{ name: NFS_PORT_NAME, containerPort: NFS_PORT, protocol: 'TCP' }],
-    env: nfsServerEnv(mountPath),
+    ports: nfsPorts(nfs),
+    env: nfsServerEnv(mountPath, nfs),
     securityContext: NFS_SERVER_SECURITY_CONTEXT,
+    // Ready (an endpoint of the Service) only once ganesha accepts connections: it
+    // answers 70-110 ms after the container starts, and clients routed before that
+    // would be refused.
+    readinessProbe: { tcpSocket: { port: NFS_PORT_NAME }, periodSeconds: 1, failureThreshold: 1 },
   };
+}
+
+/** The server's ports: NFS, plus MOUNT when NFSv3 is on (also the Service's ports). */
+export function nfsPorts(nfs: NfsSettings = {}): { name: string; containerPort: number; protocol: string }[] {
+  const ports = [{ name: NFS_PORT_NAME, containerPort: NFS_PORT, protocol: 'TCP' }];
+  if (nfs.versions?.includes('3'))
+    ports.push({ name: NFS_MOUNT_PORT_NAME, containerPort: NFS_MOUNT_PORT, protocol: 'TCP' });
+  return ports;
 }
 
 /**
@@ -143,13 +218,13 @@ export interface ExportStatus {
 }
 
 /** status.export of a default-NFS share whose Service has `clusterIP`. */
-export function exportStatus(clusterIP: string, mountPath: string): ExportStatus {
+export function exportStatus(clusterIP: string, mountPath: string, nfs: NfsSettings = {}): ExportStatus {
   const host = clusterIP.includes(':') ? `[${clusterIP}]` : clusterIP;
   return {
     clusterIP,
     port: NFS_PORT,
     path: mountPath,
     source: `${host}:${mountPath}`,
-    mountOptions: NFS_MOUNT_OPTIONS,
+    mountOptions: mountOptionsFor(nfs),
   };
 }

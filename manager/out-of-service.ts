@@ -3,8 +3,8 @@
  * `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` on a node, take it off, or
  * leave the node alone. The taint makes kube-controller-manager force-detach the node's
  * volumes at once (instead of at its next attach-detach state sync, 1 min by default)
- * and its pod GC force-delete the node's terminating pods. See DESIGN.md "Known
- * interaction to measure".
+ * and its pod GC force-delete the node's terminating pods. See docs/design.md,
+ * "Handing the volume over".
  *
  * Add the taint only when ALL hold:
  *  - LEASEHOLD_OUT_OF_SERVICE_TAINT is on and the manager is not observe-only;

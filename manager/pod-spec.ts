@@ -1,7 +1,7 @@
 /**
  * Builds the share-manager pod of one ShareManager (pure).
  *
- * Shape (DESIGN.md "Components", "Agent behaviour"):
+ * Shape (docs/design.md, "Reconciling a ShareManager"):
  *  - `generateName: <sm>-`: every pod name is one incarnation, the lease holder identity.
  *  - the agent is a native sidecar (init container with restartPolicy Always) whose
  *    startupProbe is the agent's /readyz: the server container starts only once the
@@ -193,7 +193,7 @@ function serverContainer(input: PodSpecInput): V1Container {
   const livenessProbe = leaseBackstopProbe(input.agentPort);
   if (!server) {
     return {
-      ...nfsServerContainer(input.nfsServerImage, input.mountPath),
+      ...nfsServerContainer(input.nfsServerImage, input.mountPath, input.sm.spec.nfs),
       name: SERVER_CONTAINER,
       volumeMounts: [...volumeMounts, { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_DIR }],
       livenessProbe,

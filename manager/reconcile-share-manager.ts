@@ -251,7 +251,7 @@ function exportField(s: ShareManagerSnapshot): Pick<StatusFields, 'export'> {
   if (s.resolved.nfsDefault) {
     // Not known yet (the Service is being created): leave what is there.
     if (!ip || ip === 'None') return {};
-    return { export: exportStatus(ip, s.resolved.mountPath) };
+    return { export: exportStatus(ip, s.resolved.mountPath, s.sm.spec.nfs) };
   }
   return s.sm.status?.export ? { export: null } : {};
 }

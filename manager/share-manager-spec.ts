@@ -10,8 +10,8 @@
  * sets status Error and touches nothing else. Without `spec.fence` the fence is `pod`
  * (every process of the pod but the agent); `none` is honoured only when written.
  * Without `spec.server` the shipped NFS server runs (nfs-server-preset.ts): its export
- * path (the mount path) must pass the server's own rules, and without `spec.serverCheck`
- * the agent checks TCP 2049.
+ * path (the mount path) and `spec.nfs` must pass the server's own rules, and without
+ * `spec.serverCheck` the agent checks TCP 2049; `spec.nfs` with `spec.server` is an error.
  */
 import type { V1EnvVar, V1ObjectMeta, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
 import { formatDuration, parseDuration } from '../lib/env-config.ts';
@@ -19,8 +19,9 @@ import { defaultFenceTiming, fenceTimingProblems } from '../lib/fence-timing.ts'
 import { type LeaseTimings, timingProblem } from './config.ts';
 import {
   type ExportStatus,
-  nfsMountPathProblems,
+  type NfsSettings,
   nfsServerCheck,
+  nfsSpecProblems,
   usesNfsDefault,
 } from './nfs-server-preset.ts';
 
@@ -43,6 +44,8 @@ export interface ShareManagerSpec {
     env?: V1EnvVar[];
     securityContext?: V1SecurityContext;
   };
+  /** Settings of the shipped NFS server (only without spec.server): nfs-server-preset.ts. */
+  nfs?: NfsSettings;
   lease?: { duration?: string; renewInterval?: string; renewDeadline?: string; retryPeriod?: string };
   fence?: {
     action?: 'pod' | 'signal' | 'command' | 'none';
@@ -155,7 +158,11 @@ export function resolveSpec(spec: ShareManagerSpec, defaults: LeaseTimings): Res
   if (fenceAction !== 'none' && problems.length === 0) problems.push(...fenceTimingOf(fence, timings));
   const mountPath = spec.volume.mountPath ?? '/export';
   const nfsDefault = usesNfsDefault(spec);
-  if (nfsDefault) problems.push(...nfsMountPathProblems(mountPath));
+  if (nfsDefault) problems.push(...nfsSpecProblems(mountPath, spec.nfs));
+  else if (spec.nfs !== undefined)
+    problems.push(
+      'spec.nfs: applies only to the shipped NFS server; with spec.server, configure your server through spec.server.env',
+    );
   if (problems.length > 0) return { ok: false, message: problems.join('; ') };
   const serverCheck = spec.serverCheck ?? (nfsDefault ? nfsServerCheck(timings) : undefined);
   return { ok: true, timings, mountPath, fenceAction, nfsDefault, serverCheck };

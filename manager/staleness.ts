@@ -1,5 +1,5 @@
 /**
- * Staleness by the manager's own observation (DESIGN.md "Timings and safety").
+ * Staleness by the manager's own observation (docs/design.md, "Detection in the manager").
  *
  * Invariants:
  *  - `observedAt` is this manager's monotonic time at which it saw the lease's renewal

@@ -1,7 +1,7 @@
 /**
- * The storm guard (DESIGN.md "Timings and safety"): when many leases go stale at once
- * on several nodes that all look healthy, the likelier culprit is this manager or the
- * control plane, not the share managers. New failovers then pause until the window
+ * The storm guard (docs/design.md, "The storm guard and the blindness rule"): when many
+ * leases go stale at once on several nodes that all look healthy, the likelier culprit
+ * is this manager or the control plane, not the share managers. New failovers then pause until the window
  * passes without that pattern.
  *
  * Why by node: a node that has just crashed still looks healthy for its whole heartbeat

@@ -5,6 +5,8 @@
  * Images (the cross-component contract):
  *   leasehold.dev/leasehold:<tag>          args[0] = agent | manager -> node dist/<args[0]>/main.js args[1..]
  *   leasehold.dev/demo-share-server:<tag>  -> node dist/dev/share-server/main.js args
+ *   leasehold.dev/nfs-ganesha:<tag>        -> node dist/server/nfs-ganesha/main.js args, which
+ *                                          runs the host's Debian ganesha.nfsd as its child
  * `command` is ignored (the image's entrypoint is the script above).
  * Image users (the image config's USER and its /etc/passwd, /etc/group; see
  * container-identity.ts for what the kubelet and containerd make of them):
@@ -12,6 +14,8 @@
  *                                       passwd root 0, nonroot 65532, nobody 65534)
  *   leasehold.dev/demo-share-server     no USER: runs as 0:0, as a typical NFS server image
  *                                       does (nfs-ganesha, Longhorn's share-manager run as root)
+ *   leasehold.dev/nfs-ganesha           no USER (server/nfs-ganesha/Dockerfile): 0:0; passwd of
+ *                                       node:24-bookworm-slim (Debian base-passwd + node 1000)
  *
  * Because every pod of every simulated node shares the host's network namespace (its
  * reported pod IP, see pod-ip.ts, is bound nowhere), the kubelet gives each pod its own
@@ -19,12 +23,25 @@
  *  - PORTS: every containerPort declared by any container of the pod gets a free host
  *    port; in env values and args a declared port number is replaced by its host port
  *    where it stands alone ("8081"), after "=" or ":" ("--port=8080",
- *    "tcp://127.0.0.1:8080/x"). When the image's port env var is unset (agent and manager
- *    LEASEHOLD_HTTP_PORT, share server SHARE_SERVER_PORT) it is set to the host port of
- *    the image's default port, so undeclared defaults never collide either. Probes
- *    resolve their port (number or name) through the same map.
+ *    "tcp://127.0.0.1:8080/x"). When an image's port env var is unset (agent and manager
+ *    LEASEHOLD_HTTP_PORT, share server SHARE_SERVER_PORT, NFS server LEASEHOLD_NFS_PORT
+ *    2049 and LEASEHOLD_NFS_MOUNT_PORT 20048) it is set to the host port of that default
+ *    port, so undeclared defaults never collide either. Probes resolve their port
+ *    (number or name) through the same map.
+ *  - BIND ADDRESS: the NFS server's LEASEHOLD_NFS_BIND_ADDR, unset or a wildcard (0.0.0.0,
+ *    ::) or the pod IP, becomes 127.0.0.1: in a pod a wildcard means the pod's own
+ *    interfaces, on the shared host it would mean every interface of the machine, and
+ *    the pod IP is bound nowhere. Any other value is passed on (and fails to bind, as it
+ *    would in a pod that has no such address).
+ *  - PRIVATE PATHS: the NFS server's LEASEHOLD_NFS_RUN_DIR (default /run/leasehold-nfs)
+ *    when no volume is mounted there becomes <pod dir>/rootfs/<container>/<path>, the
+ *    container's own writable layer, so pods of one machine never share a rendered
+ *    config or pid file. NB: readOnlyRootFilesystem is not modelled (that dir stays
+ *    writable); the shipped preset mounts an emptyDir there, which works either way.
  *  - PATHS: a volumeMount's mountPath at the start of an env value or arg, or after
- *    "=" or ":", is replaced by the volume's host directory.
+ *    "=" or ":", is replaced by the volume's host directory. Not in the env vars an image
+ *    declares as no file path: the NFS server's LEASEHOLD_NFS_PSEUDO_PATH is the path
+ *    clients mount (the preset sets it to the volume's mountPath), not a directory.
  * NB: a value such as "8080" meant as something other than a port would be translated
  * too; the project's settings never collide with declared ports.
  * Env: the pod spec's env (value, downward-API fieldRef, $(VAR) expansion) plus PATH,
@@ -39,6 +56,10 @@ import { type ContainerIdentity, type ImageUser, resolveIdentity } from './conta
 
 export const PROJECT_IMAGE = 'leasehold.dev/leasehold';
 export const SHARE_SERVER_IMAGE = 'leasehold.dev/demo-share-server';
+/** The shipped NFS server (server/nfs-ganesha/), manager/config.ts LEASEHOLD_NFS_SERVER_IMAGE. */
+export const NFS_SERVER_IMAGE = 'leasehold.dev/nfs-ganesha';
+
+const WILDCARDS = new Set(['0.0.0.0', '::', '::0']);
 
 export interface LaunchContext {
   repoRoot: string;
@@ -55,6 +76,8 @@ export interface LaunchContext {
   nodeEnv?: Readonly<Record<string, string>>;
   /** The simulator's own effective capabilities: what privileged and `add: [ALL]` grant. */
   hostCaps: readonly string[];
+  /** This container's writable layer (its paths off every volume), e.g. <pod dir>/rootfs/<name>. */
+  rootfsDir: string;
 }
 
 export type Launch =
@@ -75,8 +98,14 @@ export type Launch =
 interface ImageEntrypoint {
   script: string;
   args: string[];
-  portEnv: string;
-  defaultPort: number;
+  /** Port env vars of the image and the default port each stands for. */
+  defaultPorts: ReadonlyArray<{ env: string; port: number }>;
+  /** An env var naming the address to listen on (made loopback, see the header). */
+  bindEnv?: { name: string };
+  /** Env vars whose value is no file path (path translation leaves them alone). */
+  notPathEnv?: readonly string[];
+  /** Env vars naming a writable path and its default (kept private, see the header). */
+  privatePathEnv?: ReadonlyArray<{ name: string; fallback: string }>;
   user: ImageUser;
 }
 
@@ -112,6 +141,34 @@ const SHARE_SERVER_IMAGE_USER: ImageUser = {
   ],
 };
 
+/**
+ * node:24-bookworm-slim (the Dockerfile's base): Debian 12 base-passwd plus `node` 1000.
+ * NB: the system users the Debian packages add (messagebus for dbus, _rpc for rpcbind,
+ * statd for nfs-common, uids from 100 in install order) are left out: nothing in the
+ * container runs as them (no image is built on these machines to read the real file).
+ */
+const NFS_SERVER_IMAGE_USER: ImageUser = {
+  user: '',
+  passwd: [
+    { name: 'root', uid: 0, gid: 0, home: '/root' },
+    { name: 'daemon', uid: 1, gid: 1, home: '/usr/sbin' },
+    { name: 'bin', uid: 2, gid: 2, home: '/bin' },
+    { name: 'sys', uid: 3, gid: 3, home: '/dev' },
+    { name: 'nobody', uid: 65534, gid: 65534, home: '/nonexistent' },
+    { name: 'node', uid: 1000, gid: 1000, home: '/home/node' },
+  ],
+  groups: [
+    { name: 'root', gid: 0, members: [] },
+    { name: 'daemon', gid: 1, members: [] },
+    { name: 'bin', gid: 2, members: [] },
+    { name: 'sys', gid: 3, members: [] },
+    { name: 'staff', gid: 50, members: [] },
+    { name: 'users', gid: 100, members: [] },
+    { name: 'nogroup', gid: 65534, members: [] },
+    { name: 'node', gid: 1000, members: [] },
+  ],
+};
+
 function imageRepo(image: string): { repo: string; tag: string } {
   const at = image.indexOf('@');
   const base = at >= 0 ? image.slice(0, at) : image;
@@ -137,8 +194,7 @@ function entrypointOf(container: V1Container): ImageEntrypoint | Launch {
     return {
       script: `dist/${which}/main.js`,
       args: args.slice(1),
-      portEnv: 'LEASEHOLD_HTTP_PORT',
-      defaultPort: which === 'agent' ? 8081 : 8090,
+      defaultPorts: [{ env: 'LEASEHOLD_HTTP_PORT', port: which === 'agent' ? 8081 : 8090 }],
       user: PROJECT_IMAGE_USER,
     };
   }
@@ -146,15 +202,28 @@ function entrypointOf(container: V1Container): ImageEntrypoint | Launch {
     return {
       script: 'dist/dev/share-server/main.js',
       args,
-      portEnv: 'SHARE_SERVER_PORT',
-      defaultPort: 8080,
+      defaultPorts: [{ env: 'SHARE_SERVER_PORT', port: 8080 }],
       user: SHARE_SERVER_IMAGE_USER,
+    };
+  }
+  if (repo === NFS_SERVER_IMAGE) {
+    return {
+      script: 'dist/server/nfs-ganesha/main.js',
+      args,
+      defaultPorts: [
+        { env: 'LEASEHOLD_NFS_PORT', port: 2049 },
+        { env: 'LEASEHOLD_NFS_MOUNT_PORT', port: 20048 },
+      ],
+      bindEnv: { name: 'LEASEHOLD_NFS_BIND_ADDR' },
+      notPathEnv: ['LEASEHOLD_NFS_PSEUDO_PATH'],
+      privatePathEnv: [{ name: 'LEASEHOLD_NFS_RUN_DIR', fallback: '/run/leasehold-nfs' }],
+      user: NFS_SERVER_IMAGE_USER,
     };
   }
   return {
     kind: 'error',
     reason: 'ErrImagePull',
-    message: `image ${JSON.stringify(image)} is not available on simulated nodes: they run only ${PROJECT_IMAGE}:<tag> (args[0] agent|manager) and ${SHARE_SERVER_IMAGE}:<tag>`,
+    message: `image ${JSON.stringify(image)} is not available on simulated nodes: they run only ${PROJECT_IMAGE}:<tag> (args[0] agent|manager), ${SHARE_SERVER_IMAGE}:<tag> and ${NFS_SERVER_IMAGE}:<tag>`,
   };
 }
 
@@ -169,7 +238,7 @@ export function imageDefaultPorts(pod: V1Pod): number[] {
   const all = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])];
   return all.flatMap((c) => {
     const entry = entrypointOf(c);
-    return 'kind' in entry ? [] : [entry.defaultPort];
+    return 'kind' in entry ? [] : entry.defaultPorts.map((d) => d.port);
   });
 }
 
@@ -189,6 +258,11 @@ export function translatePaths(value: string, mounts: ReadonlyMap<string, string
     if (re.test(value)) return value.replace(re, (_w, lead: string) => `${lead}${hostDir}`);
   }
   return value;
+}
+
+/** True when `path` is a volume's host directory or inside one (translated already). */
+function isUnderMount(path: string, mounts: ReadonlyMap<string, string>): boolean {
+  return [...mounts.values()].some((dir) => path === dir || path.startsWith(`${dir.replace(/\/+$/, '')}/`));
 }
 
 function fieldRefValue(pod: V1Pod, fieldPath: string, ctx: LaunchContext): string | undefined {
@@ -242,7 +316,10 @@ export function resolveLaunch(pod: V1Pod, container: V1Container, ctx: LaunchCon
   };
   for (const item of container.env ?? []) {
     if (item.valueFrom === undefined) {
-      env[item.name] = translate(expandVars(item.value ?? '', env));
+      const value = expandVars(item.value ?? '', env);
+      env[item.name] = entry.notPathEnv?.includes(item.name)
+        ? translatePorts(value, ctx.ports)
+        : translate(value);
       continue;
     }
     const fieldPath = item.valueFrom?.fieldRef?.fieldPath;
@@ -256,9 +333,20 @@ export function resolveLaunch(pod: V1Pod, container: V1Container, ctx: LaunchCon
     }
     env[item.name] = value;
   }
-  if (env[entry.portEnv] === undefined) {
-    const host = ctx.ports.get(entry.defaultPort);
-    if (host !== undefined) env[entry.portEnv] = String(host);
+  for (const { env: name, port } of entry.defaultPorts) {
+    const host = ctx.ports.get(port);
+    if (env[name] === undefined && host !== undefined) env[name] = String(host);
+  }
+  if (entry.bindEnv) {
+    const value = env[entry.bindEnv.name];
+    if (value === undefined || WILDCARDS.has(value) || value === ctx.podIP)
+      env[entry.bindEnv.name] = '127.0.0.1';
+  }
+  for (const { name, fallback } of entry.privatePathEnv ?? []) {
+    // A set value is translated already when a volume is mounted there; the default too, here.
+    const value = env[name] ?? translate(fallback);
+    env[name] =
+      !value.startsWith('/') || isUnderMount(value, ctx.mounts) ? value : join(ctx.rootfsDir, value);
   }
   const args = entry.args.map((a) => translate(expandVars(a, env)));
   return {

@@ -5,7 +5,7 @@
  * is gone, and RBAC applies as in a cluster), and the launch of every container
  * (see container-launch.ts), checked against the built dist/ files.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
@@ -83,6 +83,19 @@ export interface PodLaunchInput {
   ports: ReadonlyMap<number, number>;
   hostDirs: ReadonlyMap<string, string>;
   nodeEnv: Readonly<Record<string, string>>;
+  /** <simRoot>/pods/<uid>: each container's writable layer is <podDir>/rootfs/<name>. */
+  podDir: string;
+}
+
+/**
+ * <podDir>/rootfs/<container>: the container's own writable layer, root 0755 like an
+ * image's directories (only paths an image setting names are placed here; see
+ * container-launch.ts PRIVATE PATHS).
+ */
+function containerRootfs(podDir: string, container: string): string {
+  const dir = join(podDir, 'rootfs', container);
+  mkdirSync(dir, { recursive: true, mode: 0o755 });
+  return dir;
 }
 
 /** The launch of each init and main container, in spec order. */
@@ -99,6 +112,7 @@ export function resolvePodLaunches(pod: V1Pod, input: PodLaunchInput): { init: L
       basePath: process.env.PATH ?? '/usr/bin:/bin',
       nodeEnv: input.nodeEnv,
       hostCaps: simulatorCapabilities(),
+      rootfsDir: containerRootfs(input.podDir, c.name),
     });
     if (l.kind === 'process' && !existsSync(join(input.repoRoot, l.script))) {
       return {

@@ -134,7 +134,7 @@ export class PodWorker {
         await requestPodToken(this.ctx.kubeConfig, this.pod),
       );
       exposeTokenKubeconfig(kubeconfigPath, this.pod);
-      const launches = this.resolveLaunches(hostDirs, kubeconfigPath);
+      const launches = this.resolveLaunches(hostDirs, kubeconfigPath, podDir);
       if (!launches || signal.aborted) return;
       this.sandbox = await PodSandbox.start(this.key);
       if (signal.aborted) {
@@ -214,7 +214,7 @@ export class PodWorker {
   }
 
   /** The launches of every container, or undefined (status published) when one cannot start. */
-  private resolveLaunches(hostDirs: Map<string, string>, kubeconfigPath: string) {
+  private resolveLaunches(hostDirs: Map<string, string>, kubeconfigPath: string, podDir: string) {
     const launches = resolvePodLaunches(this.pod, {
       repoRoot: this.ctx.repoRoot,
       nodePath: containerNodePath(this.ctx.simRoot),
@@ -224,6 +224,7 @@ export class PodWorker {
       ports: this.ports,
       hostDirs,
       nodeEnv: this.ctx.nodeEnv(),
+      podDir,
     });
     const all = [...launches.init, ...launches.main];
     for (const l of all) {

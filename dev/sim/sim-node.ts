@@ -56,6 +56,7 @@ export class SimNode {
   /** Env added to every container this node starts from now on (see setContainerEnv). */
   containerEnv: Readonly<Record<string, string>> = {};
   readonly faults: FaultRecord[] = [];
+  private readonly stateListeners: Array<(state: SimNodeState) => void> = [];
 
   private constructor(
     readonly name: string,
@@ -132,6 +133,20 @@ export class SimNode {
     return this.nodeState;
   }
 
+  /**
+   * Calls `listener` on every state change, synchronously and before the change touches
+   * any process (a crash notifies before its SIGKILLs), so the service proxy silences
+   * this node's connections before their sockets can close.
+   */
+  onStateChange(listener: (state: SimNodeState) => void): void {
+    this.stateListeners.push(listener);
+  }
+
+  private setState(state: SimNodeState): void {
+    this.nodeState = state;
+    for (const listener of this.stateListeners) listener(state);
+  }
+
   /** The pods this node's kubelet is running (or has run and not yet forgotten). */
   pods(): PodWorker[] {
     return this.kubelet.pods();
@@ -163,7 +178,7 @@ export class SimNode {
 
   async crash(): Promise<void> {
     this.requireRunning('crash');
-    this.nodeState = 'crashed';
+    this.setState('crashed');
     // NB: recorded before the processes are reaped: the fault time is when the machine
     // died, and timelines measured from it must not start late by the reaping time.
     this.record('crash');
@@ -173,7 +188,7 @@ export class SimNode {
 
   freeze(): void {
     this.requireRunning('freeze');
-    this.nodeState = 'frozen';
+    this.setState('frozen');
     this.heartbeat.pause();
     this.kubelet.pause();
     this.kubelet.freeze();
@@ -182,7 +197,7 @@ export class SimNode {
 
   partition(mode: Exclude<ProxyMode, 'pass'> = 'close'): void {
     this.requireRunning('partition');
-    this.nodeState = 'partitioned';
+    this.setState('partitioned');
     this.heartbeat.pause();
     this.kubelet.pause();
     this.proxy.setMode(mode);
@@ -193,7 +208,7 @@ export class SimNode {
     if (this.nodeState === 'running' || this.nodeState === 'stopped') return;
     if (this.nodeState === 'frozen') this.kubelet.thaw();
     this.proxy.setMode('pass');
-    this.nodeState = 'running';
+    this.setState('running');
     this.heartbeat.resume();
     this.kubelet.resume();
     this.record('heal');
@@ -203,7 +218,7 @@ export class SimNode {
   async stop(): Promise<void> {
     if (this.nodeState === 'stopped') return;
     if (this.nodeState === 'frozen') this.kubelet.thaw();
-    this.nodeState = 'stopped';
+    this.setState('stopped');
     this.heartbeat.pause();
     await this.kubelet.stop();
     await this.proxy.close();

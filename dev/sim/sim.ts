@@ -22,12 +22,16 @@ import { SHARE_SERVER_IMAGE } from './container-launch.ts';
 import { SimCsiAttacher } from './csi-attacher.ts';
 import { TEST_CSI_DRIVER } from './pod-volumes.ts';
 import type { ContainerExitRecord } from './pod-worker.ts';
-import { type FaultRecord, SimNode } from './sim-node.ts';
+import type { NodeCondition } from './service-connection.ts';
+import { type ServiceAddress, ServiceProxy } from './service-proxy.ts';
+import type { PortEndpoint, ResolvedEndpoint } from './service-routing.ts';
+import { type FaultRecord, SimNode, type SimNodeState } from './sim-node.ts';
 
-export { PROJECT_IMAGE, SHARE_SERVER_IMAGE } from './container-launch.ts';
+export { NFS_SERVER_IMAGE, PROJECT_IMAGE, SHARE_SERVER_IMAGE } from './container-launch.ts';
 export { fakeClockEnv } from './fake-clock.ts';
 export { SIM_NODE_LABEL } from './node-object.ts';
 export { TEST_CSI_DRIVER } from './pod-volumes.ts';
+export type { ServiceAddress, ServiceConnectionView, ServiceProxy } from './service-proxy.ts';
 export type { SimNode } from './sim-node.ts';
 export { createTestVolume, type TestVolume } from './test-volume.ts';
 
@@ -57,6 +61,19 @@ export interface Sim {
   faults(): FaultRecord[];
   /** The host directory holding a PV's data. */
   volumeDir(pvName: string): string;
+  /** The kube-proxy stand-in (service-proxy.ts): its connections, for tests. */
+  readonly serviceProxy: ServiceProxy;
+  /**
+   * The stable address (127.0.0.1 and a port of its own) of a ClusterIP Service's port
+   * (its name or `port` number) that follows the Service's EndpointSlices, like the
+   * ClusterIP in a cluster: see service-proxy.ts. Waits until the proxy saw the Service.
+   */
+  serviceAddress(
+    namespace: string,
+    service: string,
+    portNameOrNumber: string | number,
+    timeoutMs?: number,
+  ): Promise<ServiceAddress>;
   /** Host port of a pod's containerPort, whichever node runs it. */
   hostPort(namespace: string, podName: string, containerPort: number): number | undefined;
   /**
@@ -95,6 +112,10 @@ async function ensureCsiDriver(kc: k8s.KubeConfig): Promise<void> {
     });
 }
 
+function nodeCondition(state: SimNodeState): NodeCondition {
+  return state === 'stopped' ? 'crashed' : state;
+}
+
 export async function startSim(opts: SimOptions): Promise<Sim> {
   const root = opts.root ?? mkdtempSync(join(tmpdir(), 'leasehold-sim-'));
   mkdirSync(join(root, 'volumes'), { recursive: true });
@@ -106,6 +127,17 @@ export async function startSim(opts: SimOptions): Promise<Sim> {
   await ensureCsiDriver(opts.cluster.kubeConfig);
   const attacher = new SimCsiAttacher(opts.cluster.kubeConfig, log, opts.attachDelayMs ?? 0);
   attacher.start();
+  const resolveEndpoint = (e: PortEndpoint): ResolvedEndpoint => {
+    const node = nodes.find((n) => n.name === e.nodeName);
+    const worker = nodes.flatMap((n) => n.pods()).find((w) => w.view.podIP === e.address);
+    return { nodeState: node?.state ?? 'unknown', hostPort: worker?.ports.get(e.port) };
+  };
+  const serviceProxy = new ServiceProxy({
+    kubeConfig: opts.cluster.kubeConfig,
+    resolve: resolveEndpoint,
+    log: (msg, extra = {}) => log(msg, { component: 'service-proxy', ...extra }),
+  });
+  serviceProxy.start();
 
   const addNode = async (name: string) => {
     const node = await SimNode.start({
@@ -118,6 +150,7 @@ export async function startSim(opts: SimOptions): Promise<Sim> {
       recordExit: (exit) => exits.push(exit),
       log,
     });
+    node.onStateChange((state) => serviceProxy.nodeChanged(name, nodeCondition(state)));
     nodes.push(node);
     return node;
   };
@@ -139,6 +172,7 @@ export async function startSim(opts: SimOptions): Promise<Sim> {
     : Array.from({ length: opts.nodes ?? 3 }, (_, i) => `sim-${i + 1}`);
   const stop = async () => {
     attacher.stop();
+    await serviceProxy.stop();
     await Promise.all(nodes.map((n) => n.stop()));
   };
   try {
@@ -162,6 +196,9 @@ export async function startSim(opts: SimOptions): Promise<Sim> {
       return node;
     },
     addNode,
+    serviceProxy,
+    serviceAddress: (namespace, service, port, timeoutMs) =>
+      serviceProxy.address(namespace, service, port, timeoutMs),
     faults: () => nodes.flatMap((n) => n.faults).sort((a, b) => a.monoMs - b.monoMs),
     volumeDir: (pvName) => join(root, 'volumes', pvName),
     hostPort: (namespace, podName, containerPort) => {

@@ -302,6 +302,7 @@ function identityFor(container: V1Container): ContainerIdentity {
     mounts: new Map(),
     basePath: '/usr/bin:/bin',
     hostCaps: simulatorCapabilities(),
+    rootfsDir: '/nonexistent',
   });
   assert.equal(launch.kind, 'process', JSON.stringify(launch));
   return (launch as { identity: ContainerIdentity }).identity;

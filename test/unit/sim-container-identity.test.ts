@@ -35,6 +35,7 @@ const ctx: LaunchContext = {
   mounts: new Map(),
   basePath: '/usr/bin',
   hostCaps: HOST_CAPS,
+  rootfsDir: '/sim/pods/u1/rootfs/c',
 };
 
 function pod(containers: V1Container[], securityContext?: V1PodSecurityContext): V1Pod {

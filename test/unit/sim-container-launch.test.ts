@@ -30,6 +30,7 @@ const ctx: LaunchContext = {
   mounts: new Map([['/export', '/sim/volumes/pv-a']]),
   basePath: '/usr/bin',
   hostCaps: CAPABILITIES,
+  rootfsDir: '/sim/pods/u1/rootfs/c',
 };
 
 const pod: V1Pod = {
