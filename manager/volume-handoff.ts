@@ -1,7 +1,7 @@
 /**
  * How a failover hands the share's volume from the lost node to the replacement (pure:
- * `decideHandoff` takes a snapshot and the time, returns one action; execute-failover.ts
- * does the I/O). Runs in the failover's `detaching` step, i.e. only after the lease
+ * `decideHandoff` takes a snapshot, with the monotonic times of our own observations it
+ * needs, and returns one action; execute-failover.ts does the I/O). Runs in the failover's `detaching` step, i.e. only after the lease
  * protocol proved the old holder fenced (stale by our own observation for D, our
  * delinquent mark won by CAS on the version the verdict was about) and the lost pod was
  * force-deleted.
@@ -57,7 +57,8 @@
  *    volumesInUse from its own volume manager and patches the list whole). If that lands
  *    before the ADC's detach started, the ADC does not detach and waits for the kubelet
  *    to unmount (the pod is deleted, so it will). If after, the volume is detached under
- *    a mount whose server the lease protocol already fenced: the same as deleting the
+ *    a mount whose server the lease protocol already fenced (a force-deletion does not
+ *    wait for the kubelet, so that mount may still exist): the same as deleting the
  *    VolumeAttachment, which the `volume-attachment` mode does unconditionally. When
  *    the partition heals, the kubelet finds no pod, unmounts, and may list the entry
  *    until then; the ADC ignores it (the volume is attached elsewhere and desired only
