@@ -19,7 +19,7 @@
  * | LEASEHOLD_AGENT_PORT                   | 8081                      | agent HTTP port inside share-manager pods (startup probe /readyz) |
  * | LEASEHOLD_AGENT_SERVICE_ACCOUNT        | namespace default         | ServiceAccount of share-manager pods whose spec names none (the chart sets leasehold-agent) |
  * | LEASEHOLD_ANTI_AFFINITY                | auto                      | auto (required when the lost node is unhealthy, else preferred), required, preferred, none |
- * | LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP    | true                      | delete the backing PV's VolumeAttachments on the lost node |
+ * | LEASEHOLD_VOLUME_HANDOFF               | volumes-in-use            | how a failover frees the volume on the lost node (volume-handoff.ts): volumes-in-use (remove that one volume from the node's status.volumesInUse: the attach-detach controller detaches it at once, then attaches it to the new node), volume-attachment (delete its VolumeAttachment: the controller attaches elsewhere only after its next state sync, 1 min by default), none. NB: volumes-in-use needs `patch` on nodes/status |
  * | LEASEHOLD_MAX_CONCURRENT_FAILOVERS     | 10                        | failovers this manager runs at once; more wait |
  * | LEASEHOLD_STORM_THRESHOLD              | 0.5                       | pause failovers when more than this share of the leases held off the node with the most stale leases go stale in one window on healthy-looking nodes (storm-guard.ts; one node's loss never trips it) |
  * | LEASEHOLD_STORM_MIN_LEASES             | 3                         | ... and at least this many of them (one lease is never a storm) |
@@ -40,6 +40,7 @@
  */
 import { type Env, EnvReader, formatDuration } from '../lib/env-config.ts';
 import { LOG_LEVELS, type LogLevel } from '../lib/logger.ts';
+import { VOLUME_HANDOFF_MODES, type VolumeHandoffMode } from './volume-handoff.ts';
 
 export const ANTI_AFFINITY_MODES = ['auto', 'required', 'preferred', 'none'] as const;
 export type AntiAffinityMode = (typeof ANTI_AFFINITY_MODES)[number];
@@ -65,7 +66,8 @@ export interface ManagerConfig {
   /** ServiceAccount for share-manager pods without spec.serviceAccountName; undefined = the namespace's default. */
   agentServiceAccount: string | undefined;
   antiAffinity: AntiAffinityMode;
-  volumeAttachmentCleanup: boolean;
+  /** How a failover frees the volume on the lost node (volume-handoff.ts). */
+  volumeHandoff: VolumeHandoffMode;
   maxConcurrentFailovers: number;
   storm: { threshold: number; minLeases: number; windowMs: number };
   takeoverTimeoutMs: number;
@@ -105,7 +107,7 @@ export function readManagerConfig(env: Env): ManagerConfig {
       ? r.objectName('LEASEHOLD_AGENT_SERVICE_ACCOUNT')
       : undefined,
     antiAffinity: r.oneOf('LEASEHOLD_ANTI_AFFINITY', ANTI_AFFINITY_MODES, 'auto'),
-    volumeAttachmentCleanup: r.boolean('LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP', true),
+    volumeHandoff: r.oneOf('LEASEHOLD_VOLUME_HANDOFF', VOLUME_HANDOFF_MODES, 'volumes-in-use'),
     maxConcurrentFailovers: r.integer('LEASEHOLD_MAX_CONCURRENT_FAILOVERS', 10, 1, 10_000),
     storm: {
       threshold: r.number('LEASEHOLD_STORM_THRESHOLD', 0.5, 0, 1),
@@ -122,6 +124,11 @@ export function readManagerConfig(env: Env): ManagerConfig {
     httpHost: r.string('LEASEHOLD_HTTP_HOST', { fallback: '0.0.0.0' }),
     logLevel: r.oneOf('LEASEHOLD_LOG_LEVEL', LOG_LEVELS, 'info'),
   };
+  // NB: replaced, not ignored: a value set for the old variable would silently change meaning.
+  r.require(
+    env.LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP === undefined,
+    `LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP=${env.LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP}: replaced by LEASEHOLD_VOLUME_HANDOFF (volume-attachment = the old true, none = the old false)`,
+  );
   if (r.ok) {
     const problem = timingProblem(config.defaults);
     if (problem)

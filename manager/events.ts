@@ -19,7 +19,8 @@ export type EventReason =
   | 'FenceDisabled'
   | 'LeaseReleased'
   | 'OutOfServiceTaintAdded'
-  | 'OutOfServiceTaintRemoved';
+  | 'OutOfServiceTaintRemoved'
+  | 'VolumeHandoff';
 
 /** The object an event is about. */
 export interface InvolvedObject {

@@ -10,11 +10,13 @@
  *  - forceDeletePod: grace period 0 with a UID precondition (only that incarnation);
  *    404 or a UID mismatch (409) mean it is gone; a holder that is not a pod name (an
  *    edited Lease) names no pod, so there is nothing to delete.
- *  - deleteAttachments: the VolumeAttachments of the PVC's bound PV on the lost node.
+ *  - handOffVolume: the PVC's volume off the lost node, as volume-handoff.ts decides
+ *    (a volumesInUse entry removed, or the VolumeAttachments deleted, or nothing).
  *  - createReplacement: a fresh pod list first; a live pod other than the lost one means
  *    the replacement already exists (another manager, or our earlier attempt).
  */
 import type { V1Pod } from '@kubernetes/client-node';
+import { sleep } from '../lib/clock.ts';
 import { isObjectName } from '../lib/env-config.ts';
 import { KubeApiError } from '../lib/errors.ts';
 import { k8s, kubeCall, statusOf, withDeadline } from '../lib/kube-client.ts';
@@ -25,6 +27,24 @@ import { type NodeAvoidance, sharePodFor } from './pod-spec.ts';
 import { isLive } from './reconcile-share-manager.ts';
 import type { ShareManager } from './share-manager-spec.ts';
 import type { StatusWriter } from './status-writer.ts';
+import { decideHandoff, type HandoffDecision, type HandoffPv, releaseInUsePatch } from './volume-handoff.ts';
+
+/** What the step knows that the API does not: the failover's own observations. */
+export interface HandoffContext {
+  newerPodOnNode: string | undefined;
+  heartbeatChangedAt(): number | undefined;
+  holderSilentSince: number | undefined;
+  renewDeadlineMs: number;
+}
+
+export interface HandoffOutcome {
+  decision: HandoffDecision;
+  pv: string | undefined;
+  attachments: readonly string[];
+}
+
+/** How long a multi-attach PV may take to detach before the step fails (and is retried). */
+const DETACH_WAIT_MS = 60_000;
 
 export type CasOutcome = { kind: 'won'; lease: LeaseRecord } | { kind: 'conflict' };
 
@@ -95,35 +115,137 @@ export class FailoverExecutor {
     }
   }
 
-  /** Deletes the VolumeAttachments of the PVC's PV on `node`; returns their names. */
-  async deleteAttachments(namespace: string, pvc: string, node: string): Promise<string[]> {
-    if (!this.config.volumeAttachmentCleanup || node === '') return [];
-    let pv: string | undefined;
-    try {
-      pv = (await this.core.readNamespacedPersistentVolumeClaim({ namespace, name: pvc }, this.deadline)).spec
-        ?.volumeName;
-    } catch (err) {
-      if (statusOf(err) === 404) return [];
-      throw failed(`reading PVC ${namespace}/${pvc}`, err);
+  /**
+   * Hands the PVC's volume off the lost node (volume-handoff.ts decides how): reads the
+   * PVC, its PV, the PV's VolumeAttachments on `node` and the Node, decides, acts. A
+   * volumesInUse patch whose `test` failed (422: the list moved under us) is decided
+   * again on a fresh read, at most 3 times. With `waitDetached` (a multi-attach PV) it
+   * returns only once no VolumeAttachment of the PV is left on `node`.
+   */
+  async handOffVolume(
+    namespace: string,
+    pvc: string,
+    node: string,
+    context: HandoffContext,
+  ): Promise<HandoffOutcome> {
+    for (let attempt = 1; ; attempt++) {
+      const snapshot = await this.handoffSnapshot(namespace, pvc, node);
+      let decision: HandoffDecision = decideHandoff({
+        mode: this.config.volumeHandoff,
+        lostNode: node,
+        pv: snapshot.pv,
+        volumesInUse: snapshot.volumesInUse,
+        attachments: snapshot.attachments,
+        newerPodOnNode: context.newerPodOnNode,
+        heartbeatChangedAt: context.heartbeatChangedAt(),
+        holderSilentSince: context.holderSilentSince,
+        renewDeadlineMs: context.renewDeadlineMs,
+      });
+      const pv = snapshot.pv?.name;
+      if (decision.kind === 'releaseInUse') {
+        try {
+          await this.core.patchNodeStatus(
+            { name: node, body: releaseInUsePatch(decision.uniqueName, decision.index) },
+            k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.JsonPatch, this.deadline),
+          );
+        } catch (err) {
+          const status = statusOf(err);
+          if (status === 422 && attempt < 3) continue;
+          // NB: without the permission, fall back to the older handoff rather than stall the failover.
+          if (status === 403) {
+            decision = {
+              kind: 'deleteAttachments',
+              names: snapshot.attachments,
+              reason: `patching node ${node} status was forbidden (403): the manager's RBAC lacks patch on nodes/status`,
+              waitDetached: decision.waitDetached,
+            };
+          } else if (status === 404) {
+            decision = { kind: 'nothing', reason: `node ${node} is gone` };
+          } else {
+            throw failed(`removing ${decision.uniqueName} from node ${node} status.volumesInUse`, err);
+          }
+        }
+      }
+      if (decision.kind === 'deleteAttachments') {
+        for (const name of decision.names) {
+          try {
+            await this.storage.deleteVolumeAttachment({ name }, this.deadline);
+          } catch (err) {
+            if (statusOf(err) !== 404) throw failed(`deleting VolumeAttachment ${name}`, err);
+          }
+        }
+      }
+      if (decision.kind !== 'nothing' && decision.waitDetached && pv) await this.waitDetached(pv, node);
+      return { decision, pv, attachments: snapshot.attachments };
     }
-    if (!pv) return [];
+  }
+
+  /** The Node is read alongside the PVC -> PV -> VolumeAttachments chain (one round trip less). */
+  private async handoffSnapshot(
+    namespace: string,
+    pvc: string,
+    node: string,
+  ): Promise<{ pv: HandoffPv | undefined; volumesInUse: string[] | undefined; attachments: string[] }> {
+    const readNode = async (): Promise<string[] | undefined> => {
+      try {
+        return (await this.core.readNode({ name: node }, this.deadline)).status?.volumesInUse ?? [];
+      } catch (err) {
+        if (statusOf(err) === 404) return undefined;
+        throw failed(`reading node ${node}`, err);
+      }
+    };
+    const readVolume = async (): Promise<{ pv: HandoffPv | undefined; attachments: string[] }> => {
+      let pvName: string | undefined;
+      try {
+        pvName = (
+          await this.core.readNamespacedPersistentVolumeClaim({ namespace, name: pvc }, this.deadline)
+        ).spec?.volumeName;
+      } catch (err) {
+        if (statusOf(err) !== 404) throw failed(`reading PVC ${namespace}/${pvc}`, err);
+      }
+      if (!pvName) return { pv: undefined, attachments: [] };
+      const [wire, attachments] = await Promise.all([
+        this.core.readPersistentVolume({ name: pvName }, this.deadline).catch((err: unknown) => {
+          if (statusOf(err) === 404) return undefined;
+          throw failed(`reading PV ${pvName}`, err);
+        }),
+        this.attachmentsOn(pvName, node),
+      ]);
+      if (!wire) return { pv: undefined, attachments: [] };
+      const modes = wire.spec?.accessModes ?? [];
+      const csi = wire.spec?.csi;
+      return {
+        pv: {
+          name: pvName,
+          csi: csi ? { driver: csi.driver, volumeHandle: csi.volumeHandle } : undefined,
+          multiAttach: modes.includes('ReadWriteMany') || modes.includes('ReadOnlyMany'),
+        },
+        attachments,
+      };
+    };
+    const [volumesInUse, { pv, attachments }] = await Promise.all([readNode(), readVolume()]);
+    return { pv, volumesInUse, attachments };
+  }
+
+  private async attachmentsOn(pv: string, node: string): Promise<string[]> {
     const list = await kubeCall('listing VolumeAttachments', () =>
       this.storage.listVolumeAttachment({}, this.deadline),
     );
-    const doomed = list.items.filter(
-      (va) => va.spec.source.persistentVolumeName === pv && va.spec.nodeName === node,
-    );
-    for (const va of doomed) {
-      const name = va.metadata?.name ?? '';
-      try {
-        await this.storage.deleteVolumeAttachment({ name }, this.deadline);
-      } catch (err) {
-        if (statusOf(err) !== 404) {
-          throw failed(`deleting VolumeAttachment ${name}`, err);
-        }
-      }
+    return list.items
+      .filter((va) => va.spec.source.persistentVolumeName === pv && va.spec.nodeName === node)
+      .map((va) => va.metadata?.name ?? '');
+  }
+
+  /** Until no VolumeAttachment of `pv` is left on `node` (ControllerUnpublish done, finalizer gone). */
+  private async waitDetached(pv: string, node: string): Promise<void> {
+    const deadline = performance.now() + DETACH_WAIT_MS;
+    while ((await this.attachmentsOn(pv, node)).length > 0) {
+      if (performance.now() > deadline)
+        throw new KubeApiError(`waiting for PV ${pv} to detach from node ${node}`, undefined, {
+          cause: new Error(`still attached after ${DETACH_WAIT_MS / 1000} s`),
+        });
+      await sleep(250);
     }
-    return doomed.map((va) => va.metadata?.name ?? '');
   }
 
   /** Creates the replacement unless a live pod other than `lostPod` exists; returns its name. */

@@ -27,7 +27,7 @@ import type { ManagerConfig } from './config.ts';
 import type { EventRecorder } from './events.ts';
 import type { FailoverExecutor } from './execute-failover.ts';
 import { type Action, type FailoverEvent, isOwning, type Phase, stepOf, transition } from './failover.ts';
-import { announceFailover, completeFailover, type FailoverTimes } from './failover-report.ts';
+import { announceFailover, completeFailover, type FailoverTimes, reportHandoff } from './failover-report.ts';
 import { type ClusterView, runStep, type StepDeps } from './failover-steps.ts';
 import type { LeaseMonitor, StaleVerdict } from './lease-monitor.ts';
 import type { ManagerMetrics } from './manager-metrics.ts';
@@ -54,6 +54,10 @@ interface Machine {
   times: FailoverTimes;
   /** After a takeover: the record the previous owner wrote, whose first timestamps we keep. */
   inherited: LastFailover | undefined;
+  /** The stale verdict's effective time of the holder's last observed renewal (our clock). */
+  holderSilentSince: number | undefined;
+  /** What the volume handoff did, once it ran. */
+  handoff: string | undefined;
   takeoverTimer: NodeJS.Timeout | undefined;
   retryTimer: NodeJS.Timeout | undefined;
 }
@@ -177,6 +181,7 @@ export class FailoverDriver {
     }
     const m = this.start(key, lease);
     m.verdictLease = lease;
+    m.holderSilentSince = verdict.effectiveObservedAt;
     m.times.detected = { mono: verdict.at, wall: this.clock.wallNow() };
     this.dispatch(key, this.config.observeOnly ? 'staleObserveOnly' : 'stale');
   }
@@ -256,6 +261,8 @@ export class FailoverDriver {
       verdictLease: undefined,
       times: {},
       inherited: undefined,
+      holderSilentSince: undefined,
+      handoff: undefined,
       takeoverTimer: undefined,
       retryTimer: undefined,
     };
@@ -307,10 +314,13 @@ export class FailoverDriver {
     switch (action) {
       case 'writeMark':
       case 'deletePod':
-      case 'deleteAttachments':
+      case 'handOffVolume':
       case 'createReplacement':
       case 'writeTakeover': {
-        const step = runStep(action, m, this.stepDeps());
+        const step = runStep(action, m, {
+          ...this.stepDeps(),
+          onHandoff: () => void reportHandoff(this.reportContext(m)),
+        });
         this.step(m, step.what, step.run);
         return;
       }
@@ -370,6 +380,7 @@ export class FailoverDriver {
       replacementPod: m.replacementPod,
       times: { ...m.times },
       inherited: m.inherited,
+      handoff: m.handoff,
       durationMs: this.monitor?.observation(m.key)?.durationMs ?? this.config.defaults.leaseDurationMs,
       identity: this.config.identity,
       status: this.executor.status,
@@ -381,7 +392,7 @@ export class FailoverDriver {
 
   private stepDeps(): StepDeps {
     const { config, clock, log, metrics, executor, view, monitor } = this;
-    return { config, clock, log, metrics, executor, view, monitor };
+    return { config, clock, log, metrics, executor, view, monitor, onHandoff: () => {} };
   }
 
   private clearTimers(m: Machine): void {

@@ -36,6 +36,8 @@ export interface ReportContext {
   times: FailoverTimes;
   /** The previous owner's record of this failover (after a takeover). */
   inherited?: LastFailover | undefined;
+  /** What the volume handoff did (volume-handoff.ts describeHandoff). */
+  handoff?: string | undefined;
   durationMs: number;
   identity: string;
   status: StatusWriter;
@@ -72,10 +74,31 @@ export function lastFailover(c: ReportContext): LastFailover {
     replacementCreatedAt: first?.replacementCreatedAt ?? iso(c.times.replacementCreated),
     completedAt: iso(c.times.acquired),
     replacementPod: c.replacementPod,
+    volumeHandoff: c.handoff ?? first?.volumeHandoff,
   };
   return Object.fromEntries(
     Object.entries(record).filter(([, v]) => v !== undefined),
   ) as unknown as LastFailover;
+}
+
+const RECORD_FIELDS = [
+  'detectedAt',
+  'markedAt',
+  'podDeletedAt',
+  'detachedAt',
+  'replacementCreatedAt',
+  'completedAt',
+  'replacementPod',
+  'volumeHandoff',
+] as const;
+
+/**
+ * lastFailover as a merge patch: the fields this failover has not reached yet are null,
+ * so none of the previous failover's values survives into this one's record.
+ */
+export function lastFailoverPatch(c: ReportContext): LastFailover {
+  const clears = Object.fromEntries(RECORD_FIELDS.map((f) => [f, null]));
+  return { ...clears, ...lastFailover(c) } as unknown as LastFailover;
 }
 
 /** Seconds between two instants, on the monotonic clock. */
@@ -105,7 +128,7 @@ export async function announceFailover(
   if (!sm) return;
   const who = `pod ${c.lostPod || '(none)'} on node ${c.lostNode || '(unknown)'}`;
   if (observeOnly) {
-    const message = `observe-only: lease of ${who} unchanged for ${c.durationMs / 1000}s by ${c.identity}'s observation; would mark it delinquent, force-delete the pod, remove its attachments on the node and create a replacement`;
+    const message = `observe-only: lease of ${who} unchanged for ${c.durationMs / 1000}s by ${c.identity}'s observation; would mark it delinquent, force-delete the pod, hand its volume off the node and create a replacement`;
     c.log.warn({ sm: sm.metadata.name, lostPod: c.lostPod, lostNode: c.lostNode }, message);
     await c.events.record(sm, 'Warning', 'WouldFailOver', message);
     return;
@@ -118,9 +141,25 @@ export async function announceFailover(
   await Promise.all([
     c.events.record(sm, 'Warning', takeover ? 'FailoverTakenOver' : 'LeaseExpired', message),
     c.status
-      .patch(namespace, name, { state: 'FailingOver', message, lastFailover: lastFailover(c) })
+      .patch(namespace, name, { state: 'FailingOver', message, lastFailover: lastFailoverPatch(c) })
       .catch((err: unknown) =>
         c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing status FailingOver failed'),
+      ),
+  ]);
+}
+
+/** The volume handoff's outcome: event VolumeHandoff on the ShareManager, status.lastFailover.volumeHandoff. */
+export async function reportHandoff(c: ReportContext): Promise<void> {
+  const sm = c.sm;
+  if (!sm || !c.handoff) return;
+  const namespace = sm.metadata.namespace ?? '';
+  const name = sm.metadata.name ?? '';
+  await Promise.all([
+    c.events.record(sm, 'Normal', 'VolumeHandoff', c.handoff),
+    c.status
+      .patch(namespace, name, { lastFailover: lastFailoverPatch(c) })
+      .catch((err: unknown) =>
+        c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing status.lastFailover.volumeHandoff failed'),
       ),
   ]);
 }
@@ -148,7 +187,7 @@ export async function completeFailover(c: ReportContext): Promise<void> {
         state: 'Running',
         message: '',
         leaseHolder: c.replacementPod,
-        lastFailover: lastFailover(c),
+        lastFailover: lastFailoverPatch(c),
       })
       .catch((err: unknown) =>
         c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing status Running failed'),

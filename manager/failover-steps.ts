@@ -21,6 +21,8 @@ import type { LeaseMonitor } from './lease-monitor.ts';
 import type { ManagerMetrics } from './manager-metrics.ts';
 import { avoidanceFor, type NodeHealth } from './node-health.ts';
 import type { LastFailover, ShareManager } from './share-manager-spec.ts';
+import { resolveSpec } from './share-manager-spec.ts';
+import { describeHandoff } from './volume-handoff.ts';
 
 export interface ClusterView {
   shareManager(key: string): ShareManager | undefined;
@@ -28,6 +30,8 @@ export interface ClusterView {
   /** Live (not ended, not deleting) pods of the share manager `key`. */
   livePods(key: string): V1Pod[];
   nodeHealth(node: string): NodeHealth;
+  /** Our monotonic time of the node heartbeat Lease's last change we saw (not moved by watch resets); undefined = never seen. */
+  heartbeatChangedAt(node: string): number | undefined;
 }
 
 /** The part of a failover machine the steps read and fill in. */
@@ -40,6 +44,10 @@ export interface StepMachine {
   verdictLease: LeaseRecord | undefined;
   times: FailoverTimes;
   inherited: LastFailover | undefined;
+  /** Our monotonic time of the lost holder's last observed renewal (the stale verdict's); undefined after a takeover. */
+  holderSilentSince: number | undefined;
+  /** What the volume handoff did (volume-handoff.ts describeHandoff), for status and events. */
+  handoff: string | undefined;
 }
 
 export interface StepDeps {
@@ -50,21 +58,18 @@ export interface StepDeps {
   executor: FailoverExecutor;
   view: ClusterView;
   monitor: LeaseMonitor | undefined;
+  /** Tell the world what the volume handoff did (status + event; best effort, never awaited). */
+  onHandoff(): void;
 }
 
-export type StepAction =
-  | 'writeMark'
-  | 'deletePod'
-  | 'deleteAttachments'
-  | 'createReplacement'
-  | 'writeTakeover';
+export type StepAction = 'writeMark' | 'deletePod' | 'handOffVolume' | 'createReplacement' | 'writeTakeover';
 
 export function runStep(
   action: StepAction,
   m: StepMachine,
   deps: StepDeps,
 ): { what: string; run: () => Promise<FailoverEvent> } {
-  const { config, clock, log, metrics, executor, view, monitor } = deps;
+  const { config, clock, log, metrics, executor, view, monitor, onHandoff } = deps;
   const [namespace] = m.key.split('/') as [string];
   const now = () => ({ mono: clock.now(), wall: clock.wallNow() });
   const latest = () => monitor?.observation(m.key)?.lease;
@@ -98,29 +103,34 @@ export function runStep(
           return 'podGone';
         },
       };
-    case 'deleteAttachments':
+    case 'handOffVolume':
       return {
-        what: 'deleting VolumeAttachments on the lost node',
+        what: 'handing the volume off the lost node',
         run: async () => {
           const sm = view.shareManager(m.key);
           if (!sm) return 'leaseGone';
-          // NB: a newer pod of this share manager on the lost node (e.g. the node came back)
-          // may be using that attachment: then it is not ours to delete.
-          const sharing = view
+          const newerPodOnNode = view
             .livePods(m.key)
-            .find((p) => p.metadata?.name !== m.lostPod && p.spec?.nodeName === m.lostNode);
-          if (sharing) {
-            log.info(
-              { lease: m.key, lostNode: m.lostNode, pod: sharing.metadata?.name },
-              'attachments kept: a newer pod runs on that node',
-            );
-            m.times.detached = now();
-            return 'detached';
-          }
-          const names = await executor.deleteAttachments(namespace, sm.spec.volume.pvc, m.lostNode);
+            .find((p) => p.metadata?.name !== m.lostPod && p.spec?.nodeName === m.lostNode)?.metadata?.name;
+          const outcome = await executor.handOffVolume(namespace, sm.spec.volume.pvc, m.lostNode, {
+            newerPodOnNode,
+            heartbeatChangedAt: () => view.heartbeatChangedAt(m.lostNode),
+            holderSilentSince: m.holderSilentSince,
+            renewDeadlineMs: renewDeadlineOf(sm, config),
+          });
           m.times.detached = now();
-          if (names.length > 0)
-            log.info({ lease: m.key, lostNode: m.lostNode, attachments: names }, 'VolumeAttachments deleted');
+          m.handoff = describeHandoff(outcome.decision, m.lostNode, outcome.pv);
+          log.info(
+            {
+              lease: m.key,
+              lostNode: m.lostNode,
+              pv: outcome.pv,
+              handoff: outcome.decision.kind,
+              attachments: outcome.attachments,
+            },
+            m.handoff,
+          );
+          onHandoff();
           return 'detached';
         },
       };
@@ -158,4 +168,10 @@ export function runStep(
         },
       };
   }
+}
+
+/** The share manager's renew deadline T (its spec, else the manager's default). */
+function renewDeadlineOf(sm: ShareManager, config: ManagerConfig): number {
+  const spec = resolveSpec(sm.spec, config.defaults);
+  return spec.ok ? spec.timings.renewDeadlineMs : config.defaults.renewDeadlineMs;
 }

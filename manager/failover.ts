@@ -78,7 +78,7 @@ export type Action =
   | 'reobserve'
   | 'announce'
   | 'deletePod'
-  | 'deleteAttachments'
+  | 'handOffVolume'
   | 'createReplacement'
   | 'complete'
   | 'startTakeoverTimer'
@@ -169,7 +169,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     stepFailed: to('idle', 'rejudgeLater'),
     leaseGone: to('idle'),
   },
-  deletingPod: owning('deletingPod', { podGone: to('detaching', 'deleteAttachments') }),
+  deletingPod: owning('deletingPod', { podGone: to('detaching', 'handOffVolume') }),
   detaching: owning('detaching', { detached: to('replacing', 'createReplacement') }),
   replacing: owning('replacing', { replacementCreated: to('awaitingAcquire') }),
   awaitingAcquire: owning('awaitingAcquire', { replacementFailed: to('replacing', 'createReplacement') }),
@@ -255,7 +255,7 @@ export function stepOf(phase: Phase): Action | undefined {
     case 'deletingPod':
       return 'deletePod';
     case 'detaching':
-      return 'deleteAttachments';
+      return 'handOffVolume';
     case 'replacing':
       return 'createReplacement';
     default:

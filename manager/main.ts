@@ -184,6 +184,7 @@ driver = new FailoverDriver(config, clock, log, metrics, failoverExecutor, event
       );
   },
   nodeHealth: (node) => nodeObserver?.health(node) ?? 'unknown',
+  heartbeatChangedAt: (node) => nodeObserver?.heartbeatChangedAt(node),
 });
 const failovers = driver;
 const confirmation = new StaleConfirmation(

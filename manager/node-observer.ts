@@ -10,7 +10,10 @@ import type { k8s } from '../lib/kube-client.ts';
 import { type NodeHealth, nodeHealth } from './node-health.ts';
 
 export class NodeObserver {
-  private readonly heartbeats = new Map<string, { renewTime: string; observedAt: number }>();
+  private readonly heartbeats = new Map<
+    string,
+    { renewTime: string; observedAt: number; changedAt: number }
+  >();
 
   constructor(
     private readonly clock: Clock,
@@ -23,7 +26,8 @@ export class NodeObserver {
     const renewTime = String(lease.spec?.renewTime ?? '');
     const previous = this.heartbeats.get(node);
     if (previous?.renewTime === renewTime) return;
-    this.heartbeats.set(node, { renewTime, observedAt: this.clock.now() });
+    const now = this.clock.now();
+    this.heartbeats.set(node, { renewTime, observedAt: now, changedAt: now });
   }
 
   heartbeatGone(lease: k8s.V1Lease): void {
@@ -39,6 +43,14 @@ export class NodeObserver {
   /** Our monotonic time of the node's last heartbeat change (or of the last reset); undefined = never seen. */
   heartbeatObservedAt(node: string): number | undefined {
     return this.heartbeats.get(node)?.observedAt;
+  }
+
+  /**
+   * Our monotonic time of the last heartbeat change we actually saw (never moved by a
+   * reset): evidence that the node's kubelet was alive then (volume-handoff.ts).
+   */
+  heartbeatChangedAt(node: string): number | undefined {
+    return this.heartbeats.get(node)?.changedAt;
   }
 
   health(node: string): NodeHealth {

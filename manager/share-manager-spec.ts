@@ -72,6 +72,8 @@ export interface LastFailover {
   replacementCreatedAt?: string;
   completedAt?: string;
   replacementPod?: string;
+  /** What the volume handoff did (manager/volume-handoff.ts). */
+  volumeHandoff?: string;
 }
 
 export interface ShareManagerStatus {

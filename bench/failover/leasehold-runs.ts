@@ -23,6 +23,14 @@ export interface CrashSample {
   run: number;
   node: string;
   detectS?: number;
+  /** The manager's handoff step done (status.lastFailover.detachedAt). */
+  handoffS?: number;
+  /** The old node's attachment detached: ControllerUnpublish done, finalizer removed (sim attacher). */
+  oldDetachedS?: number;
+  /** The volume attached to the new node (sim attacher). */
+  attachedS?: number;
+  /** The new agent acquired the lease (status.lastFailover.completedAt). */
+  acquiredS?: number;
   servingS?: number;
   note?: string;
 }
@@ -67,7 +75,12 @@ export async function leaseholdCrashRuns(
     try {
       const after = await waitServing(sys, SHARE, budgetMs, before.pod);
       const window = sys.sim.servingWindows(pvName(SHARE)).find((w) => w.id === after.pod);
-      if (window) sample.servingS = round((new Date(window.startWall).getTime() - crashAt) / 1000);
+      const startedMs = window ? new Date(window.startWall).getTime() - crashAt : Number.NaN;
+      // NB: a window that began before the crash is not this crash's replacement: the
+      // share had already moved (an agent that fenced itself on a starved machine).
+      if (startedMs > 0) sample.servingS = round(startedMs / 1000);
+      else if (window)
+        sample.note = `served by ${after.pod} since before the crash: not a failover of this crash`;
       await sleep(500);
     } catch {
       sample.note = `not served again within ${budgetMs / 1000} s`;
@@ -79,6 +92,19 @@ export async function leaseholdCrashRuns(
       tracker.firstFailover.detectedAt ??
       (latest !== undefined && new Date(latest).getTime() >= crashAt ? latest : undefined);
     if (detectedAt) sample.detectS = round((new Date(detectedAt).getTime() - crashAt) / 1000);
+    const since = (wall: string | Date | undefined) => {
+      const ms = wall === undefined ? Number.NaN : new Date(wall).getTime() - crashAt;
+      return ms >= 0 ? round(ms / 1000) : undefined;
+    };
+    const record = (await shareStatus(sys, SHARE).catch(() => undefined))?.lastFailover;
+    sample.handoffS = since(record?.detachedAt);
+    sample.acquiredS = since(record?.completedAt);
+    const pv = pvName(SHARE);
+    const afterCrash = sys.sim.attacher.timings.filter((t) => t.pv === pv && t.doneWall.getTime() >= crashAt);
+    sample.oldDetachedS = since(
+      afterCrash.find((t) => t.op === 'detach' && t.node === before.node)?.doneWall,
+    );
+    sample.attachedS = since(afterCrash.find((t) => t.op === 'attach' && t.node !== before.node)?.doneWall);
     if (longhorn && renewMs !== undefined && sample.detectS !== undefined) {
       const verdict = longhornVerdictMs(renewMs, longhorn.leaseMs, crashAt + Math.random() * 1000);
       const lhDetectS = round((verdict - crashAt) / 1000);
@@ -88,7 +114,7 @@ export async function leaseholdCrashRuns(
     }
     samples.push(sample);
     say(
-      `run ${run}/${runs}: crashed ${before.node}: detected ${sample.detectS ?? '?'} s, serving ${sample.servingS ?? '?'} s${sample.note ? ` (${sample.note})` : ''}`,
+      `run ${run}/${runs}: crashed ${before.node}: detected ${sample.detectS ?? '?'} s, handoff ${sample.handoffS ?? '?'} s, old detached ${sample.oldDetachedS ?? '?'} s, attached ${sample.attachedS ?? '?'} s, acquired ${sample.acquiredS ?? '?'} s, serving ${sample.servingS ?? '?'} s${sample.note ? ` (${sample.note})` : ''}`,
     );
     sys.sim.node(before.node).heal();
     const deadline = performance.now() + 60_000;

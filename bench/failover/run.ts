@@ -1,23 +1,30 @@
 /**
  * The failover benchmark (not a test): node crashes on the local cluster, measured for
- *   leasehold  the chart's defaults (lease 6 s, renew 2 s, deadline 4 s)
+ *   leasehold  the chart's defaults (lease 6 s, renew 2 s, deadline 4 s; volume handoff
+ *              volumes-in-use: the lost node's status.volumesInUse entry removed)
+ *   leasehold-va  the same with manager.volumeHandoff=volume-attachment (the
+ *              VolumeAttachment deleted; attached elsewhere after the controller's sync)
  *   longhorn   Longhorn v1.7's timings (renew 3 s, lease 7 s) given to leasehold's
  *              agent and manager; Longhorn's 1 s periodic wall-clock check is emulated
  *              from each run's last renewTime (see stats.ts), the rest is measured
  *   stock      no manager: Deployments whose pods tolerate an unreachable node for 30 s
  *              (instead of the default 300 s); one crash carrying `runs` volumes, capped
  *   leasehold-oos  (only when named in --modes) the chart's defaults plus the opt-in
- *              out-of-service taint (manager.outOfServiceTaint=true, nodeLeaseGrace 8s =
- *              the test cluster's node-monitor grace)
- * The three modes run at once, each on its own control plane with 3 simulated nodes
+ *              out-of-service taint (manager.outOfServiceTaint=true, nodeLeaseGrace = the
+ *              cluster's node-monitor grace) on top of volume-attachment
+ * On Kubernetes' default timings unless told otherwise: attach-detach reconcile sync 1m,
+ * node-monitor grace 40s, the node heartbeat (Lease and status) every 10 s. Each result
+ * file records the timings it ran under.
+ * The modes run at once, each on its own control plane with 3 simulated nodes
  * (timer-dominated figures; the machine is mostly idle while they wait).
  * Prints p50/p95 of detection and crash-to-serving and the ratios between modes from
  * this same run; writes bench/results/failover.json.
  *
- *   npm run bench -- failover [--runs N] [--adc-sync 1m] [--budget 150] [--stock-budget 600]
- *                             [--modes leasehold,longhorn,stock,leasehold-oos]
- * Results: bench/results/failover.json (--adc-sync 1m, the Kubernetes default), else
- * bench/results/failover-adc-sync-<d>.json; `-oos` is appended when leasehold-oos runs.
+ *   npm run bench -- failover [--runs N] [--adc-sync 1m] [--node-monitor-grace 40s]
+ *                             [--heartbeat 10s] [--budget 150] [--stock-budget 600]
+ *                             [--modes leasehold,leasehold-va,longhorn,stock,leasehold-oos]
+ * Results: bench/results/failover.json on the default timings with both leasehold and
+ * leasehold-va in the run, else bench/results/failover-<adc>-<grace>-<hb>-<modes>.json.
  * Exit codes: 0 done (even when capped), 2 bad arguments.
  */
 import { spawnSync } from 'node:child_process';
@@ -30,21 +37,25 @@ import { type CrashSample, leaseholdCrashRuns } from './leasehold-runs.ts';
 import { ratio, type Summary, summarize } from './stats.ts';
 import { stockCrash, TOLERATION_SECONDS } from './stock-runs.ts';
 
-const MODES = ['leasehold', 'longhorn', 'stock', 'leasehold-oos'] as const;
+const MODES = ['leasehold', 'leasehold-va', 'longhorn', 'stock', 'leasehold-oos'] as const;
 type Mode = (typeof MODES)[number];
 
 interface ModeResult {
   mode: Mode;
   settings: string;
+  /** The share lease timings of this mode (agent). */
+  lease?: { duration: string; renewInterval: string; renewDeadline: string };
   samples: CrashSample[];
   detection: Summary;
   crashToServing: Summary;
+  /** Seconds from the crash to each step (leasehold modes; measured, never shifted). */
+  phases?: Record<'handoff' | 'oldDetached' | 'attached' | 'acquired', Summary>;
   notes: string[];
 }
 
 function usage(problem: string): never {
   process.stderr.write(
-    `bench failover: ${problem}\nusage: bench/failover/run.ts [--runs N (1-50, default 10)] [--adc-sync DURATION (default 1m)] [--budget SECONDS (per leasehold crash, default 150)] [--stock-budget SECONDS (default 600)] [--modes leasehold,longhorn,stock,leasehold-oos]\n`,
+    `bench failover: ${problem}\nusage: bench/failover/run.ts [--runs N (1-50, default 10)] [--adc-sync DURATION (default 1m)] [--node-monitor-grace DURATION (default 40s)] [--heartbeat DURATION (node Lease and status period, default 10s)] [--budget SECONDS (per leasehold crash, default 150)] [--stock-budget SECONDS (default 600)] [--modes ${MODES.join(',')}]\n`,
   );
   process.exit(2);
 }
@@ -53,9 +64,11 @@ const { values } = parseArgs({
   options: {
     runs: { type: 'string', default: '10' },
     'adc-sync': { type: 'string', default: '1m' },
+    'node-monitor-grace': { type: 'string', default: '40s' },
+    heartbeat: { type: 'string', default: '10s' },
     budget: { type: 'string', default: '150' },
     'stock-budget': { type: 'string', default: '600' },
-    modes: { type: 'string', default: 'leasehold,longhorn,stock' },
+    modes: { type: 'string', default: 'leasehold,leasehold-va,longhorn,stock,leasehold-oos' },
   },
   strict: true,
 });
@@ -73,8 +86,22 @@ const modes = (values.modes ?? '').split(',').filter((m) => m !== '') as Mode[];
 for (const m of modes)
   if (!(MODES as readonly string[]).includes(m))
     usage(`--modes=${values.modes}: ${m} is not one of ${MODES.join(', ')}`);
-if (modes.length === 0) usage('--modes: name at least one of leasehold, longhorn, stock');
-const adcSyncMs = Number.parseInt(adcSync, 10) * (adcSync.endsWith('m') ? 60_000 : 1000);
+if (modes.length === 0) usage(`--modes: name at least one of ${MODES.join(', ')}`);
+const grace = values['node-monitor-grace'] ?? '40s';
+if (!/^\d+(s|m)$/.test(grace)) usage(`--node-monitor-grace=${grace}: must be like 8s or 40s`);
+const heartbeat = values.heartbeat ?? '10s';
+if (!/^\d+s$/.test(heartbeat)) usage(`--heartbeat=${heartbeat}: must be like 2s or 10s`);
+const toMs = (d: string) => Number.parseInt(d, 10) * (d.endsWith('m') ? 60_000 : 1000);
+const adcSyncMs = toMs(adcSync);
+const heartbeatMs = toMs(heartbeat);
+/** The timings every result of this run ran under (written into the result file). */
+const timings = {
+  adcSync,
+  nodeMonitorGracePeriod: grace,
+  nodeHeartbeatPeriod: heartbeat,
+  nodeStatusPeriod: heartbeat,
+  nodeMonitorPeriod: '1s',
+};
 
 const t0 = performance.now();
 const sayFor = (mode: string) => (line: string) =>
@@ -97,7 +124,8 @@ async function withSystem<T>(
 ): Promise<T> {
   const sys = await startSystem({
     nodes: 3,
-    cluster: { attachDetachReconcileSyncPeriod: adcSync },
+    cluster: { attachDetachReconcileSyncPeriod: adcSync, nodeMonitorGracePeriod: grace },
+    sim: { leaseRenewMs: heartbeatMs, statusMs: heartbeatMs },
     managers: managerValues !== false,
     values: managerValues === false ? {} : managerValues,
     progress: sayFor(mode),
@@ -126,22 +154,38 @@ async function runMode(mode: Mode): Promise<ModeResult> {
   }
   const longhorn = mode === 'longhorn';
   const oos = mode === 'leasehold-oos';
+  const va = mode === 'leasehold-va';
   const chartValues: Record<string, string> = longhorn
     ? { 'agent.leaseDuration': '7s', 'agent.renewInterval': '3s', 'agent.renewDeadline': '5s' }
     : oos
-      ? { 'manager.outOfServiceTaint': 'true', 'manager.nodeLeaseGrace': '8s' }
-      : {};
+      ? {
+          'manager.outOfServiceTaint': 'true',
+          'manager.nodeLeaseGrace': grace,
+          'manager.volumeHandoff': 'volume-attachment',
+        }
+      : va
+        ? { 'manager.volumeHandoff': 'volume-attachment' }
+        : {};
   const samples = await withSystem(mode, chartValues, (sys) =>
     leaseholdCrashRuns(sys, runs, budgetS * 1000, say, adcSyncMs, longhorn ? { leaseMs: 7000 } : undefined),
   );
   return {
     mode,
     settings: longhorn
-      ? 'leasehold agent+manager with lease 7 s, renew 3 s (deadline 5 s); detection = emulated Longhorn verdict: first 1 s tick after renewTime + 7 s (wall clock); crash-to-serving = measured + (emulated - measured detection)'
-      : `leasehold chart defaults: lease 6 s, renew 2 s, deadline 4 s${oos ? '; out-of-service taint on (node lease grace 8 s)' : ''}; detection = status.lastFailover.detectedAt`,
+      ? 'leasehold agent+manager with lease 7 s, renew 3 s (deadline 5 s), volume handoff volumes-in-use; detection = emulated Longhorn verdict: first 1 s tick after renewTime + 7 s (wall clock); crash-to-serving = measured + (emulated - measured detection)'
+      : `leasehold chart defaults: lease 6 s, renew 2 s, deadline 4 s; volume handoff ${oos || va ? 'volume-attachment (VolumeAttachment deleted)' : 'volumes-in-use (default)'}${oos ? `; out-of-service taint on (node lease grace ${grace})` : ''}; detection = status.lastFailover.detectedAt`,
+    lease: longhorn
+      ? { duration: '7s', renewInterval: '3s', renewDeadline: '5s' }
+      : { duration: '6s', renewInterval: '2s', renewDeadline: '4s' },
     samples,
     detection: summarize(samples.map((s) => s.detectS ?? Number.NaN)),
     crashToServing: summarize(samples.map((s) => s.servingS ?? Number.NaN)),
+    phases: {
+      handoff: summarize(samples.map((s) => s.handoffS ?? Number.NaN)),
+      oldDetached: summarize(samples.map((s) => s.oldDetachedS ?? Number.NaN)),
+      attached: summarize(samples.map((s) => s.attachedS ?? Number.NaN)),
+      acquired: summarize(samples.map((s) => s.acquiredS ?? Number.NaN)),
+    },
     notes: samples.filter((s) => s.note).map((s) => `run ${s.run}: ${s.note}`),
   };
 }
@@ -167,7 +211,7 @@ async function main(): Promise<void> {
   const lh = by('leasehold');
   const lines = [
     '',
-    `Failover after a node crash: ${runs} runs per mode, kube-controller-manager --attach-detach-reconcile-sync-period=${adcSync}, --node-monitor-grace-period=8s (test cluster)`,
+    `Failover after a node crash: ${runs} runs per mode, kube-controller-manager --attach-detach-reconcile-sync-period=${adcSync}, --node-monitor-grace-period=${grace}; node heartbeat (Lease and status) every ${heartbeat}`,
     `${'mode'.padEnd(15)}detection p50/p95 (s)   crash-to-serving p50/p95 (s)   n`,
     ...results.map(
       (r) =>
@@ -186,11 +230,17 @@ async function main(): Promise<void> {
   ];
   process.stdout.write(lines.join('\n'));
   const dir = join(REPO_ROOT, 'bench', 'results');
-  // The Kubernetes default sync period gives the headline file; other settings their own.
-  // A run with the opt-in out-of-service taint never overwrites the headline file.
-  const oosSuffix = modes.includes('leasehold-oos') ? '-oos' : '';
-  const resultFile =
-    adcSync === '1m' ? `failover${oosSuffix}.json` : `failover-adc-sync-${adcSync}${oosSuffix}.json`;
+  // Kubernetes' default timings with both handoffs side by side give the headline file;
+  // anything else its own, named after its settings.
+  const headline =
+    adcSync === '1m' &&
+    grace === '40s' &&
+    heartbeat === '10s' &&
+    modes.includes('leasehold') &&
+    modes.includes('leasehold-va');
+  const resultFile = headline
+    ? 'failover.json'
+    : `failover-adc-${adcSync}-grace-${grace}-hb-${heartbeat}-${modes.join('+')}.json`;
   mkdirSync(dir, { recursive: true });
   const ratios = Object.fromEntries(
     results
@@ -207,7 +257,7 @@ async function main(): Promise<void> {
   );
   writeFileSync(
     join(dir, resultFile),
-    `${JSON.stringify({ date: new Date().toISOString(), runs, adcSync, results, ratios }, null, 2)}\n`,
+    `${JSON.stringify({ date: new Date().toISOString(), runs, adcSync, timings, results, ratios }, null, 2)}\n`,
   );
   process.stdout.write(`wrote ${join('bench', 'results', resultFile)}\n`);
 }

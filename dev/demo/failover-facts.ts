@@ -142,7 +142,7 @@ export function timelineOf(f: FailoverFacts): TimelineStep[] {
       ...earliest([at(lf.podDeletedAt), 'status.lastFailover'], [f.oldPodGoneAt, 'pod watch']),
     },
     {
-      step: `volume detached from ${f.crashedNode} (VolumeAttachment deleted)`,
+      step: `volume released on ${f.crashedNode} (handoff done or detached)`,
       ...earliest([at(lf.detachedAt), 'status.lastFailover'], [f.oldDetachedAt, 'sim CSI attacher']),
     },
     {

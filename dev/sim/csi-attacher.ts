@@ -11,10 +11,19 @@
  * deletion timestamp, wall clock of this machine, and from when it was first seen) and
  * every moment one PV was attached to two nodes at once (which storage would refuse
  * for an RWO volume; the simulator only reports it).
- * Not simulated: the finalizer a real attacher also puts on the PV.
+ *
+ * `events` is the storage's own log of each VolumeAttachment's life, in the order this
+ * attacher's single VolumeAttachment watch delivered it (the API server's
+ * resourceVersion order): created (first seen), attached, detaching (first seen with a
+ * deletionTimestamp), detached (ControllerUnpublish done: finalizer removed), deleted
+ * (the object is gone). `handoffOrderViolations(events)` says whether any PV got a
+ * VolumeAttachment on a node while one on another node still existed (the handoff order
+ * of an RWO volume: old access fully revoked before any new one).
+ * Not simulated: the finalizer a real attacher also puts on the PV; storage that
+ * actually refuses I/O from a detached node (every node writes the same host dir).
  */
 import type { V1VolumeAttachment } from '@kubernetes/client-node';
-import { sleep } from '../../lib/clock.ts';
+import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
 import { type ListWatch, startListWatch } from './list-watch.ts';
 import { TEST_CSI_DRIVER } from './pod-volumes.ts';
@@ -39,11 +48,55 @@ export interface MultiAttach {
   wall: Date;
 }
 
+export type AttachEventKind = 'created' | 'attached' | 'detaching' | 'detached' | 'deleted';
+
+export interface AttachEvent {
+  /** Position in this attacher's log (watch order). */
+  seq: number;
+  event: AttachEventKind;
+  volumeAttachment: string;
+  pv: string;
+  node: string;
+  /** CLOCK_MONOTONIC ms, comparable with serving windows. */
+  monoMs: number;
+  wall: Date;
+}
+
+/**
+ * Pure: every moment (in log order) a PV's VolumeAttachment on one node was created
+ * while another of the same PV on a different node still existed, as messages. `[]`
+ * means each attach elsewhere came only after the old attachment was gone, finalizer
+ * and all. NB: for RWO/RWOP volumes; RWX may legitimately overlap.
+ */
+export function handoffOrderViolations(events: readonly AttachEvent[]): string[] {
+  const live = new Map<string, Map<string, string>>(); // pv -> volumeAttachment -> node
+  const out: string[] = [];
+  for (const e of [...events].sort((a, b) => a.seq - b.seq)) {
+    const ofPv = live.get(e.pv) ?? new Map<string, string>();
+    live.set(e.pv, ofPv);
+    if (e.event === 'created') {
+      for (const [va, node] of ofPv)
+        if (node !== e.node)
+          out.push(
+            `PV ${e.pv}: ${e.volumeAttachment} on ${e.node} created (#${e.seq}) while ${va} on ${node} still existed`,
+          );
+      ofPv.set(e.volumeAttachment, e.node);
+    } else if (e.event === 'deleted') {
+      ofPv.delete(e.volumeAttachment);
+    }
+  }
+  return out;
+}
+
 const MERGE = () => k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000));
 
 export class SimCsiAttacher {
   readonly timings: AttachTiming[] = [];
   readonly multiAttach: MultiAttach[] = [];
+  readonly events: AttachEvent[] = [];
+  /** Objects whose life is logged and not yet 'deleted'. */
+  private readonly known = new Map<string, V1VolumeAttachment>();
+  private readonly detachingSeen = new Set<string>();
   private readonly latest = new Map<string, V1VolumeAttachment>();
   private readonly busy = new Set<string>();
   private readonly firstSeen = new Map<string, number>();
@@ -69,10 +122,21 @@ export class SimCsiAttacher {
         return { items: list.items, resourceVersion: list.metadata?.resourceVersion ?? '' };
       },
       onList: (items) => {
+        // A deletion that fell into a watch gap shows only as absence from the relist.
+        const listed = new Set(items.map((va) => va.metadata?.name ?? ''));
+        for (const [name, va] of this.known)
+          if (!listed.has(name)) {
+            this.note('deleted', va);
+            this.known.delete(name);
+            this.detachingSeen.delete(name);
+          }
         for (const va of items) this.enqueue(va);
       },
       onEvent: (type, va) => {
         if (type === 'DELETED') {
+          this.note('deleted', va);
+          this.known.delete(va.metadata?.name ?? '');
+          this.detachingSeen.delete(va.metadata?.name ?? '');
           this.latest.delete(va.metadata?.name ?? '');
           this.attachedTo.get(va.spec.source.persistentVolumeName ?? '')?.delete(va.spec.nodeName);
         } else {
@@ -92,9 +156,29 @@ export class SimCsiAttacher {
     this.watch?.stop();
   }
 
+  private note(event: AttachEventKind, va: V1VolumeAttachment): void {
+    if (va.spec.attacher !== TEST_CSI_DRIVER) return;
+    this.events.push({
+      seq: this.events.length + 1,
+      event,
+      volumeAttachment: va.metadata?.name ?? '',
+      pv: va.spec.source.persistentVolumeName ?? '',
+      node: va.spec.nodeName,
+      monoMs: monotonicMs(),
+      wall: new Date(),
+    });
+  }
+
   private enqueue(va: V1VolumeAttachment): void {
     if (va.spec.attacher !== TEST_CSI_DRIVER) return;
     const name = va.metadata?.name ?? '';
+    // NB: a relist shows objects again; each life event is logged once per object.
+    if (!this.known.has(name)) this.note('created', va);
+    this.known.set(name, va);
+    if (va.metadata?.deletionTimestamp && !this.detachingSeen.has(name)) {
+      this.detachingSeen.add(name);
+      this.note('detaching', va);
+    }
     this.latest.set(name, va);
     if (this.busy.has(name)) return;
     this.busy.add(name);
@@ -171,6 +255,7 @@ export class SimCsiAttacher {
         },
         MERGE(),
       );
+      this.note('detached', va);
       record('detach', deleting);
       return;
     }
@@ -199,6 +284,7 @@ export class SimCsiAttacher {
       this.multiAttach.push({ pv, nodes: [...nodes], wall: new Date() });
       this.log('PV attached to more than one node at once', { pv, nodes: [...nodes] });
     }
+    this.note('attached', va);
     record('attach', va.metadata?.creationTimestamp);
   }
 }

@@ -9,7 +9,8 @@
  *    never overlap, no record is lost, no other node is tainted;
  *  - heal the node: it gets Ready, the taint and the annotation are removed, and the
  *    manager DaemonSet runs on it again.
- * Settings: manager.nodeLeaseGrace=8s, the same as the test cluster's
+ * Settings: manager.volumeHandoff=volume-attachment (the VolumeAttachment deleted, as
+ * before the volumesInUse handoff became the default), manager.nodeLeaseGrace=8s, the same as the test cluster's
  * --node-monitor-grace-period (so "heartbeat stale" and "NotReady" mean the same age);
  * every other setting is the default (D 6 s, so the node must be down 6 s more).
  * NB: the controller's state sync runs every minute at a time this test cannot choose;
@@ -39,7 +40,13 @@ const SHARE = 'oos-a';
 
 const system = useSystem({
   nodes: 4,
-  values: { 'manager.outOfServiceTaint': 'true', 'manager.nodeLeaseGrace': '8s' },
+  values: {
+    'manager.outOfServiceTaint': 'true',
+    'manager.nodeLeaseGrace': '8s',
+    // NB: the default handoff (volumes-in-use) moves the volume before the taint is due,
+    // so the taint path would never run; the taint is what this file tests.
+    'manager.volumeHandoff': 'volume-attachment',
+  },
 });
 
 interface TaintSeen {

@@ -284,14 +284,26 @@ describe('least privilege', () => {
           k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
         )
         .then(() => 200, statusOf),
+      // The volume handoff (volumes-in-use): a JSON patch of nodes/status (here a no-op test).
+      core
+        .patchNodeStatus(
+          { name: 'node-a', body: [{ op: 'test', path: '/metadata/name', value: 'node-a' }] },
+          k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.JsonPatch),
+        )
+        .then(() => 200, statusOf),
     ]);
-    assert.deepEqual(allowed, [200, 200, 200, 200, 200]);
+    assert.deepEqual(allowed, [200, 200, 200, 200, 200, 200]);
     const denied = await Promise.all([
       core.listSecretForAllNamespaces().then(() => 200, statusOf),
       core.listNamespacedSecret({ namespace }).then(() => 200, statusOf),
       core.listConfigMapForAllNamespaces().then(() => 200, statusOf),
       core.deleteNode({ name: 'node-a' }).then(() => 200, statusOf),
+      // patch only: never a whole-object write of a Node's status.
+      core
+        .readNode({ name: 'node-a' })
+        .then((node) => core.replaceNodeStatus({ name: 'node-a', body: node }))
+        .then(() => 200, statusOf),
     ]);
-    assert.deepEqual(denied, [403, 403, 403, 403]);
+    assert.deepEqual(denied, [403, 403, 403, 403, 403]);
   });
 });

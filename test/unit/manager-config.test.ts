@@ -87,3 +87,19 @@ test('LEASEHOLD_NFS_SERVER_IMAGE: the shipped NFS server image, defaulted; a ref
     /LEASEHOLD_NFS_SERVER_IMAGE="nfs ganesha": must be an image reference/,
   );
 });
+
+test('volume handoff: volumes-in-use by default, the other modes by name; the replaced variable refused', () => {
+  assert.equal(readManagerConfig(base).volumeHandoff, 'volumes-in-use');
+  assert.equal(
+    readManagerConfig({ ...base, LEASEHOLD_VOLUME_HANDOFF: 'volume-attachment' }).volumeHandoff,
+    'volume-attachment',
+  );
+  assert.throws(
+    () => readManagerConfig({ ...base, LEASEHOLD_VOLUME_HANDOFF: 'taint' }),
+    /LEASEHOLD_VOLUME_HANDOFF="taint": must be one of volumes-in-use, volume-attachment, none/,
+  );
+  assert.throws(
+    () => readManagerConfig({ ...base, LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP: 'true' }),
+    /LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP=true: replaced by LEASEHOLD_VOLUME_HANDOFF/,
+  );
+});

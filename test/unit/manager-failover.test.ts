@@ -9,7 +9,12 @@ import {
   TRANSITIONS,
   transition,
 } from '../../manager/failover.ts';
-import { inheritedRecord, lastFailover, type ReportContext } from '../../manager/failover-report.ts';
+import {
+  inheritedRecord,
+  lastFailover,
+  lastFailoverPatch,
+  type ReportContext,
+} from '../../manager/failover-report.ts';
 import type { LastFailover } from '../../manager/share-manager-spec.ts';
 
 const OWNING: Phase[] = ['deletingPod', 'detaching', 'replacing', 'awaitingAcquire'];
@@ -26,7 +31,7 @@ test('the happy path runs steps 1-6 in order', () => {
   const path: [FailoverEvent, Phase, string[]][] = [
     ['stale', 'marking', ['writeMark']],
     ['markWon', 'deletingPod', ['announce', 'deletePod']],
-    ['podGone', 'detaching', ['deleteAttachments']],
+    ['podGone', 'detaching', ['handOffVolume']],
     ['detached', 'replacing', ['createReplacement']],
     ['replacementCreated', 'awaitingAcquire', []],
     ['acquired', 'idle', ['complete']],
@@ -235,4 +240,18 @@ test('a takeover keeps the phase timestamps the first owner wrote to status.last
   assert.equal(record.by, 'm2');
   // Without a takeover: our own instants.
   assert.equal(lastFailover(context({ times })).detectedAt, '2026-01-01T00:00:31.000Z');
+});
+
+test("lastFailoverPatch clears the previous failover's fields this one has not reached", () => {
+  const times = { detected: { mono: 0, wall: new Date('2026-01-01T00:00:31.000Z') } };
+  const patch = lastFailoverPatch(context({ times })) as unknown as Record<string, unknown>;
+  assert.equal(patch.detectedAt, '2026-01-01T00:00:31.000Z');
+  assert.equal(patch.replacementCreatedAt, null);
+  assert.equal(patch.completedAt, null);
+  assert.equal(patch.volumeHandoff, null);
+  const later = lastFailoverPatch(context({ times, handoff: 'removed x' })) as unknown as Record<
+    string,
+    unknown
+  >;
+  assert.equal(later.volumeHandoff, 'removed x');
 });

@@ -1,0 +1,212 @@
+/**
+ * The default volume handoff (manager/volume-handoff.ts: the lost node's
+ * status.volumesInUse entry removed) on Kubernetes' DEFAULT timings: kube-controller-
+ * manager --attach-detach-reconcile-sync-period 1m and --node-monitor-grace-period 40s,
+ * the kubelet heartbeat (node Lease and status) every 10 s; chart defaults (D 6 s).
+ * Three simulated nodes; two shares and an unrelated pod with its own CSI volume on sim-1.
+ *  - crash sim-1: both shares serve again elsewhere well under the controller's 1 min
+ *    sync (bound 25 s: D + 19 s of slack for a noisy 2-core machine; the figures are in
+ *    bench/failover), their serving windows never overlap, no record is lost;
+ *  - the handoff order, from the simulated storage's own log (dev/sim/csi-attacher.ts):
+ *    each share's old VolumeAttachment was gone, finalizer and all, before its new one
+ *    was created, and no PV was ever attached to two nodes;
+ *  - nothing else on sim-1 was touched: the unrelated pod is not deleted, its volume is
+ *    still attached there and still in sim-1's volumesInUse, the node has no taint of ours;
+ *  - status.lastFailover.volumeHandoff and a VolumeHandoff event say what was done;
+ *  - partition the node now serving one share, then heal it: the share moves once, the
+ *    healed node does not get the volume back, windows never overlap.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { createShare, createVolume, pvName, unpinShare, waitServing } from '../../dev/demo/shares.ts';
+import { SHARES_NAMESPACE } from '../../dev/demo/system.ts';
+import { handoffOrderViolations } from '../../dev/sim/csi-attacher.ts';
+import { SHARE_SERVER_IMAGE, TEST_CSI_DRIVER } from '../../dev/sim/sim.ts';
+import { sleep } from '../../lib/clock.ts';
+import { k8s, withDeadline } from '../../lib/kube-client.ts';
+import { eventually } from '../support/cluster.ts';
+import {
+  ackedSeq,
+  assertNoOverlap,
+  assertRecordsKept,
+  eventsOf,
+  faultAndWaitForReplacement,
+  useSystem,
+} from './e2e-support.ts';
+
+const BOUND_S = 25;
+const SHARES = ['vh-a', 'vh-b'];
+const BYSTANDER = 'vh-bystander';
+const LOST = 'sim-1';
+
+const system = useSystem({
+  nodes: 3,
+  cluster: { nodeMonitorGracePeriod: '40s' }, // ADC sync: the default 1m
+  sim: { leaseRenewMs: 10_000, statusMs: 10_000 },
+});
+
+const uniqueName = (share: string) => `kubernetes.io/csi/${TEST_CSI_DRIVER}^vol-${share}`;
+
+async function attachmentsOf(pv: string): Promise<{ name: string; node: string }[]> {
+  const storage = system().kc.makeApiClient(k8s.StorageV1Api);
+  const list = await storage.listVolumeAttachment({}, withDeadline(5_000));
+  return list.items
+    .filter((va) => va.spec.source.persistentVolumeName === pv)
+    .map((va) => ({ name: va.metadata?.name ?? '', node: va.spec.nodeName }));
+}
+
+async function volumesInUse(node: string): Promise<string[]> {
+  return (await system().core.readNode({ name: node }, withDeadline(5_000))).status?.volumesInUse ?? [];
+}
+
+test('two shares and an unrelated pod with a volume run on sim-1', { timeout: 180_000 }, async () => {
+  const sys = system();
+  for (const share of SHARES) await createShare(sys, share, { node: LOST });
+  const claim = await createVolume(sys, BYSTANDER);
+  await sys.core.createNamespacedPod(
+    {
+      namespace: SHARES_NAMESPACE,
+      body: {
+        metadata: { name: BYSTANDER },
+        spec: {
+          nodeName: LOST,
+          containers: [
+            {
+              name: 'app',
+              image: `${SHARE_SERVER_IMAGE}:dev`,
+              args: ['--dir=/data'],
+              ports: [{ containerPort: 8080 }],
+              volumeMounts: [{ name: 'data', mountPath: '/data' }],
+            },
+          ],
+          volumes: [{ name: 'data', persistentVolumeClaim: { claimName: claim } }],
+        },
+      },
+    },
+    withDeadline(10_000),
+  );
+  for (const share of SHARES) {
+    const serving = await waitServing(sys, share, 120_000);
+    assert.equal(serving.node, LOST);
+    await unpinShare(sys, share); // replacements may go anywhere
+  }
+  await eventually(
+    `the unrelated pod runs on ${LOST} with its volume in use there`,
+    async () => {
+      const pod = await sys.core.readNamespacedPod({ namespace: SHARES_NAMESPACE, name: BYSTANDER });
+      const inUse = await volumesInUse(LOST);
+      return pod.status?.phase === 'Running' && inUse.includes(uniqueName(BYSTANDER)) ? true : undefined;
+    },
+    90_000,
+    500,
+  );
+  await sleep(1_000); // some records on the volumes
+});
+
+test('crash on default timings: shares served well under the 1 min sync, handoff in order, nothing else touched', {
+  timeout: 300_000,
+}, async () => {
+  const sys = system();
+  const [first, second] = SHARES as [string, string];
+  const secondBefore = await waitServing(sys, second, 10_000);
+  const secondAcked = await ackedSeq(secondBefore);
+  const r = await faultAndWaitForReplacement(sys, first, (node) => sys.sim.node(node).crash(), 90_000);
+  const secondAfter = await waitServing(sys, second, 90_000, secondBefore.pod);
+  const secondWindow = sys.sim.servingWindows(pvName(second)).find((w) => w.id === secondAfter.pod);
+  assert.ok(secondWindow, `a serving window of ${secondAfter.pod}`);
+  process.stderr.write(
+    `volume-handoff: ${first} served again ${r.toServingS.toFixed(2)} s after the crash\n`,
+  );
+  assert.ok(r.toServingS < BOUND_S, `${first}: crash to serving ${r.toServingS.toFixed(2)} s < ${BOUND_S} s`);
+  assert.notEqual(r.after.node, LOST);
+  assert.notEqual(secondAfter.node, LOST);
+  for (const share of SHARES) assertNoOverlap(sys, share);
+  await assertRecordsKept(r.after, r.acked);
+  await assertRecordsKept(secondAfter, secondAcked);
+
+  // The handoff order, from the storage's own log.
+  const events = sys.sim.attacher.events;
+  assert.deepEqual(
+    handoffOrderViolations(events),
+    [],
+    'no attach elsewhere before the old attachment was gone',
+  );
+  assert.deepEqual(sys.sim.attacher.multiAttach, [], 'no PV attached to two nodes at once');
+  for (const share of SHARES) {
+    const pv = pvName(share);
+    const gone = events.find((e) => e.pv === pv && e.node === LOST && e.event === 'deleted');
+    const created = events.find((e) => e.pv === pv && e.node !== LOST && e.event === 'created');
+    assert.ok(
+      gone && created,
+      `${pv}: the old attachment deleted and a new one created (${JSON.stringify(events.filter((e) => e.pv === pv))})`,
+    );
+    assert.ok(
+      gone.seq < created.seq,
+      `${pv}: old attachment gone (#${gone.seq}) before the new one (#${created.seq})`,
+    );
+    process.stderr.write(
+      `volume-handoff: ${pv}: old VolumeAttachment gone, new created ${(created.monoMs - gone.monoMs).toFixed(0)} ms later\n`,
+    );
+    assert.deepEqual(
+      (await attachmentsOf(pv)).map((a) => a.node),
+      [share === first ? r.after.node : secondAfter.node],
+    );
+  }
+
+  // What the failover said it did.
+  assert.match(r.status.lastFailover?.volumeHandoff ?? '', /from node sim-1 status\.volumesInUse/);
+  const handoffs = await eventsOf(sys, 'VolumeHandoff');
+  for (const share of SHARES)
+    assert.ok(
+      handoffs.some((e) => e.startsWith(`${share}:`) && e.includes(uniqueName(share))),
+      `a VolumeHandoff event for ${share}: ${handoffs.join(' | ')}`,
+    );
+
+  // Nothing else on the node was touched.
+  const bystander = await sys.core.readNamespacedPod({ namespace: SHARES_NAMESPACE, name: BYSTANDER });
+  assert.equal(bystander.metadata?.deletionTimestamp, undefined, 'the unrelated pod is not deleted');
+  assert.deepEqual(
+    (await attachmentsOf(pvName(BYSTANDER))).map((a) => a.node),
+    [LOST],
+  );
+  const inUse = await volumesInUse(LOST);
+  assert.ok(inUse.includes(uniqueName(BYSTANDER)), `its volume still in use on ${LOST}: ${inUse.join(', ')}`);
+  for (const share of SHARES) assert.ok(!inUse.includes(uniqueName(share)), `${share} released on ${LOST}`);
+  assert.equal(
+    events.some((e) => e.pv === pvName(BYSTANDER) && e.event === 'detaching'),
+    false,
+    'the unrelated volume was never detached',
+  );
+  const node = await sys.core.readNode({ name: LOST }, withDeadline(5_000));
+  assert.equal(node.spec?.taints?.some((t) => t.key === 'node.kubernetes.io/out-of-service') ?? false, false);
+});
+
+test('partition then heal on default timings: the share moves once, the healed node does not regain it', {
+  timeout: 300_000,
+}, async () => {
+  const sys = system();
+  sys.sim.node(LOST).heal(); // reboot the crashed node: a node the share may go back to
+  const share = SHARES[0] as string;
+  const r = await faultAndWaitForReplacement(
+    sys,
+    share,
+    async (node) => sys.sim.node(node).partition('close'),
+    90_000,
+    'partitioned',
+  );
+  process.stderr.write(`volume-handoff: partition: served again ${r.toServingS.toFixed(2)} s after it\n`);
+  assert.ok(r.toServingS < BOUND_S, `partition to serving ${r.toServingS.toFixed(2)} s < ${BOUND_S} s`);
+  sys.sim.node(r.before.node).heal();
+  // Two of the healed kubelet's status periods: time to re-post volumesInUse and tear down.
+  await sleep(22_000);
+  const now = await waitServing(sys, share, 5_000);
+  assert.equal(now.pod, r.after.pod, 'the replacement still serves after the heal');
+  assertNoOverlap(sys, share);
+  assert.deepEqual(
+    (await attachmentsOf(pvName(share))).map((a) => a.node),
+    [r.after.node],
+  );
+  assert.deepEqual(handoffOrderViolations(sys.sim.attacher.events), []);
+  assert.deepEqual(sys.sim.attacher.multiAttach, []);
+  await assertRecordsKept(now, r.acked);
+});
