@@ -67,12 +67,14 @@ export const VOLUME_NAME = 'share';
  * The agent container's Node and glibc settings (README "Agent memory", measured by
  * bench/agent side by side with and without them). Env, not `command`, so that they
  * reach the agent wherever its pod runs (the simulator passes env, ignores `command`):
- *  - `--jitless`: V8 only interprets. Its optimizing compilers' code and memory grow
- *    the agent by ~20 MB over half an hour (63 -> 82 MB); jitless it stays flat. The
- *    agent runs a few short functions every R, so interpreting costs it no measurable
- *    CPU. NB: no WebAssembly either, so no `fetch`: the agent never uses it.
+ *  - `--jitless`: V8 only interprets. Its optimizing compilers' code and memory grew
+ *    the agent to 75.6 MB in half an hour at R = 2 s; jitless 60.5 MB (56.4 at start).
+ *    The agent runs a few short functions every R, so interpreting costs it no
+ *    measurable CPU. NB: no WebAssembly either, so no `fetch`: the agent never uses it.
  *  - `--max-semi-space-size=1` (MB), `--v8-pool-size=1`, MALLOC_ARENA_MAX=1: a small
- *    young generation, one V8 worker thread, one malloc arena (~1.5 MB together).
+ *    young generation, one V8 worker thread, one malloc arena (~1.4 MB together).
+ * NB: no `--max-old-space-size`: a small old generation would collect sooner, but the
+ * agent's client-node kubeconfig path (kube-connection.ts) does not fit in 16 MB.
  */
 export const AGENT_RUNTIME_ENV: readonly V1EnvVar[] = [
   { name: 'NODE_OPTIONS', value: '--jitless --max-semi-space-size=1 --v8-pool-size=1' },
