@@ -73,11 +73,16 @@ export const VOLUME_NAME = 'share';
  *    measurable CPU. NB: no WebAssembly either, so no `fetch`: the agent never uses it.
  *  - `--max-semi-space-size=1` (MB), `--v8-pool-size=1`, MALLOC_ARENA_MAX=1: a small
  *    young generation, one V8 worker thread, one malloc arena (~1.4 MB together).
- * NB: no `--max-old-space-size`: a small old generation would collect sooner, but the
- * agent's client-node kubeconfig path (kube-connection.ts) does not fit in 16 MB.
+ *  - `--max-old-space-size=48` (MB): V8 sizes its first mark-compact from the heap
+ *    limit; with the machine's default the agent's promoted garbage grows its heap to
+ *    ~30 MB before one runs, with 48 to ~12-15 MB. The live heap is ~6 MB; the
+ *    client-node kubeconfig path (kube-connection.ts) needs ~36 MB (not 16: it fails).
  */
 export const AGENT_RUNTIME_ENV: readonly V1EnvVar[] = [
-  { name: 'NODE_OPTIONS', value: '--jitless --max-semi-space-size=1 --v8-pool-size=1' },
+  {
+    name: 'NODE_OPTIONS',
+    value: '--jitless --max-semi-space-size=1 --v8-pool-size=1 --max-old-space-size=48',
+  },
   { name: 'MALLOC_ARENA_MAX', value: '1' },
 ];
 

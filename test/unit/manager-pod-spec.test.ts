@@ -90,7 +90,10 @@ test('agent env: spec timings over manager defaults, fence, downward API', () =>
 test("agent env: Node and glibc memory settings, on the agent only (the server's env is its own)", () => {
   const pod = build();
   const env = Object.fromEntries((pod.spec?.initContainers?.[0]?.env ?? []).map((e) => [e.name, e.value]));
-  assert.equal(env.NODE_OPTIONS, '--jitless --max-semi-space-size=1 --v8-pool-size=1');
+  assert.equal(
+    env.NODE_OPTIONS,
+    '--jitless --max-semi-space-size=1 --v8-pool-size=1 --max-old-space-size=48',
+  );
   assert.equal(env.MALLOC_ARENA_MAX, '1');
   const serverEnv = (pod.spec?.containers[0]?.env ?? []).map((e) => e.name);
   assert.ok(!serverEnv.includes('NODE_OPTIONS') && !serverEnv.includes('MALLOC_ARENA_MAX'));
