@@ -10,11 +10,16 @@
  *  - anything else (YAML, exec or auth-provider plugins): resolved once by client-node
  *    (loaded lazily, so only then does it cost memory).
  * Errors name the file or variable and what was missing.
+ *
+ * Files are read synchronously: this runs once, at start, before anything else does.
+ * NB: node:fs is loaded with require(): its ESM import reads every export, and the lazy
+ * `promises` getter loads fs/promises and more (~1 MB of RSS the agent does not need).
  */
-import { readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { dirname, isAbsolute, join } from 'node:path';
 import { LeaseholdError } from '../lib/errors.ts';
+
+const { readFileSync } = createRequire(import.meta.url)('node:fs') as typeof import('node:fs');
 
 export interface KubeConnection {
   /** Base URL of the API server, e.g. https://10.0.0.1:443 */
@@ -37,11 +42,14 @@ export async function resolveKubeConnection(
 ): Promise<KubeConnection> {
   const path = env.KUBECONFIG;
   if (!path) return inCluster(env);
-  const text = await readFile(path, 'utf8').catch((err: unknown) => {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
     throw new LeaseholdError('E_KUBECONFIG', `reading KUBECONFIG=${path} failed: ${(err as Error).message}`, {
       cause: err,
     });
-  });
+  }
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);

@@ -17,14 +17,14 @@
  * the delay of a setImmediate scheduled at the previous scrape (0 before the second).
  * Counters are cumulative from process start; the lag histogram resets at each scrape.
  *
- * NB: node:perf_hooks and node:v8 are loaded with require(): an ESM import of a Node
- * built-in reads every export, and some exports are lazy getters that load more.
+ * NB: node:fs, node:perf_hooks and node:v8 are loaded with require(): an ESM import of a
+ * Node built-in reads every export, and some exports are lazy getters that load more.
  */
-import { readdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { type Family, Histogram, type Sample } from './prom-text.ts';
 
 const require = createRequire(import.meta.url);
+const { readdirSync, readFileSync } = require('node:fs') as typeof import('node:fs');
 const GC_BUCKETS = [0.001, 0.01, 0.1, 1, 2, 5];
 
 export class ProcessMetrics {

@@ -7,8 +7,13 @@
  * has stopped running: it serves nothing and counts as gone.
  * Reads are synchronous: a pod holds a handful of processes (a few ms), and nothing else
  * has to run while the agent fences.
+ *
+ * NB: node:fs is loaded with require(): its ESM import reads every export, and the lazy
+ * `promises` getter loads fs/promises and more (~1 MB of RSS the agent does not need).
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+
+const { readdirSync, readFileSync } = createRequire(import.meta.url)('node:fs') as typeof import('node:fs');
 
 export interface ProcessInfo {
   pid: number;

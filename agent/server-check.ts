@@ -7,9 +7,17 @@
  * NB: failures count only after the server has passed once. The agent acquires the
  * lease before the server container starts (native sidecar), so early failures are the
  * server still starting; a server that never starts ends the pod through its own probes.
+ *
+ * NB: the HTTP check uses node:http (required, see lib/http-endpoints.ts), never `fetch`:
+ * fetch loads Node's bundled undici (~28 MB of RSS) and needs WebAssembly, which the
+ * agent's default `--jitless` (manager/pod-spec.ts) turns off. Redirects are not
+ * followed (a 3xx is healthy); the timeout covers connect and the response head.
  */
+import { createRequire } from 'node:module';
 import { connect } from 'node:net';
 import type { ServerCheckTarget } from './config.ts';
+
+const { get: httpGet } = createRequire(import.meta.url)('node:http') as typeof import('node:http');
 
 export type CheckResult = { ok: true } | { ok: false; detail: string };
 
@@ -59,13 +67,26 @@ function checkTcp(host: string, port: number, timeoutMs: number): Promise<CheckR
   });
 }
 
-async function checkHttp(url: string, timeoutMs: number): Promise<CheckResult> {
-  try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), redirect: 'manual' });
-    await res.body?.cancel();
-    return res.status < 400 ? { ok: true } : { ok: false, detail: `GET ${url} answered ${res.status}` };
-  } catch (err) {
-    const reason = (err as Error).name === 'TimeoutError' ? `timed out after ${timeoutMs}ms` : String(err);
-    return { ok: false, detail: `GET ${url} failed: ${reason}` };
-  }
+function checkHttp(url: string, timeoutMs: number): Promise<CheckResult> {
+  return new Promise((resolve) => {
+    let settled = false;
+    const settle = (result: CheckResult) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      req.destroy();
+      resolve(result);
+    };
+    // Both callbacks run on later ticks, after `timer` and `req` are assigned.
+    const timer = setTimeout(
+      () => settle({ ok: false, detail: `GET ${url} failed: timed out after ${timeoutMs}ms` }),
+      timeoutMs,
+    );
+    const req = httpGet(url, { agent: false, headers: { connection: 'close' } }, (res) => {
+      const status = res.statusCode ?? 0;
+      res.resume();
+      settle(status < 400 ? { ok: true } : { ok: false, detail: `GET ${url} answered ${status}` });
+    });
+    req.once('error', (err) => settle({ ok: false, detail: `GET ${url} failed: ${err.message}` }));
+  });
 }

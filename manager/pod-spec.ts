@@ -22,7 +22,8 @@
  *    renewal was sent, or 2-3 s after the agent died or hung — even when the agent cannot
  *    (hung, dead, unable to signal) and while the node is cut off from the API.
  *  - env of the agent from the ShareManager (lease timings with the manager's defaults
- *    filled in, fence, server check) + the downward API for pod and node name.
+ *    filled in, fence, server check) + the downward API for pod and node name, and
+ *    AGENT_RUNTIME_ENV: Node and glibc settings that keep the agent's memory down.
  *  - the server container is `spec.server` as written, or without it the shipped NFS
  *    server (nfs-server-preset.ts: image from the manager's settings, port 2049 `nfs`,
  *    the export at the mount path, its securityContext, an emptyDir on /run for its
@@ -62,6 +63,29 @@ export const ANNOTATION_REPLACES = `${SM_GROUP}/replaces`;
 export const SERVER_CONTAINER = 'server';
 export const AGENT_CONTAINER = 'agent';
 export const VOLUME_NAME = 'share';
+
+/**
+ * The agent container's Node and glibc settings (README "Agent memory", measured by
+ * bench/agent side by side with and without them). Env, not `command`, so that they
+ * reach the agent wherever its pod runs (the simulator passes env, ignores `command`):
+ *  - `--jitless`: V8 only interprets. Its optimizing compilers' code and memory grew
+ *    the agent to 75.6 MB in half an hour at R = 2 s; jitless 60.5 MB (56.4 at start).
+ *    The agent runs a few short functions every R, so interpreting costs it no
+ *    measurable CPU. NB: no WebAssembly either, so no `fetch`: the agent never uses it.
+ *  - `--max-semi-space-size=1` (MB), `--v8-pool-size=1`, MALLOC_ARENA_MAX=1: a small
+ *    young generation, one V8 worker thread, one malloc arena (~1.4 MB together).
+ *  - `--max-old-space-size=48` (MB): V8 sizes its first mark-compact from the heap
+ *    limit; with the machine's default the agent's promoted garbage grows its heap to
+ *    ~30 MB before one runs, with 48 to ~12-15 MB. The live heap is ~6 MB; the
+ *    client-node kubeconfig path (kube-connection.ts) needs ~36 MB (not 16: it fails).
+ */
+export const AGENT_RUNTIME_ENV: readonly V1EnvVar[] = [
+  {
+    name: 'NODE_OPTIONS',
+    value: '--jitless --max-semi-space-size=1 --v8-pool-size=1 --max-old-space-size=48',
+  },
+  { name: 'MALLOC_ARENA_MAX', value: '1' },
+];
 
 export type NodeAvoidance = { node: string; mode: 'required' | 'preferred' } | undefined;
 
@@ -255,6 +279,7 @@ function agentEnv(
     { name: 'LEASEHOLD_RENEW_DEADLINE', value: formatDuration(t.renewDeadlineMs) },
     { name: 'LEASEHOLD_RETRY_PERIOD', value: formatDuration(t.retryPeriodMs) },
     { name: 'LEASEHOLD_HTTP_PORT', value: String(agentPort) },
+    ...AGENT_RUNTIME_ENV,
   ];
   const fence = sm.spec.fence;
   env.push({ name: 'LEASEHOLD_FENCE_ACTION', value: fenceAction });

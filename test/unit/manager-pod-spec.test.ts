@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { describe, it, test } from 'node:test';
 import { exportStatus, NFS_MOUNT_OPTIONS } from '../../manager/nfs-server-preset.ts';
 import { avoidanceFor, nodeHealth } from '../../manager/node-health.ts';
-import { buildSharePod, sharePodFor } from '../../manager/pod-spec.ts';
+import { AGENT_RUNTIME_ENV, buildSharePod, sharePodFor } from '../../manager/pod-spec.ts';
 import type { ShareManager } from '../../manager/share-manager-spec.ts';
 import { resolveSpec } from '../../manager/share-manager-spec.ts';
 
@@ -84,6 +85,25 @@ test('agent env: spec timings over manager defaults, fence, downward API', () =>
   assert.deepEqual(env.LEASEHOLD_POD_NAME, { fieldRef: { fieldPath: 'metadata.name' } });
   assert.deepEqual(env.LEASEHOLD_NODE_NAME, { fieldRef: { fieldPath: 'spec.nodeName' } });
   assert.deepEqual(env.LEASEHOLD_LEASE_NAMESPACE, { fieldRef: { fieldPath: 'metadata.namespace' } });
+});
+
+test("agent env: Node and glibc memory settings, on the agent only (the server's env is its own)", () => {
+  const pod = build();
+  const env = Object.fromEntries((pod.spec?.initContainers?.[0]?.env ?? []).map((e) => [e.name, e.value]));
+  assert.equal(
+    env.NODE_OPTIONS,
+    '--jitless --max-semi-space-size=1 --v8-pool-size=1 --max-old-space-size=48',
+  );
+  assert.equal(env.MALLOC_ARENA_MAX, '1');
+  const serverEnv = (pod.spec?.containers[0]?.env ?? []).map((e) => e.name);
+  assert.ok(!serverEnv.includes('NODE_OPTIONS') && !serverEnv.includes('MALLOC_ARENA_MAX'));
+});
+
+test('agent env: this Node accepts NODE_OPTIONS and runs jitless with it', () => {
+  const env = Object.fromEntries(AGENT_RUNTIME_ENV.map((e) => [e.name, e.value ?? '']));
+  const run = spawnSync(process.execPath, ['-p', 'typeof WebAssembly'], { env, encoding: 'utf8' });
+  assert.equal(run.status, 0, run.stderr);
+  assert.equal(run.stdout.trim(), 'undefined', 'jitless: no WebAssembly');
 });
 
 test('node anti-affinity against the lost node, required or preferred', () => {
