@@ -194,7 +194,10 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
             // Acquiring may wait D after a dead holder plus scheduling noise: allow 10 min.
             failureThreshold: 600,
           },
-          readinessProbe: { httpGet: { path: '/readyz', port: agentPort }, periodSeconds: 2 },
+          // 1 s, like the server's: the pod becomes a Service endpoint only when every
+          // container is Ready, so this period adds up to its length to every failover as
+          // clients see it (a local HTTP GET per second costs the agent nothing measurable).
+          readinessProbe: { httpGet: { path: '/readyz', port: agentPort }, periodSeconds: 1 },
         },
       ],
       containers: [serverContainer(input)],

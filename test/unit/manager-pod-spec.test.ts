@@ -398,3 +398,10 @@ describe('status.export and the mount options', () => {
     assert.ok(!options.has('soft'));
   });
 });
+
+test('the pod is a Service endpoint soon after the agent holds the lease: agent readiness every 1 s', () => {
+  const pod = build();
+  const agent = pod.spec?.initContainers?.find((c) => c.name === 'agent');
+  assert.deepEqual(agent?.readinessProbe?.httpGet?.path, '/readyz');
+  assert.equal(agent?.readinessProbe?.periodSeconds, 1);
+});
