@@ -19,7 +19,7 @@
  * | LEASEHOLD_AGENT_PORT                   | 8081                      | agent HTTP port inside share-manager pods (startup probe /readyz) |
  * | LEASEHOLD_AGENT_SERVICE_ACCOUNT        | namespace default         | ServiceAccount of share-manager pods whose spec names none (the chart sets leasehold-agent) |
  * | LEASEHOLD_ANTI_AFFINITY                | auto                      | auto (required when the lost node is unhealthy, else preferred), required, preferred, none |
- * | LEASEHOLD_VOLUME_HANDOFF               | volumes-in-use            | how a failover frees the volume on the lost node (volume-handoff.ts): volumes-in-use (remove that one volume from the node's status.volumesInUse: the attach-detach controller detaches it at once, then attaches it to the new node), volume-attachment (delete its VolumeAttachment: the controller attaches elsewhere only after its next state sync, 1 min by default), none. NB: volumes-in-use needs `patch` on nodes/status |
+ * | LEASEHOLD_VOLUME_HANDOFF               | volumes-in-use            | how a failover frees the volume on the lost node (failover/volume-handoff.ts): volumes-in-use (remove that one volume from the node's status.volumesInUse: the attach-detach controller detaches it at once, then attaches it to the new node), volume-attachment (delete its VolumeAttachment: the controller attaches elsewhere only after its next state sync, 1 min by default), none. NB: volumes-in-use needs `patch` on nodes/status |
  * | LEASEHOLD_MAX_CONCURRENT_FAILOVERS     | 10                        | failovers this manager runs at once; more wait |
  * | LEASEHOLD_STORM_THRESHOLD              | 0.5                       | pause failovers when more than this share of the leases held off the node with the most stale leases go stale in one window on healthy-looking nodes (storm-guard.ts; one node's loss never trips it) |
  * | LEASEHOLD_STORM_MIN_LEASES             | 3                         | ... and at least this many of them (one lease is never a storm) |
@@ -40,7 +40,7 @@
  */
 import { type Env, EnvReader, formatDuration } from '../lib/env-config.ts';
 import { LOG_LEVELS, type LogLevel } from '../lib/logger.ts';
-import { VOLUME_HANDOFF_MODES, type VolumeHandoffMode } from './volume-handoff.ts';
+import { VOLUME_HANDOFF_MODES, type VolumeHandoffMode } from './failover/volume-handoff.ts';
 
 export const ANTI_AFFINITY_MODES = ['auto', 'required', 'preferred', 'none'] as const;
 export type AntiAffinityMode = (typeof ANTI_AFFINITY_MODES)[number];
@@ -66,14 +66,14 @@ export interface ManagerConfig {
   /** ServiceAccount for share-manager pods without spec.serviceAccountName; undefined = the namespace's default. */
   agentServiceAccount: string | undefined;
   antiAffinity: AntiAffinityMode;
-  /** How a failover frees the volume on the lost node (volume-handoff.ts). */
+  /** How a failover frees the volume on the lost node (failover/volume-handoff.ts). */
   volumeHandoff: VolumeHandoffMode;
   maxConcurrentFailovers: number;
   storm: { threshold: number; minLeases: number; windowMs: number };
   takeoverTimeoutMs: number;
   podCreateTimeoutMs: number;
   nodeLeaseGraceMs: number;
-  /** Add/remove the out-of-service taint on lost nodes (out-of-service.ts). */
+  /** Add/remove the out-of-service taint on lost nodes (node-handling/decide-out-of-service.ts). */
   outOfServiceTaint: boolean;
   watchQuietTimeoutMs: number;
   requestTimeoutMs: number;

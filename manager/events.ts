@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { k8s, withDeadline } from '../lib/kube-client.ts';
 import type { Logger } from '../lib/logger.ts';
-import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
+import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './reconciliation/share-manager-spec.ts';
 
 export type EventReason =
   | 'LeaseExpired'

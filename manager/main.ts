@@ -18,22 +18,25 @@ import { KubeLeaseStore } from '../lib/lease-store.ts';
 import { createLogger } from '../lib/logger.ts';
 import { createRegistry } from '../lib/metrics.ts';
 import { type ManagerConfig, readManagerConfig } from './config.ts';
+import { durationFloorMs } from './detection/lease-duration.ts';
+import { LeaseLabelCheck } from './detection/lease-label-check.ts';
+import { LeaseMonitor } from './detection/lease-monitor.ts';
+import { NodeObserver } from './detection/node-observer.ts';
+import { StaleConfirmation } from './detection/stale-confirmation.ts';
 import { EventRecorder } from './events.ts';
-import { FailoverExecutor } from './execute-failover.ts';
-import { OutOfServiceExecutor } from './execute-out-of-service.ts';
-import { ReconcileExecutor } from './execute-reconcile.ts';
-import { FailoverDriver } from './failover-driver.ts';
-import { durationFloorMs } from './lease-duration.ts';
-import { LeaseLabelCheck } from './lease-label-check.ts';
-import { LeaseMonitor } from './lease-monitor.ts';
+import { FailoverExecutor } from './failover/execute-failover.ts';
+import { FailoverDriver } from './failover/failover-driver.ts';
 import { createManagerMetrics } from './manager-metrics.ts';
-import { NodeObserver } from './node-observer.ts';
-import { createOutOfServiceMetrics, OutOfServiceReconciler } from './out-of-service-reconciler.ts';
-import { isLive } from './reconcile-share-manager.ts';
-import { ShareManagerController } from './share-manager-controller.ts';
-import { type ShareManager, SM_GROUP, SM_PLURAL, SM_VERSION } from './share-manager-spec.ts';
-import { StaleConfirmation } from './stale-confirmation.ts';
-import { StatusWriter } from './status-writer.ts';
+import { OutOfServiceExecutor } from './node-handling/execute-out-of-service.ts';
+import {
+  createOutOfServiceMetrics,
+  OutOfServiceReconciler,
+} from './node-handling/out-of-service-reconciler.ts';
+import { isLive } from './reconciliation/decide-reconcile.ts';
+import { ReconcileExecutor } from './reconciliation/execute-reconcile.ts';
+import { ShareManagerController } from './reconciliation/share-manager-controller.ts';
+import { type ShareManager, SM_GROUP, SM_PLURAL, SM_VERSION } from './reconciliation/share-manager-spec.ts';
+import { StatusWriter } from './reconciliation/status-writer.ts';
 
 let config: ManagerConfig;
 try {

@@ -7,7 +7,7 @@
  * from /proc over a steady window) and RSS, then stops 1 % of the leases (three rounds)
  * and reports the detection lag the manager measured (its per-lease timer's verdict -
  * observedAt - D), the lag once the verdict is confirmed by a quorum read of the lease
- * (see manager/stale-confirmation.ts), and the lag seen from outside (verdict log time -
+ * (see manager/detection/stale-confirmation.ts), and the lag seen from outside (verdict log time -
  * (last renewal returned + D)). "false verdicts" counts verdicts for leases the load
  * generator kept renewing; "max renewal gap" shows whether it really managed to.
  * Goal from issue 4: p99 detection lag < 250 ms and CPU < 10 % of a core at N = 1000.

@@ -1,5 +1,5 @@
 /**
- * The default volume handoff (manager/volume-handoff.ts: the lost node's
+ * The default volume handoff (manager/failover/volume-handoff.ts: the lost node's
  * status.volumesInUse entry removed) on Kubernetes' DEFAULT timings: kube-controller-
  * manager --attach-detach-reconcile-sync-period 1m and --node-monitor-grace-period 40s,
  * the kubelet heartbeat (node Lease and status) every 10 s; chart defaults (D 6 s).

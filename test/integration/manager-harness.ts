@@ -15,7 +15,7 @@ import * as k8s from '@kubernetes/client-node';
 import type { Cluster } from '../../dev/cluster/cluster.ts';
 import { sleep } from '../../lib/clock.ts';
 import { fromWire, type LeaseRecord } from '../../lib/lease-record.ts';
-import type { ShareManagerStatus } from '../../manager/share-manager-spec.ts';
+import type { ShareManagerStatus } from '../../manager/reconciliation/share-manager-spec.ts';
 import { eventually } from '../support/cluster.ts';
 import { HolderLoop } from './manager-holder-loop.ts';
 
@@ -334,7 +334,7 @@ export const FAST_LEASE_D_MS = 3000;
 /**
  * The same timings as the manager's defaults, for tests whose Leases have no
  * ShareManager: such a Lease is judged by at least the manager's default duration
- * (manager/lease-duration.ts), whatever its leaseDurationSeconds says.
+ * (manager/detection/lease-duration.ts), whatever its leaseDurationSeconds says.
  */
 export const FAST_MANAGER_DEFAULTS = {
   LEASEHOLD_LEASE_DURATION: FAST_LEASE.duration,

@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
+  inheritedRecord,
+  lastFailover,
+  lastFailoverPatch,
+  type ReportContext,
+} from '../../manager/failover/failover-report.ts';
+import {
   EVENTS,
   type FailoverEvent,
   isOwning,
@@ -8,14 +14,8 @@ import {
   type Phase,
   TRANSITIONS,
   transition,
-} from '../../manager/failover.ts';
-import {
-  inheritedRecord,
-  lastFailover,
-  lastFailoverPatch,
-  type ReportContext,
-} from '../../manager/failover-report.ts';
-import type { LastFailover } from '../../manager/share-manager-spec.ts';
+} from '../../manager/failover/failover-transitions.ts';
+import type { LastFailover } from '../../manager/reconciliation/share-manager-spec.ts';
 
 const OWNING: Phase[] = ['deletingPod', 'detaching', 'replacing', 'awaitingAcquire'];
 

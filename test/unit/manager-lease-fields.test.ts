@@ -9,10 +9,10 @@ import {
   MAX_TIMER_MS,
   shareManagerDurationMs,
   timerDelayMs,
-} from '../../manager/lease-duration.ts';
-import { inspectLease, OddFieldMemory } from '../../manager/lease-fields.ts';
-import type { ShareManager } from '../../manager/share-manager-spec.ts';
-import { judge, observe } from '../../manager/staleness.ts';
+} from '../../manager/detection/lease-duration.ts';
+import { inspectLease, OddFieldMemory } from '../../manager/detection/lease-fields.ts';
+import { judge, observe } from '../../manager/detection/staleness.ts';
+import type { ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
 
 const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };
 

@@ -3,7 +3,7 @@ import { afterEach, beforeEach, mock, test } from 'node:test';
 import type { V1Lease } from '@kubernetes/client-node';
 import { ManualClock } from '../../lib/clock.ts';
 import type { Logger } from '../../lib/logger.ts';
-import { LeaseMonitor, type StaleVerdict } from '../../manager/lease-monitor.ts';
+import { LeaseMonitor, type StaleVerdict } from '../../manager/detection/lease-monitor.ts';
 
 // Test seam: node:test's mocked setTimeout moves with the ManualClock.
 let clock: ManualClock;

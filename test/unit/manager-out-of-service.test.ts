@@ -1,5 +1,5 @@
 /**
- * The out-of-service taint decision (manager/out-of-service.ts): every branch of
+ * The out-of-service taint decision (manager/node-handling/decide-out-of-service.ts): every branch of
  * decideOutOfService with an injected monotonic time, the taint state a Node shows, the
  * lost nodes of our failovers, and the CAS merge patches.
  */
@@ -16,7 +16,7 @@ import {
   type OutOfServiceInput,
   removeTaintPatch,
   taintStateOf,
-} from '../../manager/out-of-service.ts';
+} from '../../manager/node-handling/decide-out-of-service.ts';
 
 const GRACE = 8_000;
 const HOLD = 6_000;

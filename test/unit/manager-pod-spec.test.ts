@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it, test } from 'node:test';
-import { exportStatus, NFS_MOUNT_OPTIONS } from '../../manager/nfs-server-preset.ts';
-import { avoidanceFor, nodeHealth } from '../../manager/node-health.ts';
-import { AGENT_RUNTIME_ENV, buildSharePod, sharePodFor } from '../../manager/pod-spec.ts';
-import type { ShareManager } from '../../manager/share-manager-spec.ts';
-import { resolveSpec } from '../../manager/share-manager-spec.ts';
+import { avoidanceFor, nodeHealth } from '../../manager/detection/node-health.ts';
+import { exportStatus, NFS_MOUNT_OPTIONS } from '../../manager/reconciliation/nfs-server-preset.ts';
+import { AGENT_RUNTIME_ENV, buildSharePod, sharePodFor } from '../../manager/reconciliation/pod-spec.ts';
+import type { ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
+import { resolveSpec } from '../../manager/reconciliation/share-manager-spec.ts';
 
 const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };
 const sm: ShareManager = {

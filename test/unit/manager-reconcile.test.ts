@@ -2,13 +2,13 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
 import { fromWire } from '../../lib/lease-record.ts';
-import { servicePorts } from '../../manager/execute-reconcile.ts';
 import {
   decideShareManager,
   fencingCondition,
   type ShareManagerSnapshot,
-} from '../../manager/reconcile-share-manager.ts';
-import { resolveSpec, type ShareManager } from '../../manager/share-manager-spec.ts';
+} from '../../manager/reconciliation/decide-reconcile.ts';
+import { servicePorts } from '../../manager/reconciliation/execute-reconcile.ts';
+import { resolveSpec, type ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
 
 const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };
 const sm: ShareManager = {

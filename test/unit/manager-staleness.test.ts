@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { fromWire, type LeaseRecord } from '../../lib/lease-record.ts';
-import { judge, observe, refloor, resetObservation } from '../../manager/staleness.ts';
+import { judge, observe, refloor, resetObservation } from '../../manager/detection/staleness.ts';
 
 function lease(
   over: { holder?: string; renew?: string; rv?: string; delinquent?: string; duration?: number } = {},

@@ -8,7 +8,7 @@ import {
   type Population,
   type StormGuardState,
   stormStatus,
-} from '../../manager/storm-guard.ts';
+} from '../../manager/detection/storm-guard.ts';
 
 const config = { threshold: 0.5, minLeases: 3, windowMs: 10_000 };
 

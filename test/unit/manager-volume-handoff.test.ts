@@ -1,5 +1,5 @@
 /**
- * The volume handoff decision (manager/volume-handoff.ts): every branch of decideHandoff
+ * The volume handoff decision (manager/failover/volume-handoff.ts): every branch of decideHandoff
  * with injected monotonic times, the unique CSI volume name, and the JSON patch that
  * removes exactly one entry (applied here to a volumesInUse list, as the API would).
  */
@@ -11,7 +11,7 @@ import {
   describeHandoff,
   type HandoffInput,
   releaseInUsePatch,
-} from '../../manager/volume-handoff.ts';
+} from '../../manager/failover/volume-handoff.ts';
 
 const OURS = csiUniqueVolumeName('csi.leasehold.dev', 'pv-a');
 const OTHER = csiUniqueVolumeName('csi.leasehold.dev', 'pv-other');

@@ -8,11 +8,11 @@
  * (status.lastFailover tells when the failover began, not when we joined it); the
  * histograms only ever get spans measured on this manager's own monotonic clock.
  */
-import type { Logger } from '../lib/logger.ts';
-import type { EventRecorder } from './events.ts';
-import type { FailoverPhaseName, ManagerMetrics } from './manager-metrics.ts';
-import type { LastFailover, ShareManager } from './share-manager-spec.ts';
-import type { StatusWriter } from './status-writer.ts';
+import type { Logger } from '../../lib/logger.ts';
+import type { EventRecorder } from '../events.ts';
+import type { FailoverPhaseName, ManagerMetrics } from '../manager-metrics.ts';
+import type { LastFailover, ShareManager } from '../reconciliation/share-manager-spec.ts';
+import type { StatusWriter } from '../reconciliation/status-writer.ts';
 
 export interface Instant {
   mono: number;

@@ -15,8 +15,8 @@
  * manager failed, not obviously the node; a one-node cluster must still recover).
  */
 import type { V1Node } from '@kubernetes/client-node';
-import type { AntiAffinityMode } from './config.ts';
-import type { NodeAvoidance } from './pod-spec.ts';
+import type { AntiAffinityMode } from '../config.ts';
+import type { NodeAvoidance } from '../reconciliation/pod-spec.ts';
 
 export type NodeHealth = 'healthy' | 'unhealthy' | 'unknown';
 

@@ -42,9 +42,9 @@ import type {
   V1SecurityContext,
   V1Volume,
 } from '@kubernetes/client-node';
-import { formatDuration } from '../lib/env-config.ts';
-import { LABEL_SHARE_MANAGER } from '../lib/lease-record.ts';
-import type { LeaseTimings, ManagerConfig } from './config.ts';
+import { formatDuration } from '../../lib/env-config.ts';
+import { LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
+import type { LeaseTimings, ManagerConfig } from '../config.ts';
 import { NFS_RUN_MOUNT, NFS_RUN_VOLUME, nfsServerContainer } from './nfs-server-preset.ts';
 import {
   type FenceAction,

@@ -1,18 +1,18 @@
 /**
  * Glue for reconciling ShareManagers: builds each snapshot from the informer caches
- * (time read once per pass), asks reconcile-share-manager.ts what to do and hands the
+ * (time read once per pass), asks decide-reconcile.ts what to do and hands the
  * actions to the executor. Keys are namespace/name; any change of the ShareManager,
  * its Lease or its pods enqueues the key.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import type { Clock } from '../lib/clock.ts';
-import type { Informer } from '../lib/informer.ts';
-import type { k8s } from '../lib/kube-client.ts';
-import { fromWire, LABEL_SHARE_MANAGER } from '../lib/lease-record.ts';
-import type { Logger } from '../lib/logger.ts';
-import type { ManagerConfig } from './config.ts';
+import type { Clock } from '../../lib/clock.ts';
+import type { Informer } from '../../lib/informer.ts';
+import type { k8s } from '../../lib/kube-client.ts';
+import { fromWire, LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
+import type { Logger } from '../../lib/logger.ts';
+import type { ManagerConfig } from '../config.ts';
+import { decideShareManager } from './decide-reconcile.ts';
 import { newRequestId, type ReconcileExecutor } from './execute-reconcile.ts';
-import { decideShareManager } from './reconcile-share-manager.ts';
 import { resolveSpec, type ShareManager } from './share-manager-spec.ts';
 import { WorkQueue } from './work-queue.ts';
 

@@ -19,10 +19,10 @@
  *  - No timer is set beyond 2^31 - 1 ms: a longer wait re-arms in steps, each firing
  *    once (a Lease with a huge duration costs one wake-up per ~24.8 days, not a spin).
  */
-import type { Clock } from '../lib/clock.ts';
-import type { k8s } from '../lib/kube-client.ts';
-import { fromWire, type LeaseRecord, leaseKey } from '../lib/lease-record.ts';
-import type { Logger } from '../lib/logger.ts';
+import type { Clock } from '../../lib/clock.ts';
+import type { k8s } from '../../lib/kube-client.ts';
+import { fromWire, type LeaseRecord, leaseKey } from '../../lib/lease-record.ts';
+import type { Logger } from '../../lib/logger.ts';
 import { timerDelayMs } from './lease-duration.ts';
 import { inspectLease, OddFieldMemory } from './lease-fields.ts';
 import {

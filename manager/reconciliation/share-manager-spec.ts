@@ -14,9 +14,9 @@
  * `spec.serverCheck` the agent checks TCP 2049; `spec.nfs` with `spec.server` is an error.
  */
 import type { V1EnvVar, V1ObjectMeta, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
-import { formatDuration, parseDuration } from '../lib/env-config.ts';
-import { defaultFenceTiming, fenceTimingProblems } from '../lib/fence-timing.ts';
-import { type LeaseTimings, timingProblem } from './config.ts';
+import { formatDuration, parseDuration } from '../../lib/env-config.ts';
+import { defaultFenceTiming, fenceTimingProblems } from '../../lib/fence-timing.ts';
+import { type LeaseTimings, timingProblem } from '../config.ts';
 import {
   type ExportStatus,
   type NfsSettings,
@@ -72,7 +72,7 @@ export interface LastFailover {
   replacementCreatedAt?: string;
   completedAt?: string;
   replacementPod?: string;
-  /** What the volume handoff did (manager/volume-handoff.ts). */
+  /** What the volume handoff did (manager/failover/volume-handoff.ts). */
   volumeHandoff?: string;
 }
 
@@ -83,7 +83,7 @@ export interface ShareManagerStatus {
   pod?: string;
   leaseHolder?: string;
   observedGeneration?: number;
-  /** Arbitration of the next pod creation among managers (see reconcile-share-manager.ts). */
+  /** Arbitration of the next pod creation among managers (see decide-reconcile.ts). */
   podRequest?: { id: string; by: string };
   lastFailover?: LastFailover;
   /** How to mount the share (default NFS server only): nfs-server-preset.ts. */

@@ -37,7 +37,7 @@
  * timeout may race a very slow creator); the lease gate still lets only one serve.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import type { LeaseRecord } from '../lib/lease-record.ts';
+import type { LeaseRecord } from '../../lib/lease-record.ts';
 import { type ExportStatus, exportStatus } from './nfs-server-preset.ts';
 import { ANNOTATION_POD_REQUEST } from './pod-spec.ts';
 import type {

@@ -4,9 +4,9 @@
  * (node-health.ts has the rule).
  */
 import type { V1Node } from '@kubernetes/client-node';
-import type { Clock } from '../lib/clock.ts';
-import type { Informer } from '../lib/informer.ts';
-import type { k8s } from '../lib/kube-client.ts';
+import type { Clock } from '../../lib/clock.ts';
+import type { Informer } from '../../lib/informer.ts';
+import type { k8s } from '../../lib/kube-client.ts';
 import { type NodeHealth, nodeHealth } from './node-health.ts';
 
 export class NodeObserver {
@@ -47,7 +47,7 @@ export class NodeObserver {
 
   /**
    * Our monotonic time of the last heartbeat change we actually saw (never moved by a
-   * reset): evidence that the node's kubelet was alive then (volume-handoff.ts).
+   * reset): evidence that the node's kubelet was alive then (../failover/volume-handoff.ts).
    */
   heartbeatChangedAt(node: string): number | undefined {
     return this.heartbeats.get(node)?.changedAt;

@@ -1,5 +1,5 @@
 /**
- * The I/O of reconcile actions (reconcile-share-manager.ts decides them). Thin: each
+ * The I/O of reconcile actions (decide-reconcile.ts decides them). Thin: each
  * action is one or two API calls; "already exists" and "already gone" are successes.
  * Returns a requeue delay when the action asks for one (a lost claim, a pending request,
  * a Service whose ClusterIP was just learned: the next pass publishes status.export).
@@ -9,16 +9,16 @@
  * pass decides again. It is never retried blindly.
  */
 import { randomBytes } from 'node:crypto';
-import { KubeApiError } from '../lib/errors.ts';
-import { k8s, statusOf, withDeadline } from '../lib/kube-client.ts';
-import { LABEL_SHARE_MANAGER, newLeaseRecord } from '../lib/lease-record.ts';
-import type { LeaseStore } from '../lib/lease-store.ts';
-import type { Logger } from '../lib/logger.ts';
-import type { ManagerConfig } from './config.ts';
-import type { EventRecorder } from './events.ts';
+import { KubeApiError } from '../../lib/errors.ts';
+import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
+import { LABEL_SHARE_MANAGER, newLeaseRecord } from '../../lib/lease-record.ts';
+import type { LeaseStore } from '../../lib/lease-store.ts';
+import type { Logger } from '../../lib/logger.ts';
+import type { ManagerConfig } from '../config.ts';
+import type { EventRecorder } from '../events.ts';
+import type { ReconcileAction } from './decide-reconcile.ts';
 import { nfsPorts } from './nfs-server-preset.ts';
 import { ANNOTATION_POD_REQUEST, sharePodFor } from './pod-spec.ts';
-import type { ReconcileAction } from './reconcile-share-manager.ts';
 import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
 import type { StatusWriter } from './status-writer.ts';
 

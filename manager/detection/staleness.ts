@@ -22,7 +22,7 @@
  * confirming CAS (resourceVersion of the last observation) turns a late verdict into a
  * 409 instead of a false failover.
  */
-import type { LeaseRecord } from '../lib/lease-record.ts';
+import type { LeaseRecord } from '../../lib/lease-record.ts';
 import { effectiveDurationMs } from './lease-duration.ts';
 
 export interface Observation {

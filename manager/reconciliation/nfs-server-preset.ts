@@ -42,10 +42,10 @@
  * Mount options (NFS_MOUNT_OPTIONS), for Linux clients, see mountOptions below.
  */
 import type { V1Container, V1EnvVar, V1SecurityContext } from '@kubernetes/client-node';
-import { formatDuration } from '../lib/env-config.ts';
-import { ConfigError } from '../lib/errors.ts';
-import { type NfsVersion, readNfsServerConfig, type SquashMode } from '../server/nfs-ganesha/config.ts';
-import type { LeaseTimings } from './config.ts';
+import { formatDuration } from '../../lib/env-config.ts';
+import { ConfigError } from '../../lib/errors.ts';
+import { type NfsVersion, readNfsServerConfig, type SquashMode } from '../../server/nfs-ganesha/config.ts';
+import type { LeaseTimings } from '../config.ts';
 import type { ShareManagerSpec } from './share-manager-spec.ts';
 
 export const NFS_PORT = 2049;

@@ -16,17 +16,17 @@
  *    the replacement already exists (another manager, or our earlier attempt).
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { sleep } from '../lib/clock.ts';
-import { isObjectName } from '../lib/env-config.ts';
-import { KubeApiError } from '../lib/errors.ts';
-import { k8s, kubeCall, statusOf, withDeadline } from '../lib/kube-client.ts';
-import { fromWire, LABEL_SHARE_MANAGER, type LeaseRecord } from '../lib/lease-record.ts';
-import type { LeaseStore } from '../lib/lease-store.ts';
-import type { ManagerConfig } from './config.ts';
-import { type NodeAvoidance, sharePodFor } from './pod-spec.ts';
-import { isLive } from './reconcile-share-manager.ts';
-import type { ShareManager } from './share-manager-spec.ts';
-import type { StatusWriter } from './status-writer.ts';
+import { sleep } from '../../lib/clock.ts';
+import { isObjectName } from '../../lib/env-config.ts';
+import { KubeApiError } from '../../lib/errors.ts';
+import { k8s, kubeCall, statusOf, withDeadline } from '../../lib/kube-client.ts';
+import { fromWire, LABEL_SHARE_MANAGER, type LeaseRecord } from '../../lib/lease-record.ts';
+import type { LeaseStore } from '../../lib/lease-store.ts';
+import type { ManagerConfig } from '../config.ts';
+import { isLive } from '../reconciliation/decide-reconcile.ts';
+import { type NodeAvoidance, sharePodFor } from '../reconciliation/pod-spec.ts';
+import type { ShareManager } from '../reconciliation/share-manager-spec.ts';
+import type { StatusWriter } from '../reconciliation/status-writer.ts';
 import { decideHandoff, type HandoffDecision, type HandoffPv, releaseInUsePatch } from './volume-handoff.ts';
 
 /** What the step knows that the API does not: the failover's own observations. */

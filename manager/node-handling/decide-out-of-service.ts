@@ -36,7 +36,7 @@ import {
   ANNOTATION_FAILOVER_BY,
   ANNOTATION_HOLDER_NODE,
   GROUP,
-} from '../lib/lease-record.ts';
+} from '../../lib/lease-record.ts';
 
 export const OUT_OF_SERVICE_TAINT_KEY = 'node.kubernetes.io/out-of-service';
 export const OUT_OF_SERVICE_TAINT: Readonly<V1Taint> = {

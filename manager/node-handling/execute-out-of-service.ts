@@ -1,15 +1,15 @@
 /**
- * The I/O of the out-of-service taint (thin: the decision is out-of-service.ts): one
+ * The I/O of the out-of-service taint (thin: the decision is decide-out-of-service.ts): one
  * merge patch on the Node carrying its metadata.resourceVersion (a CAS), and an Event on
  * the Node (through events.ts). 409 is the outcome `conflict` (the Node moved: decide
  * again on the fresh object, never retry blindly), 404 `gone`; other failures throw
  * KubeApiError naming the node. Events are best effort: a failure is logged, never thrown.
  */
 import type { V1Node } from '@kubernetes/client-node';
-import { KubeApiError } from '../lib/errors.ts';
-import { k8s, statusOf, withDeadline } from '../lib/kube-client.ts';
-import type { EventRecorder } from './events.ts';
-import { addTaintPatch, removeTaintPatch } from './out-of-service.ts';
+import { KubeApiError } from '../../lib/errors.ts';
+import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
+import type { EventRecorder } from '../events.ts';
+import { addTaintPatch, removeTaintPatch } from './decide-out-of-service.ts';
 
 export type TaintWriteOutcome = 'written' | 'conflict' | 'gone';
 export type OutOfServiceEventReason = 'OutOfServiceTaintAdded' | 'OutOfServiceTaintRemoved';

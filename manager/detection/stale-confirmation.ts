@@ -12,9 +12,9 @@
  * The confirming CAS of the failover still guards the write; this read only keeps false
  * verdicts out of logs, metrics, observe-only events and the storm guard.
  */
-import type { Clock } from '../lib/clock.ts';
-import type { LeaseRecord } from '../lib/lease-record.ts';
-import type { Logger } from '../lib/logger.ts';
+import type { Clock } from '../../lib/clock.ts';
+import type { LeaseRecord } from '../../lib/lease-record.ts';
+import type { Logger } from '../../lib/logger.ts';
 import type { LeaseMonitor, StaleVerdict } from './lease-monitor.ts';
 
 export interface LeaseReader {

@@ -10,18 +10,18 @@
  *    present), so a retry or a takeover may repeat it.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import type { Clock } from '../lib/clock.ts';
-import type { LeaseRecord } from '../lib/lease-record.ts';
-import type { Logger } from '../lib/logger.ts';
-import type { ManagerConfig } from './config.ts';
+import type { Clock } from '../../lib/clock.ts';
+import type { LeaseRecord } from '../../lib/lease-record.ts';
+import type { Logger } from '../../lib/logger.ts';
+import type { ManagerConfig } from '../config.ts';
+import type { LeaseMonitor } from '../detection/lease-monitor.ts';
+import { avoidanceFor, type NodeHealth } from '../detection/node-health.ts';
+import type { ManagerMetrics } from '../manager-metrics.ts';
+import type { LastFailover, ShareManager } from '../reconciliation/share-manager-spec.ts';
+import { resolveSpec } from '../reconciliation/share-manager-spec.ts';
 import type { FailoverExecutor } from './execute-failover.ts';
-import type { FailoverEvent } from './failover.ts';
 import { type FailoverTimes, inheritedRecord } from './failover-report.ts';
-import type { LeaseMonitor } from './lease-monitor.ts';
-import type { ManagerMetrics } from './manager-metrics.ts';
-import { avoidanceFor, type NodeHealth } from './node-health.ts';
-import type { LastFailover, ShareManager } from './share-manager-spec.ts';
-import { resolveSpec } from './share-manager-spec.ts';
+import type { FailoverEvent } from './failover-transitions.ts';
 import { describeHandoff } from './volume-handoff.ts';
 
 export interface ClusterView {

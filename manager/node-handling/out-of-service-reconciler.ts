@@ -1,5 +1,5 @@
 /**
- * Runs the out-of-service taint decision (out-of-service.ts) for the nodes that need
+ * Runs the out-of-service taint decision (decide-out-of-service.ts) for the nodes that need
  * it, and performs its outcome through the executor: log line, Node event, metrics.
  *
  * Triggers (a pass is level-based: it recomputes everything from the caches):
@@ -18,11 +18,10 @@
  */
 import type { V1Lease, V1Node } from '@kubernetes/client-node';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { Clock } from '../lib/clock.ts';
-import { ANNOTATION_FAILOVER_BY } from '../lib/lease-record.ts';
-import type { Logger } from '../lib/logger.ts';
-import type { ManagerConfig } from './config.ts';
-import type { OutOfServiceExecutor } from './execute-out-of-service.ts';
+import type { Clock } from '../../lib/clock.ts';
+import { ANNOTATION_FAILOVER_BY } from '../../lib/lease-record.ts';
+import type { Logger } from '../../lib/logger.ts';
+import type { ManagerConfig } from '../config.ts';
 import {
   ANNOTATION_OUT_OF_SERVICE_BY,
   decideOutOfService,
@@ -32,7 +31,8 @@ import {
   OUT_OF_SERVICE_TAINT,
   type OutOfServiceDecision,
   taintStateOf,
-} from './out-of-service.ts';
+} from './decide-out-of-service.ts';
+import type { OutOfServiceExecutor } from './execute-out-of-service.ts';
 
 const RESYNC_MS = 10_000;
 const DEBOUNCE_MS = 20;

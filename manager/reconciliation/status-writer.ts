@@ -7,8 +7,8 @@
  * the API server checks, so among managers racing to create a pod exactly one wins; the
  * others get `conflict`.
  */
-import { KubeApiError } from '../lib/errors.ts';
-import { k8s, statusOf, withDeadline } from '../lib/kube-client.ts';
+import { KubeApiError } from '../../lib/errors.ts';
+import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
 import { type ShareManagerStatus, SM_GROUP, SM_PLURAL, SM_VERSION } from './share-manager-spec.ts';
 
 /** A merge patch of the status: a null field is removed. */

@@ -15,8 +15,8 @@
  *  - A Lease really deleted (404) or labelled again by the time of the read says nothing.
  *  - A failed read is logged at debug and not retried: it concerns only the log line.
  */
-import { LABEL_SHARE_MANAGER, type LeaseRecord } from '../lib/lease-record.ts';
-import type { Logger } from '../lib/logger.ts';
+import { LABEL_SHARE_MANAGER, type LeaseRecord } from '../../lib/lease-record.ts';
+import type { Logger } from '../../lib/logger.ts';
 
 export interface LeaseReader {
   readLease(namespace: string, name: string): Promise<LeaseRecord | undefined>;

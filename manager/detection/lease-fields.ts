@@ -27,13 +27,13 @@
  * `OddFieldMemory` keeps which (lease, field, value) was reported, so each odd value is
  * logged once per lease, not per event or per pass.
  */
-import { formatDuration, isObjectName } from '../lib/env-config.ts';
+import { formatDuration, isObjectName } from '../../lib/env-config.ts';
 import {
   ANNOTATION_DELINQUENT,
   ANNOTATION_FAILOVER_BY,
   ANNOTATION_HOLDER_NODE,
   type LeaseRecord,
-} from '../lib/lease-record.ts';
+} from '../../lib/lease-record.ts';
 import { validLeaseSeconds } from './lease-duration.ts';
 
 export interface OddField {

@@ -1,5 +1,5 @@
 /**
- * Runs the failover machine (failover.ts) of every share manager: turns stale verdicts,
+ * Runs the failover machine (failover-transitions.ts) of every share manager: turns stale verdicts,
  * lease changes, pod changes, timers and I/O results into events, and performs the
  * actions of each transition through the executor.
  *
@@ -20,18 +20,11 @@
  *    spec.nodeName when that pod is known, else unknown ('').
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import type { Clock } from '../lib/clock.ts';
-import type { LeaseRecord } from '../lib/lease-record.ts';
-import type { Logger } from '../lib/logger.ts';
-import type { ManagerConfig } from './config.ts';
-import type { EventRecorder } from './events.ts';
-import type { FailoverExecutor } from './execute-failover.ts';
-import { type Action, type FailoverEvent, isOwning, type Phase, stepOf, transition } from './failover.ts';
-import { announceFailover, completeFailover, type FailoverTimes, reportHandoff } from './failover-report.ts';
-import { type ClusterView, runStep, type StepDeps } from './failover-steps.ts';
-import type { LeaseMonitor, StaleVerdict } from './lease-monitor.ts';
-import type { ManagerMetrics } from './manager-metrics.ts';
-import type { LastFailover } from './share-manager-spec.ts';
+import type { Clock } from '../../lib/clock.ts';
+import type { LeaseRecord } from '../../lib/lease-record.ts';
+import type { Logger } from '../../lib/logger.ts';
+import type { ManagerConfig } from '../config.ts';
+import type { LeaseMonitor, StaleVerdict } from '../detection/lease-monitor.ts';
 import {
   considerStale,
   emptyStormGuard,
@@ -39,7 +32,21 @@ import {
   type Population,
   type StormGuardState,
   stormStatus,
-} from './storm-guard.ts';
+} from '../detection/storm-guard.ts';
+import type { EventRecorder } from '../events.ts';
+import type { ManagerMetrics } from '../manager-metrics.ts';
+import type { LastFailover } from '../reconciliation/share-manager-spec.ts';
+import type { FailoverExecutor } from './execute-failover.ts';
+import { announceFailover, completeFailover, type FailoverTimes, reportHandoff } from './failover-report.ts';
+import { type ClusterView, runStep, type StepDeps } from './failover-steps.ts';
+import {
+  type Action,
+  type FailoverEvent,
+  isOwning,
+  type Phase,
+  stepOf,
+  transition,
+} from './failover-transitions.ts';
 
 interface Machine {
   key: string;
