@@ -9,7 +9,8 @@
  *
  * Layout under `root` (a temp dir unless given): volumes/<pv>/ (PV data: records,
  * serving-windows.jsonl), pods/<uid>/{kubeconfig,logs/<container>.log}, sim.log.
- * Guarantee: stop() leaves no process behind; the Node objects stay in the cluster.
+ * Guarantee: stop() leaves no process behind and no fencing-storage view mounted
+ * (storage/<pv>/<node>.<n>); the Node objects stay in the cluster.
  */
 import { appendFileSync, mkdirSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -174,9 +175,12 @@ export async function startSim(opts: SimOptions): Promise<Sim> {
     : Array.from({ length: opts.nodes ?? 3 }, (_, i) => `sim-${i + 1}`);
   const stop = async () => {
     attacher.stop();
-    await serviceProxy.stop();
-    await Promise.all(nodes.map((n) => n.stop()));
-    await fencing.stop(); // after the pods: their views unmount once nothing holds them
+    try {
+      await serviceProxy.stop();
+      await Promise.all(nodes.map((n) => n.stop()));
+    } finally {
+      await fencing.stop(); // after the pods: their views unmount once nothing holds them
+    }
   };
   try {
     for (const name of names) await addNode(name);

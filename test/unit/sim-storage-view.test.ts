@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -85,6 +85,7 @@ test('a revoked view fails every operation with EIO, also for a frozen writer th
   }
   await sleep(200);
   assert.equal(mounts().includes(root), false, `no mount left under ${root}`);
+  rmSync(root, { recursive: true, force: true });
 });
 
 test('a killed simulator leaves no view mounted and no leasehold-fencefs running', {
@@ -112,4 +113,34 @@ test('a killed simulator leaves no view mounted and no leasehold-fencefs running
   assert.equal(mounts().includes(root), false, `no mount left under ${root} after SIGKILL`);
   while (fencefsOf(root).length > 0 && performance.now() < deadline) await sleep(100);
   assert.deepEqual(fencefsOf(root), [], 'no leasehold-fencefs left for that root');
+  rmSync(root, { recursive: true, force: true });
+});
+
+test('a view whose leasehold-fencefs died counts as revoked, and its mount fails every operation', {
+  timeout: 30_000,
+}, async () => {
+  const root = mkdtempSync(join(tmpdir(), 'leasehold-storage-'));
+  const storage = new FencingStorage(root);
+  try {
+    const view = await storage.grant('pv-a', 'n1');
+    writeFileSync(join(view, 'f'), 'x');
+    const [pid] = fencefsOf(root);
+    assert.ok(pid, 'its leasehold-fencefs runs');
+    process.kill(Number(pid), 'SIGKILL');
+    while (fencefsOf(root).length > 0) await sleep(20);
+    await storage.revoke('pv-a', 'n1');
+    assert.deepEqual(
+      storage.log.map((e) => e.op),
+      ['grant', 'revoke'],
+    );
+    assert.throws(
+      () => readFileSync(join(view, 'f')),
+      (err: NodeJS.ErrnoException) => ['ENOTCONN', 'EIO'].includes(err.code ?? ''),
+    );
+  } finally {
+    await storage.stop();
+  }
+  await sleep(200);
+  assert.equal(mounts().includes(root), false, `no mount left under ${root}`);
+  rmSync(root, { recursive: true, force: true });
 });

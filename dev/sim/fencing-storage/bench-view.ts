@@ -5,7 +5,7 @@
  * descriptor (as dev/share-server/record-file.ts does), and with fsync after each; prints
  * JSON with µs per write (p50, p95) for each. Needs root and /dev/fuse.
  */
-import { closeSync, fsyncSync, mkdtempSync, openSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FencingStorage } from './fencing-storage.ts';
@@ -46,4 +46,5 @@ try {
   console.log(JSON.stringify(out));
 } finally {
   await storage.stop();
+  if (!readFileSync('/proc/mounts', 'utf8').includes(root)) rmSync(root, { recursive: true, force: true });
 }

@@ -12,6 +12,10 @@ let resolved: string | undefined;
 
 export function fencefsBinary(): string {
   if (resolved) return resolved;
+  if (!existsSync('/dev/fuse'))
+    throw new Error(
+      'the fencing storage needs FUSE: /dev/fuse does not exist (load the fuse module, or use storage shared)',
+    );
   const fromEnv = process.env.LEASEHOLD_FENCEFS_BIN;
   if (fromEnv) {
     if (!existsSync(fromEnv)) throw new Error(`LEASEHOLD_FENCEFS_BIN=${fromEnv}: no such file`);

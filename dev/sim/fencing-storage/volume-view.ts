@@ -5,12 +5,13 @@
  * the filesystem confirmed the cut (every later operation through the mount, also on
  * descriptors already open and from processes that were stopped, fails with EIO);
  * `close()` detaches the mount (MNT_DETACH) and ends the process, SIGKILL and a lazy
- * unmount after 5 s. The process has a parent-death signal and exits on stdin EOF, so a
+ * unmount after 5 s (and a lazy unmount of a mount a dead process left). The process has a parent-death signal and exits on stdin EOF, so a
  * killed simulator leaves no mount and no process behind.
  * Not guaranteed: a revoked view stays mounted (answering EIO) until close(), as a
  * fenced node keeps its dead device; mmap'ed writes are not modelled.
  */
 import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 
 export class VolumeView {
@@ -28,6 +29,8 @@ export class VolumeView {
       this.lines.push(line);
       this.waiter?.();
     });
+    // EPIPE when it died: its exit (below) is what counts.
+    proc.stdin.on('error', () => {});
     proc.stderr.on('data', (b: Buffer) => {
       this.stderr = (this.stderr + b.toString()).slice(-2_000);
     });
@@ -52,9 +55,14 @@ export class VolumeView {
     return view;
   }
 
+  /**
+   * NB: a leasehold-fencefs that has exited counts as revoked: the kernel aborts a FUSE
+   * connection whose server is gone, and every operation on it fails (ENOTCONN).
+   */
   async revoke(timeoutMs = 10_000): Promise<void> {
+    if (this.exited) return;
     this.proc.stdin.write('revoke\n');
-    await this.expect('revoked', timeoutMs, `revoke the view at ${this.mountpoint}`);
+    await this.expect('revoked', timeoutMs, `revoke the view at ${this.mountpoint}`, true);
   }
 
   async close(): Promise<void> {
@@ -65,9 +73,14 @@ export class VolumeView {
     }, 5_000);
     await this.exit;
     clearTimeout(timer);
+    // A process that died (SIGKILL) never detached its mount: the dead connection stays.
+    const mounted = readFileSync('/proc/mounts', 'utf8')
+      .split('\n')
+      .some((l) => l.split(' ')[1] === this.mountpoint);
+    if (mounted) spawnSync('umount', ['-l', this.mountpoint], { stdio: 'ignore' });
   }
 
-  private async expect(line: string, timeoutMs: number, what: string): Promise<void> {
+  private async expect(line: string, timeoutMs: number, what: string, exitIsDone = false): Promise<void> {
     const deadline = performance.now() + timeoutMs;
     for (;;) {
       const i = this.lines.indexOf(line);
@@ -75,6 +88,7 @@ export class VolumeView {
         this.lines.splice(i, 1);
         return;
       }
+      if (this.exited && exitIsDone) return;
       if (this.exited)
         throw new Error(`${what}: leasehold-fencefs exited (${this.proc.exitCode}): ${this.stderr.trim()}`);
       const left = deadline - performance.now();
