@@ -4,7 +4,9 @@
  * view, revoked by the attacher's ControllerUnpublish before the finalizer goes), next to
  * storage without an attach step (CSIDriver attachRequired: false), which cannot fence.
  * Two shares on sim-1, both servers stubborn (they keep appending 3 s after the agent's
- * SIGTERM, so whatever stops the old server on resume is the storage, not the fence):
+ * SIGTERM, so whatever stops the old server on resume is the storage, not the fence) and
+ * quick (a record every 20 ms: the healed kubelet kills the force-deleted old pod some
+ * 100-200 ms after the resume, and the old server must get its writes in before that):
  *  - freeze sim-1 for longer than D, both shares are served again on sim-2, then heal:
  *  - fencing storage: no record of the old server lands after the replacement's first
  *    (checked in the volume's records file), the old server crashed on EIO, and the
@@ -54,7 +56,7 @@ async function createShareOn(share: string, storage: TestStorageKind): Promise<v
           volume: { pvc: claimName, mountPath: '/export' },
           server: {
             image: `${SHARE_SERVER_IMAGE}:dev`,
-            args: ['--dir=/export', '--sigterm-delay=3s'],
+            args: ['--dir=/export', '--sigterm-delay=3s', '--interval=20ms'],
             ports: [{ name: 'http', containerPort: SERVER_PORT, protocol: 'TCP' }],
           },
           serviceAccountName: 'leasehold-agent',
@@ -148,6 +150,8 @@ test('freeze sim-1 longer than D, resume: the fencing storage stops the old writ
     `the old server ${r.before.pod} exited: ${JSON.stringify(sys.sim.exits.filter((e) => e.node === LOST))}`,
   );
   assert.ok(oldExit.monoMs >= healedAt, 'it ended after the resume (it was frozen before)');
+  // 1: the uncaught EIO of its append; a SIGTERM stop exits 0, the kubelet's kill shows a signal.
+  assert.equal(oldExit.code, 1, `the old server crashed on its first write: ${JSON.stringify(oldExit)}`);
   const eio = logsMentioning('EIO');
   assert.ok(
     eio.length > 0,
