@@ -7,21 +7,24 @@
 #   - with --debs, the Debian packages the tests and the demo use (dev/debian-packages.sh);
 #   - with --kube, the control-plane binaries (dev/kube/build.sh; first run builds),
 #     exported as LEASEHOLD_KUBE_BIN; with --helm, the helm CLI (dev/helm/build.sh),
-#     exported as LEASEHOLD_HELM_BIN.
+#     exported as LEASEHOLD_HELM_BIN; with --fuse, leasehold-fencefs (dev/fuse/build.sh,
+#     the fencing storage's volume view), exported as LEASEHOLD_FENCEFS_BIN (without it
+#     the simulator builds it on first use of a fencing volume).
 #
-#   bash dev/toolchain.sh [--debs] [--kube] [--helm] COMMAND [ARGS...]
+#   bash dev/toolchain.sh [--debs] [--kube] [--helm] [--fuse] COMMAND [ARGS...]
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache_root="${LEASEHOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold}"
 say() { echo "leasehold: $*" >&2; }
 
-need_kube=0 need_helm=0 need_debs=0
+need_kube=0 need_helm=0 need_debs=0 need_fuse=0
 while :; do
   case "${1:-}" in
     --debs) need_debs=1; shift ;;
     --kube) need_kube=1; shift ;;
     --helm) need_helm=1; shift ;;
+    --fuse) need_fuse=1; shift ;;
     *) break ;;
   esac
 done
@@ -60,6 +63,10 @@ fi
 if [ "$need_helm" = 1 ]; then
   LEASEHOLD_HELM_BIN="$(bash "$root/dev/helm/build.sh")"
   export LEASEHOLD_HELM_BIN
+fi
+if [ "$need_fuse" = 1 ]; then
+  LEASEHOLD_FENCEFS_BIN="$(bash "$root/dev/fuse/build.sh")/leasehold-fencefs"
+  export LEASEHOLD_FENCEFS_BIN
 fi
 
 exec "$@"

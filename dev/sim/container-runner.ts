@@ -72,6 +72,7 @@ export class ContainerRunner {
   readonly view: ContainerView;
   private process: ContainerProcess | undefined;
   private probes: ProbeLoop[] = [];
+  private frozen = false;
   private stopping = false;
   private finished: Promise<void> | undefined;
   private consecutiveQuickExits = 0;
@@ -162,6 +163,17 @@ export class ContainerRunner {
     return exit;
   }
 
+  /** The node froze (its kubelet with it): probes neither run nor count until thaw(). */
+  freeze(): void {
+    this.frozen = true;
+    for (const p of this.probes) p.pause();
+  }
+
+  thaw(): void {
+    this.frozen = false;
+    for (const p of this.probes) p.resume();
+  }
+
   private startProbes(proc: ContainerProcess): void {
     const c = this.opts.container;
     const kill = (probe: V1Probe, reason: 'liveness' | 'startup') => {
@@ -186,6 +198,7 @@ export class ContainerRunner {
       if (!c.readinessProbe || probeKindProblem(c.readinessProbe)) return setReady(!c.readinessProbe);
       const loop = new ProbeLoop(c.readinessProbe, this.opts.resolvePort, (v) => setReady(v === 'success'));
       this.probes.push(loop);
+      if (this.frozen) loop.pause();
       loop.start();
     };
     const markStarted = () => {
@@ -198,6 +211,7 @@ export class ContainerRunner {
           if (v === 'failure') kill(liveness, 'liveness');
         });
         this.probes.push(loop);
+        if (this.frozen) loop.pause();
         loop.start();
       }
     };
@@ -209,6 +223,7 @@ export class ContainerRunner {
         else kill(startup, 'startup');
       });
       this.probes.push(loop);
+      if (this.frozen) loop.pause();
       loop.start();
     } else {
       markStarted();

@@ -19,12 +19,20 @@
  * (the object is gone). `handoffOrderViolations(events)` says whether any PV got a
  * VolumeAttachment on a node while one on another node still existed (the handoff order
  * of an RWO volume: old access fully revoked before any new one).
- * Not simulated: the finalizer a real attacher also puts on the PV; storage that
- * actually refuses I/O from a detached node (every node writes the same host dir).
+ * With a FencingStorage (fencing-storage/fencing-storage.ts), PVs that opt in
+ * (csi.volumeAttributes `storage.leasehold.dev/fencing: "true"`) are fenced by the
+ * storage: attach grants the node's revocable view BEFORE status.attached is set
+ * (ControllerPublish), detach revokes it BEFORE the finalizer is removed
+ * (ControllerUnpublish), so the old node's I/O fails with EIO before the volume can be
+ * attached anywhere else; `storage.log` records each grant and revoke.
+ * Not simulated: the finalizer a real attacher also puts on the PV; for PVs without that
+ * attribute, storage that refuses I/O from a detached node (every node writes the same
+ * host dir).
  */
 import type { V1VolumeAttachment } from '@kubernetes/client-node';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
+import { FENCING_ATTRIBUTE, type FencingStorage } from './fencing-storage/fencing-storage.ts';
 import { type ListWatch, startListWatch } from './list-watch.ts';
 import { TEST_CSI_DRIVER } from './pod-volumes.ts';
 
@@ -103,13 +111,28 @@ export class SimCsiAttacher {
   private readonly attachedTo = new Map<string, Set<string>>();
   private watch: ListWatch | undefined;
   private readonly storage: k8s.StorageV1Api;
+  private readonly fencingPvs = new Map<string, boolean>();
 
   constructor(
     private readonly kc: k8s.KubeConfig,
     private readonly log: (msg: string, extra?: Record<string, unknown>) => void,
     private readonly attachDelayMs = 0,
+    /** The storage that fences opted-in PVs; without it every PV is the shared dir. */
+    readonly fencing?: FencingStorage,
   ) {
     this.storage = kc.makeApiClient(k8s.StorageV1Api);
+  }
+
+  /** Whether the PV opted in to the fencing storage (read once per PV). */
+  private async isFencing(pv: string): Promise<boolean> {
+    if (!this.fencing) return false;
+    const known = this.fencingPvs.get(pv);
+    if (known !== undefined) return known;
+    const core = this.kc.makeApiClient(k8s.CoreV1Api);
+    const obj = await core.readPersistentVolume({ name: pv }, withDeadline(5_000));
+    const fencing = obj.spec?.csi?.volumeAttributes?.[FENCING_ATTRIBUTE] === 'true';
+    this.fencingPvs.set(pv, fencing);
+    return fencing;
   }
 
   start(): void {
@@ -242,6 +265,8 @@ export class SimCsiAttacher {
     };
     if (deleting) {
       if (!finalizers.includes(ATTACHER_FINALIZER)) return;
+      // ControllerUnpublish: the storage cuts the node's access before the finalizer goes.
+      await this.fencing?.revoke(pv, node);
       this.attachedTo.get(pv)?.delete(node);
       await this.storage.patchVolumeAttachment(
         {
@@ -276,6 +301,8 @@ export class SimCsiAttacher {
     }
     if (va.status?.attached) return;
     if (this.attachDelayMs > 0) await sleep(this.attachDelayMs);
+    // ControllerPublish: the node's view exists before the attachment is reported.
+    if (await this.isFencing(pv)) await this.fencing?.grant(pv, node);
     await this.storage.patchVolumeAttachmentStatus({ name, body: { status: { attached: true } } }, MERGE());
     const nodes = this.attachedTo.get(pv) ?? new Set<string>();
     nodes.add(node);

@@ -5,22 +5,33 @@
  * controller creates it, the sim attacher attaches it). Host directories:
  *   PVC -> <simRoot>/volumes/<pv-name>   (the PV's data: outlives pods and nodes; root 0755)
  *   emptyDir -> <simRoot>/pods/<uid>/volumes/<name> (0777);  hostPath -> its path (as is)
+ * A PV of the test driver with csi.volumeAttributes `storage.leasehold.dev/fencing: "true"`
+ * (the fencing storage, fencing-storage/fencing-storage.ts) is reached instead through
+ * this node's revocable view of it, resolved once attached (the attacher grants the view
+ * before it reports the attachment): <simRoot>/storage/<pv>/<node>.<n>. A PV of
+ * TEST_NOATTACH_CSI_DRIVER (CSIDriver attachRequired: false: no VolumeAttachment, no
+ * volumesInUse entry, nothing to wait for) is the shared directory, which cannot fence.
  * Other volume kinds (projected service-account token, configMap, secret) are not
  * mapped: containers get KUBECONFIG instead of a mounted token.
  */
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
 import { sleep } from '../../lib/clock.ts';
 import { k8s, kubeCall, withDeadline } from '../../lib/kube-client.ts';
 import { applyFileMode, emptyDirMode } from './container-files.ts';
+import { FENCING_ATTRIBUTE, viewLink } from './fencing-storage/fencing-storage.ts';
 
 export const TEST_CSI_DRIVER = 'csi.leasehold.dev';
+/** A second test driver whose CSIDriver has attachRequired: false: storage that cannot fence. */
+export const TEST_NOATTACH_CSI_DRIVER = 'noattach.csi.leasehold.dev';
 
 export interface CsiVolume {
   pvName: string;
   /** As in node.status.volumesInUse: kubernetes.io/csi/<driver>^<volumeHandle>. */
   uniqueName: string;
+  /** On the fencing storage: the pod volume that must go through this node's view. */
+  fencedVolume?: string;
 }
 
 export type VolumeResolution =
@@ -53,7 +64,12 @@ export async function resolveVolumes(
       mkdirSync(dir, { recursive: true });
       hostDirs.set(volume.name, dir);
       if (pv.spec?.csi?.driver === TEST_CSI_DRIVER) {
-        csi.push({ pvName, uniqueName: `kubernetes.io/csi/${TEST_CSI_DRIVER}^${pv.spec.csi.volumeHandle}` });
+        const fencing = pv.spec.csi.volumeAttributes?.[FENCING_ATTRIBUTE] === 'true';
+        csi.push({
+          pvName,
+          uniqueName: `kubernetes.io/csi/${TEST_CSI_DRIVER}^${pv.spec.csi.volumeHandle}`,
+          ...(fencing ? { fencedVolume: volume.name } : {}),
+        });
       }
     } else if (volume.emptyDir) {
       const dir = join(simRoot, 'pods', pod.metadata?.uid ?? 'unknown', 'volumes', volume.name);
@@ -81,6 +97,22 @@ export async function isAttached(kc: k8s.KubeConfig, pvName: string, nodeName: s
       va.status?.attached === true &&
       !va.metadata?.deletionTimestamp,
   );
+}
+
+/**
+ * Pod volume -> this node's view (its mount point, the link resolved now, so the pod
+ * keeps the view it started with) for the fencing-storage volumes; undefined while one
+ * has no view yet.
+ */
+function viewsOf(csi: CsiVolume[], simRoot: string, nodeName: string): Map<string, string> | undefined {
+  const views = new Map<string, string>();
+  for (const v of csi) {
+    if (v.fencedVolume === undefined) continue;
+    const link = viewLink(simRoot, v.pvName, nodeName);
+    if (!existsSync(link)) return undefined;
+    views.set(v.fencedVolume, realpathSync(link));
+  }
+  return views;
 }
 
 /** mountPath -> host dir for one container's volumeMounts (subPath appended). */
@@ -128,7 +160,11 @@ export async function waitForVolumes(
       const attached = await Promise.all(
         resolution.csi.map((v) => isAttached(kc, v.pvName, nodeName).catch(() => false)),
       );
-      if (attached.every(Boolean)) return resolution.hostDirs;
+      const views = attached.every(Boolean) ? viewsOf(resolution.csi, simRoot, nodeName) : undefined;
+      if (views) {
+        for (const [name, dir] of views) resolution.hostDirs.set(name, dir);
+        return resolution.hostDirs;
+      }
       report.waiting(
         `waiting for the VolumeAttachment of ${resolution.csi.map((v) => v.pvName).join(', ')} to ${nodeName}`,
       );

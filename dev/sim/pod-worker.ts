@@ -388,11 +388,13 @@ export class PodWorker {
   }
 
   freeze(): void {
+    for (const r of [...this.mains, ...this.sidecars]) r.freeze();
     this.sandbox?.freeze();
   }
 
   thaw(): void {
     this.sandbox?.thaw();
+    for (const r of [...this.mains, ...this.sidecars]) r.thaw();
   }
 
   update(pod: V1Pod): void {

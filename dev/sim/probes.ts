@@ -51,10 +51,15 @@ export function probeKindProblem(probe: V1Probe): string | undefined {
     : 'only httpGet and tcpSocket probes are supported by the simulated kubelet';
 }
 
-/** Runs a probe periodically until stopped; calls onResult when the verdict changes. */
+/**
+ * Runs a probe periodically until stopped; calls onResult when the verdict changes.
+ * pause() (the node frozen: its kubelet is frozen with it) skips probing and discards a
+ * result that arrives meanwhile; resume() carries on with the counts as they were.
+ */
 export class ProbeLoop {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
+  private paused = false;
   private successes = 0;
   private failures = 0;
   verdict: ProbeVerdict | undefined;
@@ -74,14 +79,25 @@ export class ProbeLoop {
     clearTimeout(this.timer);
   }
 
+  pause(): void {
+    this.paused = true;
+  }
+
+  resume(): void {
+    this.paused = false;
+  }
+
   private schedule(ms: number): void {
     if (this.stopped) return;
     this.timer = setTimeout(() => void this.tick(), ms);
   }
 
   private async tick(): Promise<void> {
+    const period = (this.probe.periodSeconds ?? 10) * 1000;
+    if (this.paused) return this.schedule(period);
     const result = await probeOnce(this.probe, this.resolvePort);
     if (this.stopped) return;
+    if (this.paused) return this.schedule(period);
     if (result === 'success') {
       this.successes++;
       this.failures = 0;
@@ -97,6 +113,6 @@ export class ProbeLoop {
         this.onResult('failure');
       }
     }
-    this.schedule((this.probe.periodSeconds ?? 10) * 1000);
+    this.schedule(period);
   }
 }

@@ -11,7 +11,7 @@
  *   crash()      SIGKILL every pod process, stop heartbeats and the kubelet: the machine
  *                vanished. heal() = the machine boots again (see Kubelet: pods that lost
  *                their processes are marked Failed or restarted).
- *   freeze()     SIGSTOP every pod process, stop heartbeats and kubelet. heal(): SIGCONT.
+ *   freeze()     SIGSTOP every pod process, stop heartbeats and kubelet (its probes too). heal(): SIGCONT.
  *   partition(m) proxy mode `close` (connections reset) or `stall` (bytes held), and
  *                heartbeats and kubelet stop. heal(): proxy `pass`, kubelet re-lists.
  */

@@ -9,7 +9,8 @@
  *
  * Layout under `root` (a temp dir unless given): volumes/<pv>/ (PV data: records,
  * serving-windows.jsonl), pods/<uid>/{kubeconfig,logs/<container>.log}, sim.log.
- * Guarantee: stop() leaves no process behind; the Node objects stay in the cluster.
+ * Guarantee: stop() leaves no process behind and no fencing-storage view mounted
+ * (storage/<pv>/<node>.<n>); the Node objects stay in the cluster.
  */
 import { appendFileSync, mkdirSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,6 +21,7 @@ import type { Cluster } from '../cluster/types.ts';
 import { readServingWindows, type ServingWindow } from '../share-server/serving-window-log.ts';
 import { SHARE_SERVER_IMAGE } from './container-launch.ts';
 import { SimCsiAttacher } from './csi-attacher.ts';
+import { FencingStorage } from './fencing-storage/fencing-storage.ts';
 import { TEST_CSI_DRIVER } from './pod-volumes.ts';
 import type { ContainerExitRecord } from './pod-worker.ts';
 import type { NodeCondition } from './service-connection.ts';
@@ -30,7 +32,7 @@ import { type FaultRecord, SimNode, type SimNodeState } from './sim-node.ts';
 export { NFS_SERVER_IMAGE, PROJECT_IMAGE, SHARE_SERVER_IMAGE } from './container-launch.ts';
 export { fakeClockEnv } from './fake-clock.ts';
 export { SIM_NODE_LABEL } from './node-object.ts';
-export { TEST_CSI_DRIVER } from './pod-volumes.ts';
+export { TEST_CSI_DRIVER, TEST_NOATTACH_CSI_DRIVER } from './pod-volumes.ts';
 export type { ServiceAddress, ServiceConnectionView, ServiceProxy } from './service-proxy.ts';
 export type { SimNode } from './sim-node.ts';
 export { createTestVolume, type TestVolume } from './test-volume.ts';
@@ -125,7 +127,8 @@ export async function startSim(opts: SimOptions): Promise<Sim> {
   const exits: ContainerExitRecord[] = [];
   const nodes: SimNode[] = [];
   await ensureCsiDriver(opts.cluster.kubeConfig);
-  const attacher = new SimCsiAttacher(opts.cluster.kubeConfig, log, opts.attachDelayMs ?? 0);
+  const fencing = new FencingStorage(root, (msg, extra = {}) => log(msg, { component: 'storage', ...extra }));
+  const attacher = new SimCsiAttacher(opts.cluster.kubeConfig, log, opts.attachDelayMs ?? 0, fencing);
   attacher.start();
   const resolveEndpoint = (e: PortEndpoint): ResolvedEndpoint => {
     const node = nodes.find((n) => n.name === e.nodeName);
@@ -172,8 +175,12 @@ export async function startSim(opts: SimOptions): Promise<Sim> {
     : Array.from({ length: opts.nodes ?? 3 }, (_, i) => `sim-${i + 1}`);
   const stop = async () => {
     attacher.stop();
-    await serviceProxy.stop();
-    await Promise.all(nodes.map((n) => n.stop()));
+    try {
+      await serviceProxy.stop();
+      await Promise.all(nodes.map((n) => n.stop()));
+    } finally {
+      await fencing.stop(); // after the pods: their views unmount once nothing holds them
+    }
   };
   try {
     for (const name of names) await addNode(name);

@@ -1,16 +1,64 @@
 /**
- * A PV of the test CSI driver pre-bound to a PVC, as the e2e tests and the demo need
+ * A PV of a test CSI driver pre-bound to a PVC, as the e2e tests and the demo need
  * one per share: RWO, Retain, no storage class, volumeHandle = the PV name. Resolves
  * once the PV controller (kube-controller-manager) has bound the claim.
+ * `storage` picks what backs it (default 'shared', as before):
+ *   'shared'    csi.leasehold.dev (attachRequired), one host dir every node writes at any time;
+ *   'fencing'   csi.leasehold.dev with the fencing storage (fencing-storage/): each node
+ *               through its own view, revoked on detach (I/O fails with EIO);
+ *   'no-attach' noattach.csi.leasehold.dev, a CSIDriver with attachRequired: false
+ *               (created here if missing): no VolumeAttachment, no detach, nothing fences.
  */
 import { sleep } from '../../lib/clock.ts';
-import { k8s, kubeCall, withDeadline } from '../../lib/kube-client.ts';
-import { TEST_CSI_DRIVER } from './pod-volumes.ts';
+import { k8s, kubeCall, statusOf, withDeadline } from '../../lib/kube-client.ts';
+import { FENCING_ATTRIBUTE } from './fencing-storage/fencing-storage.ts';
+import { TEST_CSI_DRIVER, TEST_NOATTACH_CSI_DRIVER } from './pod-volumes.ts';
+
+export type TestStorageKind = 'shared' | 'fencing' | 'no-attach';
 
 export interface TestVolume {
   pvName: string;
   namespace: string;
   claimName: string;
+  storage?: TestStorageKind;
+}
+
+async function ensureNoAttachDriver(kc: k8s.KubeConfig): Promise<void> {
+  const storage = kc.makeApiClient(k8s.StorageV1Api);
+  await storage
+    .createCSIDriver(
+      {
+        body: {
+          apiVersion: 'storage.k8s.io/v1',
+          kind: 'CSIDriver',
+          metadata: { name: TEST_NOATTACH_CSI_DRIVER },
+          spec: { attachRequired: false, podInfoOnMount: false, volumeLifecycleModes: ['Persistent'] },
+        },
+      },
+      withDeadline(10_000),
+    )
+    .catch((err: unknown) => {
+      if (statusOf(err) !== 409) throw err;
+    });
+}
+
+function csiSource(pvName: string, kind: TestStorageKind): k8s.V1CSIPersistentVolumeSource {
+  switch (kind) {
+    case 'shared':
+      return { driver: TEST_CSI_DRIVER, volumeHandle: pvName };
+    case 'fencing':
+      return {
+        driver: TEST_CSI_DRIVER,
+        volumeHandle: pvName,
+        volumeAttributes: { [FENCING_ATTRIBUTE]: 'true' },
+      };
+    case 'no-attach':
+      return { driver: TEST_NOATTACH_CSI_DRIVER, volumeHandle: pvName };
+    default:
+      throw new Error(
+        `test volume ${pvName}: storage ${JSON.stringify(kind)} is not shared, fencing or no-attach`,
+      );
+  }
 }
 
 export async function createTestVolume(
@@ -20,6 +68,9 @@ export async function createTestVolume(
 ): Promise<void> {
   const core = kc.makeApiClient(k8s.CoreV1Api);
   const { pvName, namespace, claimName } = volume;
+  const kind = volume.storage ?? 'shared';
+  const csi = csiSource(pvName, kind);
+  if (kind === 'no-attach') await ensureNoAttachDriver(kc);
   await kubeCall(`create PV ${pvName}`, () =>
     core.createPersistentVolume(
       {
@@ -31,7 +82,7 @@ export async function createTestVolume(
             persistentVolumeReclaimPolicy: 'Retain',
             storageClassName: '',
             claimRef: { namespace, name: claimName },
-            csi: { driver: TEST_CSI_DRIVER, volumeHandle: pvName },
+            csi,
           },
         },
       },

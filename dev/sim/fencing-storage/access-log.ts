@@ -1,0 +1,61 @@
+/**
+ * The fencing storage's own log of access to each volume: a `grant` when a node's view
+ * of a volume is mounted (before the attacher reports the VolumeAttachment attached),
+ * a `revoke` when it is cut (before the attacher removes its finalizer). Times are
+ * CLOCK_MONOTONIC ms (lib/clock.ts), comparable with serving windows and the attacher's
+ * events; `seq` is the order the storage acted in (one process, one log).
+ * Pure: the checks read only the log.
+ */
+
+export type AccessOp = 'grant' | 'revoke';
+
+export interface AccessLogEntry {
+  seq: number;
+  op: AccessOp;
+  pv: string;
+  node: string;
+  /** The mount point of that view. */
+  view: string;
+  monoMs: number;
+  wall: Date;
+}
+
+/**
+ * Every grant of a volume to a node while another node's view of it was still live
+ * (granted and not revoked), as messages. `[]` means each node lost its access before
+ * the volume was granted anywhere else: the storage's fencing order for RWO volumes.
+ */
+export function accessOrderViolations(log: readonly AccessLogEntry[]): string[] {
+  const live = new Map<string, Map<string, number>>(); // pv -> node -> seq of its grant
+  const out: string[] = [];
+  for (const e of [...log].sort((a, b) => a.seq - b.seq)) {
+    const ofPv = live.get(e.pv) ?? new Map<string, number>();
+    live.set(e.pv, ofPv);
+    if (e.op === 'grant') {
+      for (const [node, grantSeq] of ofPv)
+        if (node !== e.node)
+          out.push(
+            `PV ${e.pv}: granted to ${e.node} (#${e.seq}) while ${node}'s access (granted #${grantSeq}) was not revoked`,
+          );
+      ofPv.set(e.node, e.seq);
+    } else {
+      ofPv.delete(e.node);
+    }
+  }
+  return out;
+}
+
+/** The revoke of `pv` on `node` that came before the first grant of it to another node, if any. */
+export function revokeBeforeGrantElsewhere(
+  log: readonly AccessLogEntry[],
+  pv: string,
+  node: string,
+): { revoke: AccessLogEntry; grant: AccessLogEntry } | undefined {
+  const ofPv = [...log].filter((e) => e.pv === pv).sort((a, b) => a.seq - b.seq);
+  const revoke = ofPv.find((e) => e.op === 'revoke' && e.node === node);
+  if (!revoke) return undefined;
+  const grant = ofPv.find((e) => e.op === 'grant' && e.node !== node && e.seq > revoke.seq);
+  if (!grant) return undefined;
+  const grantedBefore = ofPv.some((e) => e.op === 'grant' && e.node !== node && e.seq < revoke.seq);
+  return grantedBefore ? undefined : { revoke, grant };
+}

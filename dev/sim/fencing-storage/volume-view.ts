@@ -1,0 +1,106 @@
+/**
+ * One node's view of one volume: a leasehold-fencefs process (dev/fuse/) serving a
+ * passthrough FUSE mount of the volume's backing directory at `mountpoint`.
+ * Guarantees: `mount()` resolves once the mount is live; `revoke()` resolves only after
+ * the filesystem confirmed the cut (every later operation through the mount, also on
+ * descriptors already open and from processes that were stopped, fails with EIO);
+ * `close()` detaches the mount (MNT_DETACH) and ends the process, SIGKILL and a lazy
+ * unmount after 5 s (and a lazy unmount of a mount a dead process left). The process has a parent-death signal and exits on stdin EOF, so a
+ * killed simulator leaves no mount and no process behind.
+ * Not guaranteed: a revoked view stays mounted (answering EIO) until close(), as a
+ * fenced node keeps its dead device; mmap'ed writes are not modelled.
+ */
+import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+
+export class VolumeView {
+  private readonly lines: string[] = [];
+  private waiter: (() => void) | undefined;
+  private stderr = '';
+  private exited = false;
+  private readonly exit: Promise<void>;
+
+  private constructor(
+    private readonly proc: ChildProcessWithoutNullStreams,
+    readonly mountpoint: string,
+  ) {
+    createInterface({ input: proc.stdout }).on('line', (line) => {
+      this.lines.push(line);
+      this.waiter?.();
+    });
+    // EPIPE when it died: its exit (below) is what counts.
+    proc.stdin.on('error', () => {});
+    proc.stderr.on('data', (b: Buffer) => {
+      this.stderr = (this.stderr + b.toString()).slice(-2_000);
+    });
+    this.exit = new Promise((resolve) =>
+      proc.on('exit', () => {
+        this.exited = true;
+        this.waiter?.();
+        resolve();
+      }),
+    );
+  }
+
+  static async mount(
+    bin: string,
+    backing: string,
+    mountpoint: string,
+    timeoutMs = 10_000,
+  ): Promise<VolumeView> {
+    const proc = spawn(bin, ['--backing', backing, '--mountpoint', mountpoint], { stdio: 'pipe' });
+    const view = new VolumeView(proc, mountpoint);
+    await view.expect('ready', timeoutMs, `mount the view of ${backing} at ${mountpoint}`);
+    return view;
+  }
+
+  /**
+   * NB: a leasehold-fencefs that has exited counts as revoked: the kernel aborts a FUSE
+   * connection whose server is gone, and every operation on it fails (ENOTCONN).
+   */
+  async revoke(timeoutMs = 10_000): Promise<void> {
+    if (this.exited) return;
+    this.proc.stdin.write('revoke\n');
+    await this.expect('revoked', timeoutMs, `revoke the view at ${this.mountpoint}`, true);
+  }
+
+  async close(): Promise<void> {
+    if (!this.exited) this.proc.stdin.end();
+    const timer = setTimeout(() => {
+      this.proc.kill('SIGKILL');
+      spawnSync('umount', ['-l', this.mountpoint], { stdio: 'ignore' });
+    }, 5_000);
+    await this.exit;
+    clearTimeout(timer);
+    // A process that died (SIGKILL) never detached its mount: the dead connection stays.
+    const mounted = readFileSync('/proc/mounts', 'utf8')
+      .split('\n')
+      .some((l) => l.split(' ')[1] === this.mountpoint);
+    if (mounted) spawnSync('umount', ['-l', this.mountpoint], { stdio: 'ignore' });
+  }
+
+  private async expect(line: string, timeoutMs: number, what: string, exitIsDone = false): Promise<void> {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      const i = this.lines.indexOf(line);
+      if (i >= 0) {
+        this.lines.splice(i, 1);
+        return;
+      }
+      if (this.exited && exitIsDone) return;
+      if (this.exited)
+        throw new Error(`${what}: leasehold-fencefs exited (${this.proc.exitCode}): ${this.stderr.trim()}`);
+      const left = deadline - performance.now();
+      if (left <= 0) throw new Error(`${what}: no "${line}" from leasehold-fencefs within ${timeoutMs} ms`);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, left);
+        this.waiter = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+      this.waiter = undefined;
+    }
+  }
+}
