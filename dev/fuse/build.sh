@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds leasehold-fencefs (the simulated storage's revocable per-node volume view,
-# dev/sim/fencing-storage/) into the per-version cache and prints its bin directory.
+# dev/sim/storage/) into the per-version cache and prints its bin directory.
 #
 #   dev/fuse/build.sh            build if not cached, print the bin directory
 #   dev/fuse/build.sh --check    exit 0 when cached and complete, 1 otherwise

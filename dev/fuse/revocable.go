@@ -1,5 +1,5 @@
 // Package fencefs is a passthrough FUSE filesystem with a revoke switch: the simulated
-// storage's per-node view of a volume (dev/sim/fencing-storage/). Guarantees:
+// storage's per-node view of a volume (dev/sim/storage/). Guarantees:
 //   - after Revoke returns, no operation through this mount completes successfully:
 //     every request (also on file descriptors opened before, and from a process that
 //     was stopped and resumes) is answered EIO; Revoke waits for requests already

@@ -1,6 +1,6 @@
 /**
  * One client TCP connection spliced to an upstream, driven from outside: the owner
- * decides (e.g. dev/sim/service-connection.ts) and calls the socket actions here; the
+ * decides (e.g. dev/sim/network/service-connection.ts) and calls the socket actions here; the
  * splice reports what each socket did and decides nothing itself.
  *
  *   const splice = new TcpSplice(client, { onEvent, onClosed });

@@ -19,23 +19,23 @@ import { fileURLToPath } from 'node:url';
 import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
 import type { Cluster } from '../cluster/types.ts';
 import { readServingWindows, type ServingWindow } from '../share-server/serving-window-log.ts';
-import { SHARE_SERVER_IMAGE } from './container-launch.ts';
-import { SimCsiAttacher } from './csi-attacher.ts';
-import { FencingStorage } from './fencing-storage/fencing-storage.ts';
-import { TEST_CSI_DRIVER } from './pod-volumes.ts';
-import type { ContainerExitRecord } from './pod-worker.ts';
-import type { NodeCondition } from './service-connection.ts';
-import { type ServiceAddress, ServiceProxy } from './service-proxy.ts';
-import type { PortEndpoint, ResolvedEndpoint } from './service-routing.ts';
-import { type FaultRecord, SimNode, type SimNodeState } from './sim-node.ts';
+import { TEST_CSI_DRIVER } from './kubelet/pod-volumes.ts';
+import type { ContainerExitRecord } from './kubelet/pod-worker.ts';
+import type { NodeCondition } from './network/service-connection.ts';
+import { type ServiceAddress, ServiceProxy } from './network/service-proxy.ts';
+import type { PortEndpoint, ResolvedEndpoint } from './network/service-routing.ts';
+import { type FaultRecord, SimNode, type SimNodeState } from './node/sim-node.ts';
+import { SHARE_SERVER_IMAGE } from './runtime/container-launch.ts';
+import { SimCsiAttacher } from './storage/csi-attacher.ts';
+import { FencingStorage } from './storage/fencing-storage.ts';
 
-export { NFS_SERVER_IMAGE, PROJECT_IMAGE, SHARE_SERVER_IMAGE } from './container-launch.ts';
-export { fakeClockEnv } from './fake-clock.ts';
-export { SIM_NODE_LABEL } from './node-object.ts';
-export { TEST_CSI_DRIVER, TEST_NOATTACH_CSI_DRIVER } from './pod-volumes.ts';
-export type { ServiceAddress, ServiceConnectionView, ServiceProxy } from './service-proxy.ts';
-export type { SimNode } from './sim-node.ts';
-export { createTestVolume, type TestVolume } from './test-volume.ts';
+export { TEST_CSI_DRIVER, TEST_NOATTACH_CSI_DRIVER } from './kubelet/pod-volumes.ts';
+export type { ServiceAddress, ServiceConnectionView, ServiceProxy } from './network/service-proxy.ts';
+export { fakeClockEnv } from './node/fake-clock.ts';
+export { SIM_NODE_LABEL } from './node/node-object.ts';
+export type { SimNode } from './node/sim-node.ts';
+export { NFS_SERVER_IMAGE, PROJECT_IMAGE, SHARE_SERVER_IMAGE } from './runtime/container-launch.ts';
+export { createTestVolume, type TestVolume } from './storage/test-volume.ts';
 
 export interface SimOptions {
   cluster: Cluster;
@@ -63,12 +63,12 @@ export interface Sim {
   faults(): FaultRecord[];
   /** The host directory holding a PV's data. */
   volumeDir(pvName: string): string;
-  /** The kube-proxy stand-in (service-proxy.ts): its connections, for tests. */
+  /** The kube-proxy stand-in (network/service-proxy.ts): its connections, for tests. */
   readonly serviceProxy: ServiceProxy;
   /**
    * The stable address (127.0.0.1 and a port of its own) of a ClusterIP Service's port
    * (its name or `port` number) that follows the Service's EndpointSlices, like the
-   * ClusterIP in a cluster: see service-proxy.ts. Waits until the proxy saw the Service.
+   * ClusterIP in a cluster: see network/service-proxy.ts. Waits until the proxy saw the Service.
    */
   serviceAddress(
     namespace: string,

@@ -1,6 +1,6 @@
 /**
  * Storage that fences (issue 11), on the simulator's fencing storage
- * (dev/sim/fencing-storage/: each node reaches the volume through its own revocable FUSE
+ * (dev/sim/storage/: each node reaches the volume through its own revocable FUSE
  * view, revoked by the attacher's ControllerUnpublish before the finalizer goes), next to
  * storage without an attach step (CSIDriver attachRequired: false), which cannot fence.
  * Two shares on sim-1, both servers stubborn (they keep appending 3 s after the agent's
@@ -21,13 +21,10 @@ import { test } from 'node:test';
 import { pvName, SERVER_PORT, type Serving, unpinShare, waitServing } from '../../dev/demo/shares.ts';
 import { SHARES_NAMESPACE } from '../../dev/demo/system.ts';
 import { parseRecords } from '../../dev/share-server/record-file.ts';
-import { handoffOrderViolations } from '../../dev/sim/csi-attacher.ts';
-import {
-  accessOrderViolations,
-  revokeBeforeGrantElsewhere,
-} from '../../dev/sim/fencing-storage/access-log.ts';
 import { SHARE_SERVER_IMAGE } from '../../dev/sim/sim.ts';
-import { createTestVolume, type TestStorageKind } from '../../dev/sim/test-volume.ts';
+import { accessOrderViolations, revokeBeforeGrantElsewhere } from '../../dev/sim/storage/access-log.ts';
+import { handoffOrderViolations } from '../../dev/sim/storage/csi-attacher.ts';
+import { createTestVolume, type TestStorageKind } from '../../dev/sim/storage/test-volume.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { faultAndWaitForReplacement, useSystem } from './e2e-support.ts';

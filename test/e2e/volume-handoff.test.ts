@@ -7,7 +7,7 @@
  *  - crash sim-1: both shares serve again elsewhere well under the controller's 1 min
  *    sync (bound 25 s: D + 19 s of slack for a noisy 2-core machine; the figures are in
  *    bench/failover), their serving windows never overlap, no record is lost;
- *  - the handoff order, from the simulated storage's own log (dev/sim/csi-attacher.ts):
+ *  - the handoff order, from the simulated storage's own log (dev/sim/storage/csi-attacher.ts):
  *    each share's old VolumeAttachment was gone, finalizer and all, before its new one
  *    was created, and no PV was ever attached to two nodes;
  *  - nothing else on sim-1 was touched: the unrelated pod is not deleted, its volume is
@@ -20,8 +20,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { createShare, createVolume, pvName, unpinShare, waitServing } from '../../dev/demo/shares.ts';
 import { SHARES_NAMESPACE } from '../../dev/demo/system.ts';
-import { handoffOrderViolations } from '../../dev/sim/csi-attacher.ts';
 import { SHARE_SERVER_IMAGE, TEST_CSI_DRIVER } from '../../dev/sim/sim.ts';
+import { handoffOrderViolations } from '../../dev/sim/storage/csi-attacher.ts';
 import { sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { V1Pod, V1Probe } from '@kubernetes/client-node';
 import type { Cluster } from '../../dev/cluster/types.ts';
-import type { ContainerExitRecord } from '../../dev/sim/pod-worker.ts';
+import type { ContainerExitRecord } from '../../dev/sim/kubelet/pod-worker.ts';
 import { SHARE_SERVER_IMAGE, type Sim } from '../../dev/sim/sim.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s } from '../../lib/kube-client.ts';

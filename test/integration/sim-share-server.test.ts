@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { readRecords } from '../../dev/share-server/record-file.ts';
 import { overlappingWindows, readServingWindows } from '../../dev/share-server/serving-window-log.ts';
-import { freePort } from '../../dev/sim/pod-prepare.ts';
+import { freePort } from '../../dev/sim/kubelet/pod-prepare.ts';
 import { monotonicMs } from '../../lib/clock.ts';
 import { eventually } from '../support/cluster.ts';
 

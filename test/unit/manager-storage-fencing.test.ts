@@ -6,7 +6,7 @@ import {
   type NonFencingPolicy,
   OUT_OF_SERVICE_TAINT,
   type StorageFencing,
-} from '../../manager/storage-fencing.ts';
+} from '../../manager/failover/storage-fencing.ts';
 
 const pv = { name: 'pv-a', csiDriver: 'd.example' };
 

@@ -1,13 +1,13 @@
 /**
  * The simulated kubelet's pure model of a container's identity on a real node
- * (kubelet + containerd 2.x + runc, see dev/sim/container-identity.ts): uid, gid and
+ * (kubelet + containerd 2.x + runc, see dev/sim/runtime/container-identity.ts): uid, gid and
  * groups from image and securityContext, runAsNonRoot refusals, the capability sets
  * containerd writes and what the kernel leaves after execve, and the setpriv options.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Container, V1Pod, V1PodSecurityContext } from '@kubernetes/client-node';
-import { emptyDirMode, tokenFileMode } from '../../dev/sim/container-files.ts';
+import { emptyDirMode, tokenFileMode } from '../../dev/sim/runtime/container-files.ts';
 import {
   CAPABILITIES,
   CONTAINERD_DEFAULT_CAPS,
@@ -18,8 +18,8 @@ import {
   type ImageUser,
   resolveIdentity,
   setprivArgs,
-} from '../../dev/sim/container-identity.ts';
-import { type LaunchContext, resolveLaunch } from '../../dev/sim/container-launch.ts';
+} from '../../dev/sim/runtime/container-identity.ts';
+import { type LaunchContext, resolveLaunch } from '../../dev/sim/runtime/container-launch.ts';
 
 // The simulator's own caps on the test machine may lack some; the model takes them as input.
 const HOST_CAPS = CAPABILITIES.filter((c) => c !== 'CAP_SYS_RESOURCE');

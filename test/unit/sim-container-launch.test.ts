@@ -6,16 +6,16 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
-import { CAPABILITIES } from '../../dev/sim/container-identity.ts';
+import { podStatusPatch } from '../../dev/sim/kubelet/pod-status.ts';
+import { CAPABILITIES } from '../../dev/sim/runtime/container-identity.ts';
 import {
   expandVars,
   type LaunchContext,
   resolveLaunch,
   translatePaths,
   translatePorts,
-} from '../../dev/sim/container-launch.ts';
-import type { ContainerView } from '../../dev/sim/container-runner.ts';
-import { podStatusPatch } from '../../dev/sim/pod-status.ts';
+} from '../../dev/sim/runtime/container-launch.ts';
+import type { ContainerView } from '../../dev/sim/runtime/container-runner.ts';
 
 const ctx: LaunchContext = {
   repoRoot: '/repo',

@@ -1,5 +1,5 @@
 /**
- * The handoff-order check of the simulated storage (dev/sim/csi-attacher.ts
+ * The handoff-order check of the simulated storage (dev/sim/storage/csi-attacher.ts
  * handoffOrderViolations): it passes a detach-then-attach history and fails on every
  * way an attach elsewhere can come before the old attachment is gone.
  */
@@ -9,7 +9,7 @@ import {
   type AttachEvent,
   type AttachEventKind,
   handoffOrderViolations,
-} from '../../dev/sim/csi-attacher.ts';
+} from '../../dev/sim/storage/csi-attacher.ts';
 
 function log(...steps: [AttachEventKind, string, string, string?][]): AttachEvent[] {
   return steps.map(([event, va, node, pv], i) => ({

@@ -8,14 +8,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
-import { CAPABILITIES } from '../../dev/sim/capabilities.ts';
+import { CAPABILITIES } from '../../dev/sim/runtime/capabilities.ts';
 import {
   imageDefaultPorts,
   type Launch,
   type LaunchContext,
   NFS_SERVER_IMAGE,
   resolveLaunch,
-} from '../../dev/sim/container-launch.ts';
+} from '../../dev/sim/runtime/container-launch.ts';
 import { NFS_RUN_DIR, nfsServerContainer } from '../../manager/reconciliation/nfs-server-preset.ts';
 
 const ctx: LaunchContext = {

@@ -1,8 +1,8 @@
 /** Which simulated pods get the sandbox's rpcbind: the server's own rule on its resolved env. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { NFS_SERVER_SCRIPT } from '../../dev/sim/container-launch.ts';
-import { podNeedsRpcbind } from '../../dev/sim/pod-rpcbind.ts';
+import { NFS_SERVER_SCRIPT } from '../../dev/sim/runtime/container-launch.ts';
+import { podNeedsRpcbind } from '../../dev/sim/runtime/pod-rpcbind.ts';
 
 const nfs = (env: Record<string, string>) => ({ kind: 'process', script: NFS_SERVER_SCRIPT, env });
 

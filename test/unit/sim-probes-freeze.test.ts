@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ProbeLoop, type ProbeVerdict } from '../../dev/sim/probes.ts';
+import { ProbeLoop, type ProbeVerdict } from '../../dev/sim/kubelet/probes.ts';
 import { sleep } from '../../lib/clock.ts';
 
 // A probe with no port to reach fails every time (resolvePort -> undefined).

@@ -11,14 +11,14 @@ import {
   type ConnectionState,
   initialState,
   nextState,
-} from '../../dev/sim/service-connection.ts';
+} from '../../dev/sim/network/service-connection.ts';
 import {
   candidateEndpoints,
   type PortEndpoint,
   portEndpoints,
   type ResolvedEndpoint,
   routeNewConnection,
-} from '../../dev/sim/service-routing.ts';
+} from '../../dev/sim/network/service-routing.ts';
 
 type Conditions = { ready?: boolean; serving?: boolean; terminating?: boolean };
 

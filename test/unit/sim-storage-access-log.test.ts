@@ -4,7 +4,7 @@ import {
   type AccessLogEntry,
   accessOrderViolations,
   revokeBeforeGrantElsewhere,
-} from '../../dev/sim/fencing-storage/access-log.ts';
+} from '../../dev/sim/storage/access-log.ts';
 
 let seq = 0;
 const e = (op: AccessLogEntry['op'], pv: string, node: string): AccessLogEntry => {

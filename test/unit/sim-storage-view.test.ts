@@ -12,11 +12,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { test } from 'node:test';
-import {
-  accessOrderViolations,
-  revokeBeforeGrantElsewhere,
-} from '../../dev/sim/fencing-storage/access-log.ts';
-import { FencingStorage, viewLink } from '../../dev/sim/fencing-storage/fencing-storage.ts';
+import { accessOrderViolations, revokeBeforeGrantElsewhere } from '../../dev/sim/storage/access-log.ts';
+import { FencingStorage, viewLink } from '../../dev/sim/storage/fencing-storage.ts';
 import { sleep } from '../../lib/clock.ts';
 
 /** PIDs of leasehold-fencefs processes whose arguments name `root`. */
@@ -93,7 +90,7 @@ test('a killed simulator leaves no view mounted and no leasehold-fencefs running
 }, async () => {
   const root = mkdtempSync(join(tmpdir(), 'leasehold-storage-'));
   const script = `
-    import { FencingStorage } from ${JSON.stringify(new URL('../../dev/sim/fencing-storage/fencing-storage.ts', import.meta.url).href)};
+    import { FencingStorage } from ${JSON.stringify(new URL('../../dev/sim/storage/fencing-storage.ts', import.meta.url).href)};
     const s = new FencingStorage(${JSON.stringify(root)});
     await s.grant('pv-a', 'n1');
     console.log('granted');

@@ -1,5 +1,5 @@
 // leasehold-fencefs mounts a revocable passthrough view of one directory (the simulated
-// storage's view of one volume for one node; dev/sim/fencing-storage/).
+// storage's view of one volume for one node; dev/sim/storage/).
 //
 //	leasehold-fencefs --backing DIR --mountpoint DIR
 //

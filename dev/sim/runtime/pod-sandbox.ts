@@ -51,8 +51,8 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { closeSync, openSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { promisify } from 'node:util';
-import { sleep } from '../../lib/clock.ts';
-import { LeaseholdError } from '../../lib/errors.ts';
+import { sleep } from '../../../lib/clock.ts';
+import { LeaseholdError } from '../../../lib/errors.ts';
 import { type ContainerIdentity, setprivArgs } from './container-identity.ts';
 import { type NetnsRpcbind, startNetnsRpcbind } from './netns-rpcbind.ts';
 

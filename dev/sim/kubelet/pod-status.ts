@@ -9,7 +9,7 @@
  * or Failed when every main container has terminated for good.
  */
 import type { V1ContainerState, V1ContainerStatus, V1PodCondition } from '@kubernetes/client-node';
-import type { ContainerPhase, ContainerView } from './container-runner.ts';
+import type { ContainerPhase, ContainerView } from '../runtime/container-runner.ts';
 
 export type PodPhase = 'Pending' | 'Running' | 'Succeeded' | 'Failed';
 

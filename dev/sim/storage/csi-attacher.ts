@@ -19,7 +19,7 @@
  * (the object is gone). `handoffOrderViolations(events)` says whether any PV got a
  * VolumeAttachment on a node while one on another node still existed (the handoff order
  * of an RWO volume: old access fully revoked before any new one).
- * With a FencingStorage (fencing-storage/fencing-storage.ts), PVs that opt in
+ * With a FencingStorage (fencing-storage.ts), PVs that opt in
  * (csi.volumeAttributes `storage.leasehold.dev/fencing: "true"`) are fenced by the
  * storage: attach grants the node's revocable view BEFORE status.attached is set
  * (ControllerPublish), detach revokes it BEFORE the finalizer is removed
@@ -30,11 +30,11 @@
  * host dir).
  */
 import type { V1VolumeAttachment } from '@kubernetes/client-node';
-import { monotonicMs, sleep } from '../../lib/clock.ts';
-import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
-import { FENCING_ATTRIBUTE, type FencingStorage } from './fencing-storage/fencing-storage.ts';
-import { type ListWatch, startListWatch } from './list-watch.ts';
-import { TEST_CSI_DRIVER } from './pod-volumes.ts';
+import { monotonicMs, sleep } from '../../../lib/clock.ts';
+import { k8s, statusOf, withDeadline } from '../../../lib/kube-client.ts';
+import { type ListWatch, startListWatch } from '../kubelet/list-watch.ts';
+import { TEST_CSI_DRIVER } from '../kubelet/pod-volumes.ts';
+import { FENCING_ATTRIBUTE, type FencingStorage } from './fencing-storage.ts';
 
 export const ATTACHER_FINALIZER = `external-attacher/${TEST_CSI_DRIVER.replaceAll('.', '-')}`;
 

@@ -8,7 +8,7 @@
  * Each request has a deadline shorter than the period, so a hung API server never
  * stacks requests. pause()/resume() stop and restart both (crash, freeze, partition).
  */
-import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
+import { k8s, statusOf, withDeadline } from '../../../lib/kube-client.ts';
 import { nodeConditions, nodeLeaseObject } from './node-object.ts';
 
 export interface NodeHeartbeatOptions {

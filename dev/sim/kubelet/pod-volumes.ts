@@ -6,7 +6,7 @@
  *   PVC -> <simRoot>/volumes/<pv-name>   (the PV's data: outlives pods and nodes; root 0755)
  *   emptyDir -> <simRoot>/pods/<uid>/volumes/<name> (0777);  hostPath -> its path (as is)
  * A PV of the test driver with csi.volumeAttributes `storage.leasehold.dev/fencing: "true"`
- * (the fencing storage, fencing-storage/fencing-storage.ts) is reached instead through
+ * (the fencing storage, ../storage/fencing-storage.ts) is reached instead through
  * this node's revocable view of it, resolved once attached (the attacher grants the view
  * before it reports the attachment): <simRoot>/storage/<pv>/<node>.<n>. A PV of
  * TEST_NOATTACH_CSI_DRIVER (CSIDriver attachRequired: false: no VolumeAttachment, no
@@ -17,10 +17,10 @@
 import { existsSync, mkdirSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
-import { sleep } from '../../lib/clock.ts';
-import { k8s, kubeCall, withDeadline } from '../../lib/kube-client.ts';
-import { applyFileMode, emptyDirMode } from './container-files.ts';
-import { FENCING_ATTRIBUTE, viewLink } from './fencing-storage/fencing-storage.ts';
+import { sleep } from '../../../lib/clock.ts';
+import { k8s, kubeCall, withDeadline } from '../../../lib/kube-client.ts';
+import { applyFileMode, emptyDirMode } from '../runtime/container-files.ts';
+import { FENCING_ATTRIBUTE, viewLink } from '../storage/fencing-storage.ts';
 
 export const TEST_CSI_DRIVER = 'csi.leasehold.dev';
 /** A second test driver whose CSIDriver has attachRequired: false: storage that cannot fence. */
@@ -74,7 +74,7 @@ export async function resolveVolumes(
     } else if (volume.emptyDir) {
       const dir = join(simRoot, 'pods', pod.metadata?.uid ?? 'unknown', 'volumes', volume.name);
       mkdirSync(dir, { recursive: true });
-      // 0777 as the kubelet makes it (group fsGroup + setgid with one): see container-files.ts.
+      // 0777 as the kubelet makes it (group fsGroup + setgid with one): see ../runtime/container-files.ts.
       applyFileMode(dir, emptyDirMode(pod));
       hostDirs.set(volume.name, dir);
     } else if (volume.hostPath) {

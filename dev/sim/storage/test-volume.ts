@@ -4,15 +4,15 @@
  * once the PV controller (kube-controller-manager) has bound the claim.
  * `storage` picks what backs it (default 'shared', as before):
  *   'shared'    csi.leasehold.dev (attachRequired), one host dir every node writes at any time;
- *   'fencing'   csi.leasehold.dev with the fencing storage (fencing-storage/): each node
+ *   'fencing'   csi.leasehold.dev with the fencing storage (fencing-storage.ts): each node
  *               through its own view, revoked on detach (I/O fails with EIO);
  *   'no-attach' noattach.csi.leasehold.dev, a CSIDriver with attachRequired: false
  *               (created here if missing): no VolumeAttachment, no detach, nothing fences.
  */
-import { sleep } from '../../lib/clock.ts';
-import { k8s, kubeCall, statusOf, withDeadline } from '../../lib/kube-client.ts';
-import { FENCING_ATTRIBUTE } from './fencing-storage/fencing-storage.ts';
-import { TEST_CSI_DRIVER, TEST_NOATTACH_CSI_DRIVER } from './pod-volumes.ts';
+import { sleep } from '../../../lib/clock.ts';
+import { k8s, kubeCall, statusOf, withDeadline } from '../../../lib/kube-client.ts';
+import { TEST_CSI_DRIVER, TEST_NOATTACH_CSI_DRIVER } from '../kubelet/pod-volumes.ts';
+import { FENCING_ATTRIBUTE } from './fencing-storage.ts';
 
 export type TestStorageKind = 'shared' | 'fencing' | 'no-attach';
 

@@ -10,7 +10,7 @@
  *
  * NB: the address is only reported, never bound. Every pod still shares the host's
  * network namespace and listens on 127.0.0.1 (or all interfaces) at its own host ports
- * (see container-launch.ts); tests reach a pod through `sim.hostPort(...)`, never
+ * (see ../runtime/container-launch.ts); tests reach a pod through `sim.hostPort(...)`, never
  * through its pod IP. A container that dials its own status.podIP would fail: none of
  * the project's does. (As root, `ip addr add <ip>/32 dev lo` would make one reachable.)
  *

@@ -3,7 +3,7 @@
  * directory (`<root>/volumes/<pv>`, as for the shared kind), and a node reaches it only
  * through its own revocable view (volume-view.ts), mounted at
  * `<root>/storage/<pv>/<node>.<n>` with the link `<root>/storage/<pv>/<node>` to the
- * current one; the kubelet resolves that link when it starts a pod (pod-volumes.ts), so
+ * current one; the kubelet resolves that link when it starts a pod (../kubelet/pod-volumes.ts), so
  * a pod keeps the view it started with.
  *
  * The attacher (csi-attacher.ts) calls grant() before it reports a VolumeAttachment

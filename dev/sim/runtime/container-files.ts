@@ -34,7 +34,7 @@ import {
 } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
-import { LeaseholdError } from '../../lib/errors.ts';
+import { LeaseholdError } from '../../../lib/errors.ts';
 import { fsUserOf } from './container-identity.ts';
 
 export interface FileMode {

@@ -18,7 +18,7 @@
  *                                       node:24-bookworm-slim (Debian base-passwd + node 1000)
  *
  * Because every pod of every simulated node shares the host's network namespace (its
- * reported pod IP, see pod-ip.ts, is bound nowhere), the kubelet gives each pod its own
+ * reported pod IP, see ../node/pod-ip.ts, is bound nowhere), the kubelet gives each pod its own
  * host ports and translates:
  *  - PORTS: every containerPort declared by any container of the pod gets a free host
  *    port; in env values and args a declared port number is replaced by its host port

@@ -5,7 +5,7 @@
  * conditions, its heartbeat Lease and its CSINode (registering the test CSI driver).
  */
 import type { V1CSINode, V1Lease, V1Node, V1NodeCondition } from '@kubernetes/client-node';
-import { k8s } from '../../lib/kube-client.ts';
+import { k8s } from '../../../lib/kube-client.ts';
 
 export const SIM_NODE_LABEL = 'leasehold.dev/sim-node';
 const CAPACITY = { cpu: '8', memory: '32Gi', pods: '110', 'ephemeral-storage': '100Gi' };

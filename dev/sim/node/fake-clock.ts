@@ -7,7 +7,7 @@
  * wall clock differs, as between two machines, not the rate.
  */
 import { existsSync } from 'node:fs';
-import { LeaseholdError } from '../../lib/errors.ts';
+import { LeaseholdError } from '../../../lib/errors.ts';
 
 const LIBFAKETIME = [
   '/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1',

@@ -17,15 +17,15 @@
  */
 
 import { randomUUID } from 'node:crypto';
-import { monotonicMs } from '../../lib/clock.ts';
-import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
-import type { Cluster } from '../cluster/types.ts';
-import { type ProxyMode, startTcpProxy, type TcpProxy } from '../net/tcp-proxy.ts';
-import { Kubelet } from './kubelet.ts';
+import { monotonicMs } from '../../../lib/clock.ts';
+import { k8s, statusOf, withDeadline } from '../../../lib/kube-client.ts';
+import type { Cluster } from '../../cluster/types.ts';
+import { type ProxyMode, startTcpProxy, type TcpProxy } from '../../net/tcp-proxy.ts';
+import { Kubelet } from '../kubelet/kubelet.ts';
+import { TEST_CSI_DRIVER } from '../kubelet/pod-volumes.ts';
+import type { ContainerExitRecord, PodWorker } from '../kubelet/pod-worker.ts';
 import { NodeHeartbeat } from './node-heartbeat.ts';
 import { csiNodeObject, nodeObject } from './node-object.ts';
-import { TEST_CSI_DRIVER } from './pod-volumes.ts';
-import type { ContainerExitRecord, PodWorker } from './pod-worker.ts';
 
 export type SimNodeState = 'running' | 'crashed' | 'frozen' | 'partitioned' | 'stopped';
 

@@ -1,6 +1,6 @@
 /**
  * Overhead of the fencing storage's view per write, against the backing directory:
- *   node --import tsx dev/sim/fencing-storage/bench-view.ts [writes=5000]
+ *   node --import tsx dev/sim/storage/bench-view.ts [writes=5000]
  * Appends a share-server-sized record (~120 bytes) with writeSync on one open
  * descriptor (as dev/share-server/record-file.ts does), and with fsync after each; prints
  * JSON with µs per write (p50, p95) for each. Needs root and /dev/fuse.

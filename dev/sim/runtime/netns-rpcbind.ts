@@ -1,7 +1,7 @@
 /**
  * Debian's real `rpcbind -f` in a network namespace of its own, for the test rigs that
  * need one per ganesha with NFSv3 on a shared machine: dev/nfs-client/private-rpcbind.ts
- * (one per server incarnation, outside any pod) and dev/sim/pod-sandbox.ts (one per
+ * (one per server incarnation, outside any pod) and dev/sim/runtime/pod-sandbox.ts (one per
  * simulated pod). Its port 111 exists only in its namespace, so nothing clashes with the
  * host or with another rpcbind; ganesha registers through the unix socket, which a file
  * system path reaches from any network namespace.
@@ -15,8 +15,8 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { sleep } from '../../lib/clock.ts';
-import { LeaseholdError } from '../../lib/errors.ts';
+import { sleep } from '../../../lib/clock.ts';
+import { LeaseholdError } from '../../../lib/errors.ts';
 
 export interface NetnsRpcbind {
   /** The command's process (rpcbind itself when the command execs all the way). */

@@ -15,10 +15,10 @@
  * a stop by the kubelet, or the sandbox killed under it.
  */
 import type { V1Container, V1Probe } from '@kubernetes/client-node';
-import { sleep } from '../../lib/clock.ts';
+import { sleep } from '../../../lib/clock.ts';
+import { ProbeLoop, probeKindProblem } from '../kubelet/probes.ts';
 import type { ContainerIdentity } from './container-identity.ts';
 import type { ContainerExit, ContainerProcess, PodSandbox } from './pod-sandbox.ts';
-import { ProbeLoop, probeKindProblem } from './probes.ts';
 
 export type ContainerPhase =
   | { kind: 'waiting'; reason: string; message?: string }

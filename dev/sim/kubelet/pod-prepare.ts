@@ -3,15 +3,15 @@
  * for its declared (and image-default) container ports, a TokenRequest token for its
  * service account bound to the pod object (so the API server rejects it once the pod
  * is gone, and RBAC applies as in a cluster), and the launch of every container
- * (see container-launch.ts), checked against the built dist/ files.
+ * (see ../runtime/container-launch.ts), checked against the built dist/ files.
  */
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
-import { k8s, kubeCall, withDeadline } from '../../lib/kube-client.ts';
-import { capsFromMask } from './container-identity.ts';
-import { declaredPorts, imageDefaultPorts, type Launch, resolveLaunch } from './container-launch.ts';
+import { k8s, kubeCall, withDeadline } from '../../../lib/kube-client.ts';
+import { capsFromMask } from '../runtime/container-identity.ts';
+import { declaredPorts, imageDefaultPorts, type Launch, resolveLaunch } from '../runtime/container-launch.ts';
 import { mountsOf } from './pod-volumes.ts';
 
 export async function freePort(): Promise<number> {
@@ -75,7 +75,7 @@ export function simulatorCapabilities(): string[] {
 
 export interface PodLaunchInput {
   repoRoot: string;
-  /** The node binary every container runs (see container-files.ts). */
+  /** The node binary every container runs (see ../runtime/container-files.ts). */
   nodePath: string;
   podIP: string;
   hostIP: string;
@@ -90,7 +90,7 @@ export interface PodLaunchInput {
 /**
  * <podDir>/rootfs/<container>: the container's own writable layer, root 0755 like an
  * image's directories (only paths an image setting names are placed here; see
- * container-launch.ts PRIVATE PATHS).
+ * ../runtime/container-launch.ts PRIVATE PATHS).
  */
 function containerRootfs(podDir: string, container: string): string {
   const dir = join(podDir, 'rootfs', container);

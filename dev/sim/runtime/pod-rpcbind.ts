@@ -6,9 +6,9 @@
  * answers: NFSv3 on and LEASEHOLD_NFS_RPCBIND not `external`. A container whose
  * settings are invalid gets none (it exits 2 before it would need one).
  */
-import { ConfigError } from '../../lib/errors.ts';
-import { readNfsServerConfig } from '../../server/nfs-ganesha/config.ts';
-import { decideRpcbind } from '../../server/nfs-ganesha/rpcbind.ts';
+import { ConfigError } from '../../../lib/errors.ts';
+import { readNfsServerConfig } from '../../../server/nfs-ganesha/config.ts';
+import { decideRpcbind } from '../../../server/nfs-ganesha/rpcbind.ts';
 import { NFS_SERVER_SCRIPT } from './container-launch.ts';
 
 export function podNeedsRpcbind(

@@ -6,8 +6,8 @@
  * Guarantee: the client hears only what the transition table lets through.
  */
 import type { Socket } from 'node:net';
-import { monotonicMs } from '../../lib/clock.ts';
-import { TcpSplice } from '../net/tcp-splice.ts';
+import { monotonicMs } from '../../../lib/clock.ts';
+import { TcpSplice } from '../../net/tcp-splice.ts';
 import {
   type ConnectionAction,
   type ConnectionEvent,

@@ -12,8 +12,8 @@
  * re-lists and flushes. crash() kills every pod silently and forgets them.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { sleep } from '../../lib/clock.ts';
-import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
+import { sleep } from '../../../lib/clock.ts';
+import { k8s, statusOf, withDeadline } from '../../../lib/kube-client.ts';
 import { type ListWatch, startListWatch } from './list-watch.ts';
 import { PodWorker, type PodWorkerContext } from './pod-worker.ts';
 

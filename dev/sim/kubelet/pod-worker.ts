@@ -4,7 +4,7 @@
  *   2. host ports for the pod, a TokenRequest token for its service account (bound
  *      to the pod) in a per-pod kubeconfig whose server is the node's proxy;
  *   3. its sandbox (own PID namespace and /run; the pod's rpcbind for an NFSv3 server:
- *      pod-rpcbind.ts); init containers in order: a native sidecar
+ *      ../runtime/pod-rpcbind.ts); init containers in order: a native sidecar
  *      (restartPolicy Always) must pass its startup probe before the next starts, a
  *      plain init container must exit 0;
  *   4. main containers; status reported on every change; with restartPolicy Never the
@@ -13,20 +13,20 @@
  * the grace period. kill(): everything at once with SIGKILL and no status (a force
  * delete, or the node crashed).
  * Each container runs as the user, groups and capabilities a real node gives it
- * (container-identity.ts); the files it needs get a kubelet's owners and modes
- * (container-files.ts). Every container exit goes to the exit log with its reason.
+ * (../runtime/container-identity.ts); the files it needs get a kubelet's owners and modes
+ * (../runtime/container-files.ts). Every container exit goes to the exit log with its reason.
  */
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
-import { monotonicMs, sleep } from '../../lib/clock.ts';
-import type { k8s } from '../../lib/kube-client.ts';
-import { containerNodePath, exposeTokenKubeconfig, preparePodDir } from './container-files.ts';
-import type { Launch } from './container-launch.ts';
-import { ContainerRunner, type ContainerView, type ExitReason } from './container-runner.ts';
-import { allocatePodIP } from './pod-ip.ts';
+import { monotonicMs, sleep } from '../../../lib/clock.ts';
+import type { k8s } from '../../../lib/kube-client.ts';
+import { allocatePodIP } from '../node/pod-ip.ts';
+import { containerNodePath, exposeTokenKubeconfig, preparePodDir } from '../runtime/container-files.ts';
+import type { Launch } from '../runtime/container-launch.ts';
+import { ContainerRunner, type ContainerView, type ExitReason } from '../runtime/container-runner.ts';
+import { podNeedsRpcbind } from '../runtime/pod-rpcbind.ts';
+import { type ContainerExit, PodSandbox } from '../runtime/pod-sandbox.ts';
 import { allocatePorts, requestPodToken, resolvePodLaunches } from './pod-prepare.ts';
-import { podNeedsRpcbind } from './pod-rpcbind.ts';
-import { type ContainerExit, PodSandbox } from './pod-sandbox.ts';
 import { type PodRuntimeView, podStatusPatch, type TransitionMemory } from './pod-status.ts';
 import { type CsiVolume, waitForVolumes } from './pod-volumes.ts';
 
