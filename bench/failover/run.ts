@@ -9,6 +9,12 @@
  *   leasehold-oos  (only when named in --modes) the chart's defaults plus the opt-in
  *              out-of-service taint (manager.outOfServiceTaint=true, nodeLeaseGrace 8s =
  *              the test cluster's node-monitor grace)
+ *   nfs        (only when named in --modes) the client's view: a share on the shipped NFS
+ *              server and a real NFS client writing through its Service address; each
+ *              crash measured as clientWriteGap, acknowledged writes lost, stale handles
+ *              (nfs-client-runs.ts; --nfs-versions 3|4.0,4.1,4.2 (the client speaks v3
+ *              with 3, else v4.0), --nfs-grace, --nfs-lease; own result file
+ *              failover-nfs-<versions>-adc-<d>-grace-<g>.json)
  * The three modes run at once, each on its own control plane with 3 simulated nodes
  * (timer-dominated figures; the machine is mostly idle while they wait).
  * Prints p50/p95 of detection and crash-to-serving and the ratios between modes from
@@ -27,10 +33,11 @@ import { parseArgs } from 'node:util';
 import { REPO_ROOT } from '../../dev/demo/helm-install.ts';
 import { type System, startSystem } from '../../dev/demo/system.ts';
 import { type CrashSample, leaseholdCrashRuns } from './leasehold-runs.ts';
+import { runNfsMode } from './nfs-client-runs.ts';
 import { ratio, type Summary, summarize } from './stats.ts';
 import { stockCrash, TOLERATION_SECONDS } from './stock-runs.ts';
 
-const MODES = ['leasehold', 'longhorn', 'stock', 'leasehold-oos'] as const;
+const MODES = ['leasehold', 'longhorn', 'stock', 'leasehold-oos', 'nfs'] as const;
 type Mode = (typeof MODES)[number];
 
 interface ModeResult {
@@ -56,6 +63,9 @@ const { values } = parseArgs({
     budget: { type: 'string', default: '150' },
     'stock-budget': { type: 'string', default: '600' },
     modes: { type: 'string', default: 'leasehold,longhorn,stock' },
+    'nfs-versions': { type: 'string', default: '4.0,4.1,4.2' },
+    'nfs-grace': { type: 'string', default: '15s' },
+    'nfs-lease': { type: 'string', default: '10s' },
   },
   strict: true,
 });
@@ -154,13 +164,29 @@ async function main(): Promise<void> {
   sayFor('bench')('compiling TypeScript to dist/');
   const tsc = spawnSync('tsc', ['-p', join(REPO_ROOT, 'tsconfig.build.json')], { stdio: 'inherit' });
   if (tsc.status !== 0) throw new Error('tsc -p tsconfig.build.json failed');
-  const settled = await Promise.allSettled(modes.map((m) => runMode(m)));
+  const nfs = modes.includes('nfs')
+    ? runNfsMode({
+        runs,
+        budgetMs: budgetS * 1000,
+        adcSync,
+        adcSyncMs,
+        versions: values['nfs-versions'] ?? '',
+        grace: values['nfs-grace'] ?? '',
+        lease: values['nfs-lease'] ?? '',
+        say: sayFor('nfs'),
+        withSystem: (body) => withSystem('nfs', {}, body),
+      })
+    : undefined;
+  const others = modes.filter((m) => m !== 'nfs');
+  const settled = await Promise.allSettled(others.map((m) => runMode(m)));
+  await nfs;
+  if (others.length === 0) return;
   const results: ModeResult[] = [];
   settled.forEach((s, i) => {
     if (s.status === 'fulfilled') results.push(s.value);
     else
       process.stderr.write(
-        `mode ${modes[i]} failed: ${s.reason instanceof Error ? s.reason.message : String(s.reason)}\n`,
+        `mode ${others[i]} failed: ${s.reason instanceof Error ? s.reason.message : String(s.reason)}\n`,
       );
   });
   const by = (m: Mode) => results.find((r) => r.mode === m);
