@@ -152,7 +152,15 @@ export async function nfsClientCrashRuns(
         if (v !== undefined) sample[k] = v;
       };
       setIf('detectS', sinceS(parse(ff.detectedAt), crashWall));
-      setIf('replacementCreatedS', sinceS(parse(ff.replacementCreatedAt), crashWall));
+      // Else the pod tracker's first sight of a pod other than the old one (polled every 100 ms).
+      const seen = [...pods.created].filter(([name]) => name !== before.pod).map(([, at]) => at.getTime());
+      setIf(
+        'replacementCreatedS',
+        sinceS(
+          parse(ff.replacementCreatedAt) ?? (seen.length > 0 ? Math.min(...seen) : undefined),
+          crashWall,
+        ),
+      );
       const attach = sys.sim.attacher.timings.find(
         (t) => t.op === 'attach' && t.pv === pvName(SHARE) && t.doneWall.getTime() > crashWall,
       );
