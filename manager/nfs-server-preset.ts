@@ -20,6 +20,15 @@
  *    no_root_squash a root client must be able to do what local root can).
  *  - not NET_BIND_SERVICE (2049 is not a privileged port), not KILL (the entrypoint
  *    signals only its own child, same uid), not SYS_ADMIN.
+ *  - with NFSv3 (spec.nfs.versions has 3, nfsServerSecurityContext) also KILL: the
+ *    entrypoint starts the rpcbind ganesha needs (server/nfs-ganesha/rpcbind.ts), and
+ *    Debian's rpcbind switches to user `_rpc` once bound (built so, no option; it uses
+ *    SETUID/SETGID, already given), after which root without KILL gets EPERM signalling
+ *    it (measured), so the entrypoint could not stop it. Still not NET_BIND_SERVICE:
+ *    without it rpcbind silently leaves port 111 unbound and serves its unix socket
+ *    only, which is all ganesha uses (measured: ganesha registers and serves with exactly
+ *    these sets, test/integration/nfs-ganesha-rpcbind.test.ts); the Service publishes no
+ *    port 111 and the v3 mount options name both ports, so no client asks a portmapper.
  * allowPrivilegeEscalation false, RuntimeDefault seccomp (the runtime default profiles
  * of Docker and containerd allow open_by_handle_at when the container holds
  * DAC_READ_SEARCH), read-only root filesystem with an emptyDir for the entrypoint's run
@@ -120,6 +129,16 @@ export const NFS_SERVER_SECURITY_CONTEXT: V1SecurityContext = {
   seccompProfile: { type: 'RuntimeDefault' },
 };
 
+/** The server container's securityContext: the one above, plus KILL with NFSv3 (header). */
+export function nfsServerSecurityContext(nfs: NfsSettings = {}): V1SecurityContext {
+  if (!nfs.versions?.includes('3')) return NFS_SERVER_SECURITY_CONTEXT;
+  const caps = NFS_SERVER_SECURITY_CONTEXT.capabilities;
+  return {
+    ...NFS_SERVER_SECURITY_CONTEXT,
+    capabilities: { drop: caps?.drop, add: [...(caps?.add ?? []), 'KILL'].sort() },
+  };
+}
+
 /** True when the ShareManager gets the shipped NFS server (no spec.server). */
 export function usesNfsDefault(spec: ShareManagerSpec): boolean {
   return spec.server === undefined;
@@ -177,7 +196,7 @@ export function nfsServerContainer(image: string, mountPath: string, nfs: NfsSet
     image,
     ports: nfsPorts(nfs),
     env: nfsServerEnv(mountPath, nfs),
-    securityContext: NFS_SERVER_SECURITY_CONTEXT,
+    securityContext: nfsServerSecurityContext(nfs),
     // Ready (an endpoint of the Service) only once ganesha accepts connections: it
     // answers 70-110 ms after the container starts, and clients routed before that
     // would be refused.

@@ -19,32 +19,35 @@
  * clients must be given the NFS and MOUNT ports (nothing answers portmapper queries on
  * the host): nfs-writer always is.
  *
+ * `serverEnv` carries the wrapper and LEASEHOLD_NFS_RPCBIND=external: the entrypoint,
+ * which runs outside that mount namespace, must not start an rpcbind of its own on the
+ * host (server/nfs-ganesha/rpcbind.ts).
+ *
  * Needs root (unshare, mount, nsenter), util-linux and rpcbind. `stop()` ends rpcbind;
  * the namespaces go with their last process (stop ganesha first). Not modelled: a pod's
- * rpcbind in Kubernetes, which would run in the pod's own network namespace.
+ * rpcbind in Kubernetes, which runs in the pod's own network namespace (the simulator's
+ * stand-in for that: dev/sim/pod-sandbox.ts). Spawning and waiting: dev/sim/netns-rpcbind.ts.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { sleep } from '../../lib/clock.ts';
+import { startNetnsRpcbind } from '../sim/netns-rpcbind.ts';
 
 export interface PrivateRpcbind {
   pid: number;
   /** Executable wrapper running ganesha.nfsd beside this rpcbind. */
   ganeshaBin: string;
+  /** The entrypoint's env for ganesha beside this rpcbind. */
+  serverEnv: { LEASEHOLD_NFS_GANESHA_BIN: string; LEASEHOLD_NFS_RPCBIND: 'external' };
   stop(): Promise<void>;
-}
-
-export class PrivateRpcbindError extends Error {
-  readonly code = 'E_PRIVATE_RPCBIND';
 }
 
 /** Starts rpcbind; `dir` (a writable directory) receives the ganesha wrapper script. */
 export async function startPrivateRpcbind(dir: string, readyTimeoutMs = 10_000): Promise<PrivateRpcbind> {
   // NB: no --fork: unshare and sh exec in place, so the child's pid is rpcbind's.
-  const child: ChildProcess = spawn(
-    'unshare',
-    [
+  const rpcbind = await startNetnsRpcbind({
+    what: 'private rpcbind',
+    argv: [
+      'unshare',
       '--net',
       '--mount',
       '--propagation',
@@ -54,45 +57,18 @@ export async function startPrivateRpcbind(dir: string, readyTimeoutMs = 10_000):
       '-c',
       'mount -t tmpfs -o size=1m,mode=755 leasehold-rpcbind /run && exec rpcbind -f',
     ],
-    { stdio: ['ignore', 'ignore', 'pipe'] },
-  );
-  let stderr = '';
-  child.stderr?.setEncoding('utf8').on('data', (c: string) => {
-    stderr += c;
+    socket: (pid) => `/proc/${pid}/root/run/rpcbind.sock`,
+    readyTimeoutMs,
   });
-  const killOnExit = () => child.kill('SIGKILL');
-  process.on('exit', killOnExit);
-  let exited = false;
-  const exit = new Promise<void>((resolve) =>
-    child.once('exit', () => {
-      exited = true;
-      process.off('exit', killOnExit);
-      resolve();
-    }),
-  );
-  const stop = async () => {
-    if (!exited) child.kill('SIGTERM');
-    await exit;
-  };
-  const pid = child.pid;
-  if (pid === undefined) {
-    await stop();
-    throw new PrivateRpcbindError(`cannot start unshare/rpcbind: ${stderr.trim()}`);
-  }
-  const socket = `/proc/${pid}/root/run/rpcbind.sock`;
-  const until = performance.now() + readyTimeoutMs;
-  while (!existsSync(socket)) {
-    if (exited || performance.now() > until) {
-      await stop();
-      throw new PrivateRpcbindError(
-        `private rpcbind did not create ${socket} within ${readyTimeoutMs} ms (exited: ${exited}); stderr: ${stderr.trim()}`,
-      );
-    }
-    await sleep(20);
-  }
+  const { pid } = rpcbind;
   const ganeshaBin = join(dir, `ganesha-beside-rpcbind-${pid}`);
   writeFileSync(ganeshaBin, `#!/bin/sh\nexec nsenter --mount=/proc/${pid}/ns/mnt -- ganesha.nfsd "$@"\n`, {
     mode: 0o755,
   });
-  return { pid, ganeshaBin, stop };
+  return {
+    pid,
+    ganeshaBin,
+    serverEnv: { LEASEHOLD_NFS_GANESHA_BIN: ganeshaBin, LEASEHOLD_NFS_RPCBIND: 'external' },
+    stop: rpcbind.stop,
+  };
 }

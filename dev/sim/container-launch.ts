@@ -58,6 +58,8 @@ export const PROJECT_IMAGE = 'leasehold.dev/leasehold';
 export const SHARE_SERVER_IMAGE = 'leasehold.dev/demo-share-server';
 /** The shipped NFS server (server/nfs-ganesha/), manager/config.ts LEASEHOLD_NFS_SERVER_IMAGE. */
 export const NFS_SERVER_IMAGE = 'leasehold.dev/nfs-ganesha';
+/** What the NFS server image runs (relative to the repository). */
+export const NFS_SERVER_SCRIPT = 'dist/server/nfs-ganesha/main.js';
 
 const WILDCARDS = new Set(['0.0.0.0', '::', '::0']);
 
@@ -208,7 +210,7 @@ function entrypointOf(container: V1Container): ImageEntrypoint | Launch {
   }
   if (repo === NFS_SERVER_IMAGE) {
     return {
-      script: 'dist/server/nfs-ganesha/main.js',
+      script: NFS_SERVER_SCRIPT,
       args,
       defaultPorts: [
         { env: 'LEASEHOLD_NFS_PORT', port: 2049 },

@@ -22,16 +22,39 @@
  * sim-users.test.ts runs `node -e` probes through it to test the kernel's signal
  * permission with exactly the wrapper the kubelet uses.
  *
+ * Its own /run too: a tmpfs mounted on /run in the pod's mount namespace (created by
+ * `unshare --mount-proc`, private propagation), as a container has its own /run from its
+ * image: pods never share sockets or locks there, nor see the host's.
+ *
+ * The pod's rpcbind (`rpcbind: true`, for a pod whose NFS server enables NFSv3; decided
+ * by pod-rpcbind.ts): a stand-in for the pod's own network namespace, for this one
+ * purpose. Sim pods share the host's network namespace, so the entrypoint's own rpcbind
+ * would take the host's port 111 and clash between pods. Instead, before any container,
+ * Debian's `rpcbind -f` runs as root in the pod's PID and mount namespaces but a network
+ * namespace of its own:
+ *   setpriv --pdeathsig KILL nsenter --target <init> --pid --mount -- unshare --net -- rpcbind -f
+ * (netns-rpcbind.ts), so /run/rpcbind.sock exists in the pod, the entrypoint finds it
+ * answering and starts none (server/nfs-ganesha/rpcbind.ts), ganesha registers through
+ * it, and rpcbind's port 111 exists only in its namespace. It dies with the PID
+ * namespace, its socket with the mount namespace. Not modelled: rpcbind on the pod's IP
+ * (nothing reaches this one over the network; v3 clients are given the NFS and MOUNT
+ * ports, as the preset's mount options say), the entrypoint's own rpcbind and the
+ * capabilities it needs (tested outside the sim: test/integration/nfs-ganesha-rpcbind.test.ts),
+ * and rpcbind as a child of the server container (here the pod's, started before it).
+ *
  * Invariants: killing the init (SIGKILL) makes the kernel kill every process of the
- * namespace, so `kill()` leaves nothing behind; `--pdeathsig` and `--kill-child` tie
+ * namespace, so `kill()` leaves nothing behind (the pod's rpcbind included, and the
+ * mount namespace with its /run goes with its last process); `--pdeathsig` and `--kill-child` tie
  * the chain to the simulator's process, so even a crashed test leaves no pod behind.
  * Needs root (unshare/nsenter of PID and mount namespaces).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { closeSync, openSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { promisify } from 'node:util';
 import { sleep } from '../../lib/clock.ts';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { type ContainerIdentity, setprivArgs } from './container-identity.ts';
+import { type NetnsRpcbind, startNetnsRpcbind } from './netns-rpcbind.ts';
 
 // The namespace's init, like a pod's pause process: it ignores TERM/INT, has no child of
 // its own (the agent's `pod` fence stops every process but PID 1 and itself, so a helper
@@ -90,8 +113,26 @@ function nsOf(pid: number): string | undefined {
   }
 }
 
+/** Mounts the pod's own /run (a tmpfs) in the mount namespace of `initPid`. */
+async function mountPodRun(initPid: number): Promise<void> {
+  await promisify(execFile)('nsenter', [
+    '--target',
+    String(initPid),
+    '--mount',
+    '--',
+    'mount',
+    '-t',
+    'tmpfs',
+    '-o',
+    'size=4m,mode=755,nosuid,nodev',
+    'leasehold-pod-run',
+    '/run',
+  ]);
+}
+
 export class PodSandbox {
   private readonly nsenters = new Set<ChildProcess>();
+  private rpcbind: NetnsRpcbind | undefined;
   private constructor(
     readonly podKey: string,
     private readonly unshare: ChildProcess,
@@ -99,7 +140,7 @@ export class PodSandbox {
     private readonly namespace: string,
   ) {}
 
-  static async start(podKey: string): Promise<PodSandbox> {
+  static async start(podKey: string, opts: { rpcbind?: boolean } = {}): Promise<PodSandbox> {
     const unshare = spawn(
       'setpriv',
       [
@@ -148,7 +189,32 @@ export class PodSandbox {
       );
     }
     unshare.removeAllListeners('exit');
-    return new PodSandbox(podKey, unshare, initPid, namespace);
+    const sandbox = new PodSandbox(podKey, unshare, initPid, namespace);
+    try {
+      await mountPodRun(initPid);
+      if (opts.rpcbind) sandbox.rpcbind = await sandbox.startRpcbind();
+    } catch (err) {
+      await sandbox.kill();
+      throw new LeaseholdError('E_SIM_SANDBOX', `pod ${podKey}: preparing the sandbox failed`, {
+        cause: err,
+      });
+    }
+    return sandbox;
+  }
+
+  private startRpcbind(): Promise<NetnsRpcbind> {
+    const init = String(this.initPid);
+    return startNetnsRpcbind({
+      what: `pod ${this.podKey}`,
+      argv: ['setpriv', '--pdeathsig', 'KILL', 'nsenter', '--target', init, '--pid', '--mount', '--'].concat([
+        'unshare',
+        '--net',
+        '--',
+        'rpcbind',
+        '-f',
+      ]) as [string, ...string[]],
+      socket: () => `/proc/${init}/root/run/rpcbind.sock`,
+    });
   }
 
   /**
@@ -232,7 +298,9 @@ export class PodSandbox {
   }
 
   private nsenterPids(): number[] {
-    return [...this.nsenters].map((c) => c.pid).filter((p) => p !== undefined);
+    const pids = [...this.nsenters].map((c) => c.pid).filter((p) => p !== undefined);
+    // The rpcbind's nsenter parent stops and continues like a container's.
+    return this.rpcbind ? [...pids, this.rpcbind.pid] : pids;
   }
 
   private static signal(pids: readonly number[], signal: NodeJS.Signals): void {
@@ -279,12 +347,12 @@ export class PodSandbox {
     this.unshare.kill('SIGKILL');
     await exitOf(this.unshare);
     const reaped = await Promise.race([
-      Promise.all(nsenters.map(exitOf)).then(() => true),
+      Promise.all([...nsenters.map(exitOf), this.rpcbind?.exited]).then(() => true),
       sleep(2_000).then(() => false),
     ]);
     if (!reaped) {
       PodSandbox.signal(this.nsenterPids(), 'SIGKILL');
-      await Promise.all(nsenters.map(exitOf));
+      await Promise.all([...nsenters.map(exitOf), this.rpcbind?.exited]);
     }
     const deadline = performance.now() + 5_000;
     while (this.processes().length > 0 && performance.now() < deadline) await sleep(20);

@@ -3,7 +3,8 @@
  *   1. volumes: PVC bound, CSI volumes reported in use and attached (VolumeAttachment);
  *   2. host ports for the pod, a TokenRequest token for its service account (bound
  *      to the pod) in a per-pod kubeconfig whose server is the node's proxy;
- *   3. its sandbox (own PID namespace); init containers in order: a native sidecar
+ *   3. its sandbox (own PID namespace and /run; the pod's rpcbind for an NFSv3 server:
+ *      pod-rpcbind.ts); init containers in order: a native sidecar
  *      (restartPolicy Always) must pass its startup probe before the next starts, a
  *      plain init container must exit 0;
  *   4. main containers; status reported on every change; with restartPolicy Never the
@@ -24,6 +25,7 @@ import type { Launch } from './container-launch.ts';
 import { ContainerRunner, type ContainerView, type ExitReason } from './container-runner.ts';
 import { allocatePodIP } from './pod-ip.ts';
 import { allocatePorts, requestPodToken, resolvePodLaunches } from './pod-prepare.ts';
+import { podNeedsRpcbind } from './pod-rpcbind.ts';
 import { type ContainerExit, PodSandbox } from './pod-sandbox.ts';
 import { type PodRuntimeView, podStatusPatch, type TransitionMemory } from './pod-status.ts';
 import { type CsiVolume, waitForVolumes } from './pod-volumes.ts';
@@ -136,7 +138,9 @@ export class PodWorker {
       exposeTokenKubeconfig(kubeconfigPath, this.pod);
       const launches = this.resolveLaunches(hostDirs, kubeconfigPath, podDir);
       if (!launches || signal.aborted) return;
-      this.sandbox = await PodSandbox.start(this.key);
+      this.sandbox = await PodSandbox.start(this.key, {
+        rpcbind: podNeedsRpcbind([...launches.init, ...launches.main]),
+      });
       if (signal.aborted) {
         await this.releaseSandbox();
         return;

@@ -34,6 +34,13 @@ export const GANESHA_LOG_LEVELS = [
 ] as const;
 export type GaneshaLogLevel = (typeof GANESHA_LOG_LEVELS)[number];
 
+/**
+ * Who provides the rpcbind NFSv3 needs: `auto` starts one for ganesha unless one is
+ * there already (rpcbind.ts), `external` never starts one (the pod brings its own).
+ */
+export const RPCBIND_MODES = ['auto', 'external'] as const;
+export type RpcbindMode = (typeof RPCBIND_MODES)[number];
+
 export const SQUASH_MODES = ['no_root_squash', 'root_squash', 'all_squash'] as const;
 export type SquashMode = (typeof SQUASH_MODES)[number];
 
@@ -62,6 +69,9 @@ export interface NfsServerConfig {
   /** Rendered config, pid file and Kerberos cache: a writable directory off the volume. */
   runDir: string;
   ganeshaBin: string;
+  /** Whether the entrypoint may start rpcbind for NFSv3 (rpcbind.ts). */
+  rpcbind: RpcbindMode;
+  rpcbindBin: string;
   startTimeoutMs: number;
   stopTimeoutMs: number;
 }
@@ -129,6 +139,12 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     pattern: /^[A-Za-z0-9._+/-]+$/,
     rule: 'must be a program name or path (letters, digits, . _ + / -)',
   });
+  const rpcbind = r.oneOf('LEASEHOLD_NFS_RPCBIND', RPCBIND_MODES, 'auto');
+  const rpcbindBin = r.string('LEASEHOLD_NFS_RPCBIND_BIN', {
+    fallback: 'rpcbind',
+    pattern: /^[A-Za-z0-9._+/-]+$/,
+    rule: 'must be a program name or path (letters, digits, . _ + / -)',
+  });
   const startTimeoutMs = Math.floor(r.duration('LEASEHOLD_NFS_START_TIMEOUT', 30_000, 1_000, 10 * MINUTE));
   const stopTimeoutMs = Math.floor(r.duration('LEASEHOLD_NFS_STOP_TIMEOUT', 10_000, 100, 10 * MINUTE));
   r.done();
@@ -150,6 +166,8 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     logLevel,
     runDir,
     ganeshaBin,
+    rpcbind,
+    rpcbindBin,
     startTimeoutMs,
     stopTimeoutMs,
   };

@@ -1,7 +1,8 @@
 /**
  * Entry point of the shipped NFS server (image leasehold.dev/nfs-ganesha): only wiring.
  * Reads the env (config.ts), checks the volume and writes the rendered config
- * (volume.ts, ganesha-conf.ts), runs ganesha.nfsd in the foreground (ganesha-process.ts)
+ * (volume.ts, ganesha-conf.ts), starts rpcbind when NFSv3 needs one and none is there
+ * (rpcbind.ts; stopped after ganesha, on every path), runs ganesha.nfsd in the foreground (ganesha-process.ts)
  * and logs `serving` once it answers NFS. SIGTERM or SIGINT is forwarded to ganesha as
  * SIGTERM (its clean stop); the process exits once ganesha is gone, never before.
  * Exit codes: exit-codes.ts. Env vars: config.ts and README.md.
@@ -11,14 +12,21 @@
  * server directly, this process then exits 1) or `leasehold-nfs`, this process's title
  * (stops it the clean way, exit 0).
  */
-import { systemClock } from '../../lib/clock.ts';
+import { type Clock, systemClock } from '../../lib/clock.ts';
 import { ConfigError } from '../../lib/errors.ts';
-import { createLogger } from '../../lib/logger.ts';
+import { createLogger, type Logger } from '../../lib/logger.ts';
 import { type NfsServerConfig, readNfsServerConfig } from './config.ts';
 import { EXIT_CONFIG, EXIT_ENDED, EXIT_START_FAILED, EXIT_STOPPED, ServerStartError } from './exit-codes.ts';
 import { renderGaneshaConfig } from './ganesha-conf.ts';
 import { describeExit, startGanesha, waitServing } from './ganesha-process.ts';
-import { prepareServer } from './volume.ts';
+import {
+  decideRpcbind,
+  RPCBIND_SOCKET,
+  type RpcbindProcess,
+  socketAnswers,
+  startRpcbind,
+} from './rpcbind.ts';
+import { type PreparedServer, prepareServer } from './volume.ts';
 
 process.title = 'leasehold-nfs';
 
@@ -58,9 +66,60 @@ async function main(): Promise<number> {
   }
   if (stopRequested()) return EXIT_STOPPED;
 
+  const decision = decideRpcbind(config, config.versions.includes('3') && (await socketAnswers()));
+  let rpcbind: RpcbindProcess | undefined;
+  if (decision.kind === 'start') {
+    try {
+      rpcbind = await startRpcbind(config, clock);
+    } catch (err) {
+      if (!(err instanceof ServerStartError)) throw err;
+      log.fatal({ code: err.code }, `could not start: ${err.message}`);
+      return EXIT_START_FAILED;
+    }
+    log.info({ rpcbindPid: rpcbind.pid, socket: RPCBIND_SOCKET }, 'rpcbind started');
+  } else if (config.versions.includes('3')) log.info({ reason: decision.reason }, 'rpcbind not started');
+
+  let code: number = EXIT_ENDED;
+  try {
+    code = stopRequested()
+      ? EXIT_STOPPED
+      : await runGanesha(config, prepared, log, clock, stopRequested, (f) => {
+          onStop = f;
+        });
+  } finally {
+    // NB: after ganesha is gone (runGanesha returns only then), also on a throw; a
+    // failed stop is a failed stop (exit 1).
+    if (rpcbind && !(await stopRpcbind(rpcbind, config, log))) code = EXIT_ENDED;
+  }
+  return code;
+}
+
+async function stopRpcbind(rpcbind: RpcbindProcess, config: NfsServerConfig, log: Logger): Promise<boolean> {
+  try {
+    await rpcbind.stop(config.stopTimeoutMs);
+    log.info({ rpcbindPid: rpcbind.pid }, 'rpcbind stopped');
+    return true;
+  } catch (err) {
+    log.error(
+      { rpcbindPid: rpcbind.pid },
+      `stop failed: ${err instanceof Error ? err.message : String(err)}`,
+    );
+    return false;
+  }
+}
+
+/** Runs ganesha until it exits; resolves with the exit code, only once ganesha is gone. */
+async function runGanesha(
+  config: NfsServerConfig,
+  prepared: PreparedServer,
+  log: Logger,
+  clock: Clock,
+  stopRequested: () => { signal: NodeJS.Signals; atMs: number } | undefined,
+  setOnStop: (onStop: () => void) => void,
+): Promise<number> {
   const startedAtMs = clock.now();
   const ganesha = startGanesha(config, prepared);
-  onStop = () => ganesha.stop(config.stopTimeoutMs);
+  setOnStop(() => ganesha.stop(config.stopTimeoutMs));
   log.info(
     {
       ganeshaPid: ganesha.pid,

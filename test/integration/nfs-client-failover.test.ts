@@ -68,7 +68,7 @@ async function incarnation(s: Share, n: number, versions: string, extra: Record<
     LEASEHOLD_NFS_VERSIONS: versions,
     LEASEHOLD_NFS_GRACE_PERIOD: `${GRACE_S}s`,
     LEASEHOLD_NFS_LEASE_LIFETIME: `${GRACE_S}s`,
-    LEASEHOLD_NFS_GANESHA_BIN: rpcbind.ganeshaBin,
+    ...rpcbind.serverEnv,
     ...extra,
   });
   try {

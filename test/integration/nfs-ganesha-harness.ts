@@ -69,10 +69,17 @@ export function processRuns(pid: number): boolean {
   }
 }
 
-/** Spawns `node dist/server/nfs-ganesha/main.js` with exactly `env` plus PATH. */
-export function spawnNfsServer(env: Record<string, string>): NfsServerProcess {
+/**
+ * Spawns `node dist/server/nfs-ganesha/main.js` with exactly `env` plus PATH; `wrapper`
+ * (a command that execs its arguments, so the child stays the entrypoint) goes first.
+ */
+export function spawnNfsServer(
+  env: Record<string, string>,
+  wrapper: readonly string[] = [],
+): NfsServerProcess {
   if (!existsSync(NFS_MAIN)) throw new Error(`${NFS_MAIN} is missing: run tsc -p tsconfig.build.json first`);
-  const child = spawn(process.execPath, [NFS_MAIN], {
+  const argv = [...wrapper, process.execPath, NFS_MAIN];
+  const child = spawn(argv[0] as string, argv.slice(1), {
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,

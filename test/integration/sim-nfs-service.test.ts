@@ -15,21 +15,35 @@
  *    after the thaw;
  *  - an established connection hears the FIN/RST of a pod deleted on a healthy node,
  *    and hears nothing when the backend's node crashes, although the proxy saw the
- *    dead backend's socket close (it would fail if the proxy passed that on).
+ *    dead backend's socket close (it would fail if the proxy passed that on);
+ *  - NFSv3 (spec.nfs.versions with 3, the preset's container exactly): two such pods on
+ *    one machine at once each get their own rpcbind (the sandbox's stand-in for the
+ *    pod's network namespace, in separate network namespaces, none on the host), the
+ *    entrypoint uses it instead of starting one, a libnfs NFSv3 writer writes through
+ *    the Service's `nfs` and `nfs-mount` addresses, and each rpcbind goes with its pod.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, mkdirSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readlinkSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import type { V1Pod, V1Volume } from '@kubernetes/client-node';
 import type { Cluster } from '../../dev/cluster/types.ts';
+import { buildWriter, startWriter } from '../../dev/nfs-client/writer-process.ts';
 import { createTestVolume, NFS_SERVER_IMAGE, type Sim } from '../../dev/sim/sim.ts';
 import { k8s } from '../../lib/kube-client.ts';
 import { NFS_RUN_DIR, NFS_RUN_VOLUME, nfsServerContainer } from '../../manager/nfs-server-preset.ts';
 import { eventually } from '../support/cluster.ts';
-import { nfsUrl, runNfsTool } from './nfs-ganesha-harness.ts';
+import { nfsUrl, processRuns, runNfsTool } from './nfs-ganesha-harness.ts';
 import { startClusterAndSim, stopClusterAndSim } from './sim-harness.ts';
 
 const NS = 'default';
@@ -271,4 +285,139 @@ test('nfs-ganesha pods serve one file through one Service address across a repla
   toB.socket.destroy();
   mark('sim-b healed: the client was reset');
   await core().deleteNamespacedPod({ namespace: NS, name: 'nfs-x', gracePeriodSeconds: 0 });
+});
+
+/** The preset's NFSv3 server container exactly (KILL added, MOUNT port), over an emptyDir export. */
+function nfsV3Pod(name: string, app: string): V1Pod {
+  const server = nfsServerContainer(`${NFS_SERVER_IMAGE}:dev`, EXPORT, { versions: ['3', '4.1'] });
+  return {
+    metadata: { name, namespace: NS, labels: { app } },
+    spec: {
+      nodeName: 'sim-a',
+      restartPolicy: 'Never',
+      terminationGracePeriodSeconds: 5,
+      containers: [
+        {
+          ...server,
+          readinessProbe: { tcpSocket: { port: 'nfs' }, periodSeconds: 1 },
+          volumeMounts: [
+            { name: 'data', mountPath: EXPORT },
+            { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_DIR },
+          ],
+        },
+      ],
+      volumes: [
+        { name: 'data', emptyDir: {} },
+        { name: NFS_RUN_VOLUME, emptyDir: { medium: 'Memory' } },
+      ],
+    },
+  };
+}
+
+/** The pod's rpcbind: a process of its sandbox running `rpcbind -f`. */
+function rpcbindOf(pod: string): { pid: number; netns: string } | undefined {
+  const worker = sim()
+    .node('sim-a')
+    .pods()
+    .find((w) => w.key === `${NS}/${pod}`);
+  for (const pid of worker?.processes() ?? []) {
+    try {
+      if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0] === 'rpcbind')
+        return { pid, netns: readlinkSync(`/proc/${pid}/ns/net`) };
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return undefined;
+}
+
+test('NFSv3 pods: one rpcbind per pod (no clash on one machine), v3 writes through the Service, rpcbind goes with the pod', async (t) => {
+  const startedAt = performance.now();
+  const mark = (what: string) =>
+    t.diagnostic(`${what} at ${((performance.now() - startedAt) / 1000).toFixed(1)} s`);
+  const hostSocketBefore = existsSync('/run/rpcbind.sock');
+  await core().createNamespacedService({
+    namespace: NS,
+    body: {
+      metadata: { name: 'nfs3' },
+      spec: {
+        selector: { app: 'nfs3' },
+        ports: [
+          { name: 'nfs', port: 2049, targetPort: 'nfs' },
+          { name: 'nfs-mount', port: 20048, targetPort: 'nfs-mount' },
+        ],
+      },
+    },
+  });
+  const writerBin = buildWriter();
+  await core().createNamespacedPod({ namespace: NS, body: nfsV3Pod('nfs3-a', 'nfs3') });
+  await core().createNamespacedPod({ namespace: NS, body: nfsV3Pod('nfs3-x', 'other3') });
+  const pods = await Promise.all([waitReady('nfs3-a'), waitReady('nfs3-x')]);
+  mark('two NFSv3 pods ready on sim-a');
+
+  const rpcA = rpcbindOf('nfs3-a');
+  const rpcX = rpcbindOf('nfs3-x');
+  assert.ok(rpcA && rpcX, 'each pod has its rpcbind');
+  const hostNet = readlinkSync('/proc/self/ns/net');
+  assert.ok(
+    rpcA.netns !== hostNet && rpcX.netns !== hostNet && rpcA.netns !== rpcX.netns,
+    `each rpcbind in a network namespace of its own (${rpcA.netns}, ${rpcX.netns}; host ${hostNet})`,
+  );
+  assert.equal(existsSync('/run/rpcbind.sock'), hostSocketBefore, "the host's /run is untouched");
+  for (const p of pods) {
+    const log = readFileSync(
+      join(sim().root, 'pods', p.metadata?.uid as string, 'logs', 'server.log'),
+      'utf8',
+    );
+    const line = log.split('\n').find((l) => l.includes('rpcbind not started'));
+    assert.match(String(line), /"reason":"rpcbind answers"/, "the entrypoint used the pod's rpcbind");
+  }
+
+  const nfs = await sim().serviceAddress(NS, 'nfs3', 'nfs');
+  const mount = await sim().serviceAddress(NS, 'nfs3', 'nfs-mount');
+  assert.notEqual(nfs.port, mount.port);
+  const writer = startWriter(await writerBin, {
+    version: 3,
+    host: nfs.host,
+    port: nfs.port,
+    mountPort: mount.port,
+    exportPath: EXPORT,
+    file: 'v3.bin',
+    count: 20,
+  });
+  await writer.waitForAck(20, 30_000);
+  await writer.exited;
+  mark('20 NFSv3 records acknowledged through the Service (nfs + nfs-mount)');
+  const dataA = join(sim().root, 'pods', pods[0].metadata?.uid as string, 'volumes', 'data', 'v3.bin');
+  assert.equal(readFileSync(dataA).length, 20 * 64, "the records are in nfs3-a's export");
+  // The other pod serves v3 too, beside it.
+  const other = startWriter(await writerBin, {
+    version: 3,
+    host: '127.0.0.1',
+    port: sim().hostPort(NS, 'nfs3-x', 2049) as number,
+    mountPort: sim().hostPort(NS, 'nfs3-x', 20048) as number,
+    exportPath: EXPORT,
+    file: 'x.bin',
+    count: 3,
+  });
+  await other.waitForAck(3, 30_000);
+  await other.exited;
+
+  await core().deleteNamespacedPod({ namespace: NS, name: 'nfs3-a' });
+  await eventually(
+    'nfs3-a gone from sim-a',
+    async () => (rpcbindOf('nfs3-a') ? undefined : true),
+    20_000,
+    100,
+  );
+  assert.equal(processRuns(rpcA.pid), false, "nfs3-a's rpcbind went with its pod");
+  assert.ok(processRuns(rpcX.pid), "nfs3-x's rpcbind still runs");
+  await core().deleteNamespacedPod({ namespace: NS, name: 'nfs3-x', gracePeriodSeconds: 0 });
+  await eventually(
+    'nfs3-x rpcbind gone',
+    async () => (processRuns(rpcX.pid) ? undefined : true),
+    20_000,
+    100,
+  );
+  mark('both pods deleted, their rpcbinds gone');
 });

@@ -106,3 +106,19 @@ test('NFSv3 adds the MOUNT port to the Service; the mount options follow the hig
   for (const o of ['nfsvers=3', 'nolock', 'port=2049', 'mountport=20048', 'hard', 'mountproto=tcp'])
     assert.ok(v3.has(o), o);
 });
+
+test('NFSv3 adds KILL to the server (to stop its rpcbind, which runs as _rpc), and nothing else', () => {
+  const capsOf = (nfs: ShareManager['spec']['nfs']) => {
+    const built = sharePodFor(share(nfs), settings, undefined, {});
+    assert.ok(built.ok, built.ok ? '' : built.message);
+    return built.pod.spec?.containers.find((c) => c.name === 'server')?.securityContext?.capabilities;
+  };
+  const v4 = ['CHOWN', 'DAC_OVERRIDE', 'DAC_READ_SEARCH', 'FOWNER', 'FSETID', 'SETGID', 'SETUID'];
+  assert.deepEqual(capsOf(undefined), { drop: ['ALL'], add: v4 });
+  assert.deepEqual(capsOf({ versions: ['4.0', '4.1'] }), { drop: ['ALL'], add: v4 });
+  assert.deepEqual(capsOf({ versions: ['3', '4.1'] }), { drop: ['ALL'], add: [...v4, 'KILL'].sort() });
+  assert.ok(
+    !capsOf({ versions: ['3'] })?.add?.includes('NET_BIND_SERVICE'),
+    'rpcbind serves its socket without it',
+  );
+});

@@ -48,6 +48,8 @@ describe('nfs-ganesha config', () => {
       logLevel: 'EVENT',
       runDir: '/run/leasehold-nfs',
       ganeshaBin: 'ganesha.nfsd',
+      rpcbind: 'auto',
+      rpcbindBin: 'rpcbind',
       startTimeoutMs: 30_000,
       stopTimeoutMs: 10_000,
     });
@@ -72,9 +74,13 @@ describe('nfs-ganesha config', () => {
       LEASEHOLD_NFS_LOG_LEVEL: 'DEBUG',
       LEASEHOLD_NFS_RUN_DIR: '/tmp/run',
       LEASEHOLD_NFS_GANESHA_BIN: '/opt/ganesha/bin/ganesha.nfsd',
+      LEASEHOLD_NFS_RPCBIND: 'external',
+      LEASEHOLD_NFS_RPCBIND_BIN: '/sbin/rpcbind',
       LEASEHOLD_NFS_START_TIMEOUT: '5s',
       LEASEHOLD_NFS_STOP_TIMEOUT: '500ms',
     });
+    assert.equal(config.rpcbind, 'external');
+    assert.equal(config.rpcbindBin, '/sbin/rpcbind');
     assert.equal(config.exportPath, '/data/vol-1');
     assert.equal(config.recoveryRoot, '/data/vol-1/state/recovery');
     // Canonical order, duplicates dropped.
@@ -100,6 +106,8 @@ describe('nfs-ganesha config', () => {
   });
 
   const bad: Array<[Record<string, string>, ...string[]]> = [
+    [{ LEASEHOLD_NFS_RPCBIND: 'yes' }, 'LEASEHOLD_NFS_RPCBIND', 'auto', 'external'],
+    [{ LEASEHOLD_NFS_RPCBIND_BIN: 'rpc bind' }, 'LEASEHOLD_NFS_RPCBIND_BIN', 'program name'],
     [{ LEASEHOLD_NFS_EXPORT_PATH: 'export' }, 'LEASEHOLD_NFS_EXPORT_PATH="export"', 'absolute path'],
     [{ LEASEHOLD_NFS_EXPORT_PATH: '/my export' }, 'LEASEHOLD_NFS_EXPORT_PATH="/my export"', 'no spaces'],
     [{ LEASEHOLD_NFS_EXPORT_PATH: '/ex"port' }, 'LEASEHOLD_NFS_EXPORT_PATH="/ex\\"port"', 'quotes'],
