@@ -14,14 +14,15 @@
  *              crash measured as clientWriteGap, acknowledged writes lost, stale handles
  *              (nfs-client-runs.ts; --nfs-versions 3|4.0,4.1,4.2 (the client speaks v3
  *              with 3, else v4.0), --nfs-grace, --nfs-lease; own result file
- *              failover-nfs-<versions>-adc-<d>-grace-<g>.json)
+ *              failover-nfs-<v3|v4.0>-adc-sync-<d>-grace-<g>.json)
  * The three modes run at once, each on its own control plane with 3 simulated nodes
  * (timer-dominated figures; the machine is mostly idle while they wait).
  * Prints p50/p95 of detection and crash-to-serving and the ratios between modes from
  * this same run; writes bench/results/failover.json.
  *
  *   npm run bench -- failover [--runs N] [--adc-sync 1m] [--budget 150] [--stock-budget 600]
- *                             [--modes leasehold,longhorn,stock,leasehold-oos]
+ *                             [--modes leasehold,longhorn,stock,leasehold-oos,nfs]
+ *                             [--nfs-versions 3] [--nfs-grace 15s] [--nfs-lease 10s]
  * Results: bench/results/failover.json (--adc-sync 1m, the Kubernetes default), else
  * bench/results/failover-adc-sync-<d>.json; `-oos` is appended when leasehold-oos runs.
  * Exit codes: 0 done (even when capped), 2 bad arguments.
@@ -51,7 +52,7 @@ interface ModeResult {
 
 function usage(problem: string): never {
   process.stderr.write(
-    `bench failover: ${problem}\nusage: bench/failover/run.ts [--runs N (1-50, default 10)] [--adc-sync DURATION (default 1m)] [--budget SECONDS (per leasehold crash, default 150)] [--stock-budget SECONDS (default 600)] [--modes leasehold,longhorn,stock,leasehold-oos]\n`,
+    `bench failover: ${problem}\nusage: bench/failover/run.ts [--runs N (1-50, default 10)] [--adc-sync DURATION (default 1m)] [--budget SECONDS (per leasehold crash, default 150)] [--stock-budget SECONDS (default 600)] [--modes leasehold,longhorn,stock,leasehold-oos,nfs] [--nfs-versions 3|4.0,4.1,4.2] [--nfs-grace 15s] [--nfs-lease 10s]\n`,
   );
   process.exit(2);
 }
