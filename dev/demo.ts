@@ -154,6 +154,8 @@ async function demo(sys: System, adcSync: string): Promise<boolean> {
 }
 
 const NFS_SHARE = 'share-nfs';
+/** The NFS client of the demo, stopped by the teardown too (when the demo failed half-way). */
+let nfsWriter: ShareWriter | undefined;
 
 /** share-nfs on `node` (the other nodes cordoned meanwhile) and a writer through its Service address. */
 async function startNfsShareOn(sys: System, node: string): Promise<ShareWriter> {
@@ -172,6 +174,7 @@ async function startNfsShareOn(sys: System, node: string): Promise<ShareWriter> 
     for (const n of others) await cordon(sys, n, false);
   }
   const w = await startShareWriter(sys, NFS_SHARE, 3, 'records.bin');
+  nfsWriter = w;
   await w.writer.waitForAck(20, 60_000);
   return w;
 }
@@ -219,6 +222,7 @@ async function main(): Promise<number> {
     if (stopping) return;
     stopping = true;
     say('tearing down (simulated nodes, control plane)');
+    await nfsWriter?.writer.stop();
     await sys?.stop();
   };
   process.once('SIGINT', () => {

@@ -24,7 +24,7 @@
  * thread's next tick) and libnfs never reclaims, so the v4.0 gap adds the grace period.
  */
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import {
   analyzeShareWriter,
   createNfsShare,
@@ -51,6 +51,13 @@ interface Running {
   tracker: ServerProcessTracker;
 }
 const running = new Map<string, Running>();
+// Also when a scenario failed half-way: no writer left retrying against a stopped system.
+after(async () => {
+  for (const r of running.values()) {
+    for (const w of r.writers) await w.writer.stop();
+    await r.tracker.stop();
+  }
+});
 
 async function cordon(name: string, unschedulable: boolean): Promise<void> {
   await system().core.patchNode(
