@@ -4,9 +4,13 @@
  *   1. builds dist/ (the simulated kubelet runs the compiled agent, manager and share
  *      server), the control plane and helm on first use (with progress);
  *   2. starts the control plane, 3 simulated nodes, installs the chart with helm (one
- *      manager per node), creates 2 share managers of the demo share server;
- *   3. crashes the node of one, waits until its share is served from another node;
- *   4. prints the timeline (seconds since the crash) and a one-line summary;
+ *      manager per node), creates 2 share managers of the demo share server and, on
+ *      share-a's node, one of the default NFS server (`share-nfs`: Debian's ganesha.nfsd)
+ *      with a real NFS client (libnfs nfs-writer, NFSv3) writing through its Service address;
+ *   3. crashes the node of share-a (and share-nfs), waits until its share is served from
+ *      another node and the NFS client's writes resumed;
+ *   4. prints the timeline (seconds since the crash), the NFS client's write gap
+ *      (acknowledged writes lost, stale handles) and a one-line summary;
  *   5. stops every process it started, also on Ctrl-C or failure.
  * Option: --adc-sync 2s sets kube-controller-manager's --attach-detach-reconcile-sync-period
  * (default 1m, the Kubernetes default), the main wait after a failover (see the note printed).
@@ -27,6 +31,13 @@ import {
   timelineOf,
 } from './demo/failover-facts.ts';
 import { REPO_ROOT } from './demo/helm-install.ts';
+import {
+  analyzeShareWriter,
+  createNfsShare,
+  type ShareWriter,
+  startShareWriter,
+  waitReadyNfsPod,
+} from './demo/nfs-share.ts';
 import { createShare, fetchRecords, pvName, shareStatus, waitServing } from './demo/shares.ts';
 import { type System, startSystem } from './demo/system.ts';
 import { overlappingWindows } from './share-server/serving-window-log.ts';
@@ -72,6 +83,7 @@ async function demo(sys: System, adcSync: string): Promise<boolean> {
     await cordon(sys, a.node, false);
   }
   say(`share-a served by ${a.pod} on ${a.node}; share-b by ${b.pod} on ${b.node}`);
+  const nfs = await startNfsShareOn(sys, a.node);
   await new Promise((r) => setTimeout(r, 3_000));
   const acked = (await fetchRecords(a.port))?.lastSeq ?? 0;
 
@@ -80,6 +92,7 @@ async function demo(sys: System, adcSync: string): Promise<boolean> {
   // NB: the time the crash was asked for; the simulator records its fault only after
   // every process is reaped, which may take seconds on a busy machine.
   const crashAt = new Date();
+  const crashMono = monotonicMs();
   await sys.sim.node(a.node).crash();
   const next = await waitServing(sys, 'share-a', 180_000, a.pod);
   say(`share-a served again by ${next.pod} on ${next.node}`);
@@ -120,10 +133,11 @@ async function demo(sys: System, adcSync: string): Promise<boolean> {
   const after = await fetchRecords(next.port);
   const have = new Set((after?.records ?? []).map((r) => r.seq));
   const lost = Array.from({ length: acked }, (_, i) => i + 1).filter((s) => !have.has(s));
+  const client = await nfsClientView(sys, nfs, crashMono);
   const bStill = await waitServing(sys, 'share-b', 5_000).catch(() => undefined);
   const detect = steps.find((s) => s.step === 'stale lease detected')?.seconds;
   const serving = steps.at(-1)?.seconds;
-  const ok = overlaps.length === 0 && lost.length === 0 && next.node !== a.node;
+  const ok = overlaps.length === 0 && lost.length === 0 && next.node !== a.node && client.ok;
   const summary = [
     `node ${a.node} crashed: share-a detected stale after ${detect ?? '?'} s and served again from ${next.node} after ${serving ?? '?'} s`,
     overlaps.length === 0
@@ -133,9 +147,60 @@ async function demo(sys: System, adcSync: string): Promise<boolean> {
       ? `all ${acked} records written before the crash readable`
       : `${lost.length} RECORDS LOST`,
     bStill ? `share-b undisturbed on ${bStill.node}` : 'share-b NOT serving',
+    client.line,
   ].join('; ');
   process.stdout.write(`${ok ? 'OK' : 'FAILED'}: ${summary}\n\n`);
   return ok;
+}
+
+const NFS_SHARE = 'share-nfs';
+/** The NFS client of the demo, stopped by the teardown too (when the demo failed half-way). */
+let nfsWriter: ShareWriter | undefined;
+
+/** share-nfs on `node` (the other nodes cordoned meanwhile) and a writer through its Service address. */
+async function startNfsShareOn(sys: System, node: string): Promise<ShareWriter> {
+  say(
+    `creating ${NFS_SHARE} (the default NFS server, ganesha.nfsd) on ${node}, and an NFS client writing to it`,
+  );
+  const others = sys.sim.nodes.map((n) => n.name).filter((n) => n !== node);
+  for (const n of others) await cordon(sys, n, true);
+  try {
+    // NFSv3 (the pod gets its rpcbind): its WRITE and COMMIT never wait for ganesha's
+    // grace period, so the client's stall is the failover itself. (An NFSv4.0 client
+    // waits out the whole grace period on top: see the README's benchmark section.)
+    await createNfsShare(sys, NFS_SHARE, { nfs: { versions: ['3'] } });
+    await waitReadyNfsPod(sys, NFS_SHARE, 120_000);
+  } finally {
+    for (const n of others) await cordon(sys, n, false);
+  }
+  const w = await startShareWriter(sys, NFS_SHARE, 3, 'records.bin');
+  nfsWriter = w;
+  await w.writer.waitForAck(20, 60_000);
+  return w;
+}
+
+/** Waits until the client wrote again after the crash; its write gap, in one line. */
+async function nfsClientView(
+  sys: System,
+  w: ShareWriter,
+  crashMono: number,
+): Promise<{ ok: boolean; line: string }> {
+  await waitFor(`${NFS_SHARE}: the NFS client writing again`, 120_000, async () =>
+    w.writer.events.some((e) => e.event === 'ack' && e.ms > crashMono) ? true : undefined,
+  ).catch(() => undefined);
+  await w.writer.stop();
+  const r = analyzeShareWriter(sys, NFS_SHARE, w, [crashMono]);
+  const gap = r.clientWriteGaps[0]?.gapMs;
+  say(
+    `${NFS_SHARE}: the NFS client's writes stalled ${gap === undefined ? '?' : (gap / 1000).toFixed(1)} s (NFSv3: last acknowledged write before the crash to the first after it)`,
+  );
+  return {
+    ok: r.violations.length === 0,
+    line:
+      r.violations.length === 0
+        ? `${NFS_SHARE}: NFS client write gap ${gap === undefined ? '?' : (gap / 1000).toFixed(1)} s, all ${r.acked} acknowledged writes readable, no stale handle`
+        : `${NFS_SHARE}: ${r.violations.join(', ').toUpperCase()}`,
+  };
 }
 
 function adcSyncArg(): string {
@@ -157,6 +222,7 @@ async function main(): Promise<number> {
     if (stopping) return;
     stopping = true;
     say('tearing down (simulated nodes, control plane)');
+    await nfsWriter?.writer.stop();
     await sys?.stop();
   };
   process.once('SIGINT', () => {

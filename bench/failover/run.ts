@@ -15,6 +15,12 @@
  * On Kubernetes' default timings unless told otherwise: attach-detach reconcile sync 1m,
  * node-monitor grace 40s, the node heartbeat (Lease and status) every 10 s. Each result
  * file records the timings it ran under.
+ *   nfs        (only when named in --modes) the client's view: a share on the shipped NFS
+ *              server and a real NFS client writing through its Service address; each
+ *              crash measured as clientWriteGap, acknowledged writes lost, stale handles
+ *              (nfs-client-runs.ts; --nfs-versions 3|4.0,4.1,4.2 (the client speaks v3
+ *              with 3, else v4.0), --nfs-grace, --nfs-lease; own result file
+ *              failover-nfs-<v3|v4.0>-adc-sync-<d>-grace-<g>.json)
  * The modes run at once, each on its own control plane with 3 simulated nodes
  * (timer-dominated figures; the machine is mostly idle while they wait).
  * Prints p50/p95 of detection and crash-to-serving and the ratios between modes from
@@ -22,7 +28,8 @@
  *
  *   npm run bench -- failover [--runs N] [--adc-sync 1m] [--node-monitor-grace 40s]
  *                             [--heartbeat 10s] [--budget 150] [--stock-budget 600]
- *                             [--modes leasehold,leasehold-va,longhorn,stock,leasehold-oos]
+ *                             [--modes leasehold,leasehold-va,longhorn,stock,leasehold-oos,nfs]
+ *                             [--nfs-versions 3] [--nfs-grace 15s] [--nfs-lease 10s]
  * Results: bench/results/failover.json on the default timings with both leasehold and
  * leasehold-va in the run, else bench/results/failover-<adc>-<grace>-<hb>-<modes>.json.
  * Exit codes: 0 done (even when capped), 2 bad arguments.
@@ -34,10 +41,11 @@ import { parseArgs } from 'node:util';
 import { REPO_ROOT } from '../../dev/demo/helm-install.ts';
 import { type System, startSystem } from '../../dev/demo/system.ts';
 import { type CrashSample, leaseholdCrashRuns } from './leasehold-runs.ts';
+import { runNfsMode } from './nfs-client-runs.ts';
 import { ratio, type Summary, summarize } from './stats.ts';
 import { stockCrash, TOLERATION_SECONDS } from './stock-runs.ts';
 
-const MODES = ['leasehold', 'leasehold-va', 'longhorn', 'stock', 'leasehold-oos'] as const;
+const MODES = ['leasehold', 'leasehold-va', 'longhorn', 'stock', 'leasehold-oos', 'nfs'] as const;
 type Mode = (typeof MODES)[number];
 
 interface ModeResult {
@@ -55,7 +63,7 @@ interface ModeResult {
 
 function usage(problem: string): never {
   process.stderr.write(
-    `bench failover: ${problem}\nusage: bench/failover/run.ts [--runs N (1-50, default 10)] [--adc-sync DURATION (default 1m)] [--node-monitor-grace DURATION (default 40s)] [--heartbeat DURATION (node Lease and status period, default 10s)] [--budget SECONDS (per leasehold crash, default 150)] [--stock-budget SECONDS (default 600)] [--modes ${MODES.join(',')}]\n`,
+    `bench failover: ${problem}\nusage: bench/failover/run.ts [--runs N (1-50, default 10)] [--adc-sync DURATION (default 1m)] [--node-monitor-grace DURATION (default 40s)] [--heartbeat DURATION (node Lease and status period, default 10s)] [--budget SECONDS (per leasehold crash, default 150)] [--stock-budget SECONDS (default 600)] [--modes ${MODES.join(',')}] [--nfs-versions 3|4.0,4.1,4.2 (default 3)] [--nfs-grace 15s] [--nfs-lease 10s]\n`,
   );
   process.exit(2);
 }
@@ -69,6 +77,9 @@ const { values } = parseArgs({
     budget: { type: 'string', default: '150' },
     'stock-budget': { type: 'string', default: '600' },
     modes: { type: 'string', default: 'leasehold,leasehold-va,longhorn,stock,leasehold-oos' },
+    'nfs-versions': { type: 'string', default: '3' },
+    'nfs-grace': { type: 'string', default: '15s' },
+    'nfs-lease': { type: 'string', default: '10s' },
   },
   strict: true,
 });
@@ -198,13 +209,29 @@ async function main(): Promise<void> {
   sayFor('bench')('compiling TypeScript to dist/');
   const tsc = spawnSync('tsc', ['-p', join(REPO_ROOT, 'tsconfig.build.json')], { stdio: 'inherit' });
   if (tsc.status !== 0) throw new Error('tsc -p tsconfig.build.json failed');
-  const settled = await Promise.allSettled(modes.map((m) => runMode(m)));
+  const nfs = modes.includes('nfs')
+    ? runNfsMode({
+        runs,
+        budgetMs: budgetS * 1000,
+        adcSync,
+        adcSyncMs,
+        versions: values['nfs-versions'] ?? '',
+        grace: values['nfs-grace'] ?? '',
+        lease: values['nfs-lease'] ?? '',
+        say: sayFor('nfs'),
+        withSystem: (body) => withSystem('nfs', {}, body),
+      })
+    : undefined;
+  const others = modes.filter((m) => m !== 'nfs');
+  const settled = await Promise.allSettled(others.map((m) => runMode(m)));
+  await nfs;
+  if (others.length === 0) return;
   const results: ModeResult[] = [];
   settled.forEach((s, i) => {
     if (s.status === 'fulfilled') results.push(s.value);
     else
       process.stderr.write(
-        `mode ${modes[i]} failed: ${s.reason instanceof Error ? s.reason.message : String(s.reason)}\n`,
+        `mode ${others[i]} failed: ${s.reason instanceof Error ? s.reason.message : String(s.reason)}\n`,
       );
   });
   const by = (m: Mode) => results.find((r) => r.mode === m);

@@ -7,7 +7,12 @@
  *  - clientWriteGap of a fault at F: the interval between the two consecutive acks
  *    around F (last ack at or before F, first ack after F), i.e. the longest stretch
  *    without an acknowledged write that covers F. Undefined (and a violation) when no
- *    write was acknowledged before or after F.
+ *    write was acknowledged before or after F. When the writer reconnected after F
+ *    (a `connected` event after F and before the next fault), the gap is the longest
+ *    interval between consecutive acks from the last ack at or before F to the first
+ *    ack after that reconnect: a reply already in flight when the fault struck (acked
+ *    a few ms after F, e.g. while a crashed node's processes are being killed) does not
+ *    hide the stall that follows it.
  *  - ackedWritesLost: acknowledged records whose bytes in the final file are missing
  *    (file too short) or differ from what was written (nfs-writer writes record n at
  *    offset (n - 1) * recordSize).
@@ -28,7 +33,10 @@ import { parseRecord, recordBytes, type WriterErrorKind, type WriterEvent } from
 
 export interface FaultGap {
   faultMs: number;
-  /** Last ack at or before the fault, first ack after it. */
+  /**
+   * The acks that bound the gap: the last at or before the fault and the first after it
+   * (after a reconnect: the ends of the longest interval, see clientWriteGap above).
+   */
   lastAck?: { seq: number; ms: number };
   firstAck?: { seq: number; ms: number };
   /** firstAck.ms - lastAck.ms: the clientWriteGap. */
@@ -82,7 +90,11 @@ export function analyzeWriteRun(input: WriteRunInput): WriteRunReport {
     expected = ack.seq + 1;
   }
 
-  const clientWriteGaps = input.faultsMs.map((faultMs) => faultGap(acks, faultMs));
+  const connects = input.events.filter((e) => e.event === 'connected').map((e) => e.ms);
+  const sortedFaults = [...input.faultsMs].sort((a, b) => a - b);
+  const clientWriteGaps = input.faultsMs.map((faultMs) =>
+    faultGap(acks, connects, faultMs, sortedFaults.find((f) => f > faultMs) ?? Number.POSITIVE_INFINITY),
+  );
   const { lost, duplicates, outOfOrder, corrupt, trailingBytes } = checkContent(
     input.content,
     acks.map((a) => a.seq),
@@ -131,7 +143,12 @@ export function analyzeWriteRun(input: WriteRunInput): WriteRunReport {
   };
 }
 
-function faultGap(acks: ReadonlyArray<{ seq: number; ms: number }>, faultMs: number): FaultGap {
+function faultGap(
+  acks: ReadonlyArray<{ seq: number; ms: number }>,
+  connects: readonly number[],
+  faultMs: number,
+  nextFaultMs: number,
+): FaultGap {
   let before: { seq: number; ms: number } | undefined;
   let after: { seq: number; ms: number } | undefined;
   for (const a of acks) {
@@ -140,6 +157,21 @@ function faultGap(acks: ReadonlyArray<{ seq: number; ms: number }>, faultMs: num
       after = { seq: a.seq, ms: a.ms };
       break;
     }
+  }
+  const reconnectMs = connects.find((c) => c > faultMs && c < nextFaultMs);
+  if (before && after && reconnectMs !== undefined) {
+    // The longest ack-to-ack interval from `before` up to the first ack after the reconnect.
+    const fromMs = before.ms;
+    let best = { from: before, to: after };
+    let prev = before;
+    for (const a of acks) {
+      if (a.ms <= fromMs) continue;
+      if (a.ms - prev.ms > best.to.ms - best.from.ms) best = { from: prev, to: { seq: a.seq, ms: a.ms } };
+      prev = { seq: a.seq, ms: a.ms };
+      if (a.ms > reconnectMs) break;
+    }
+    before = best.from;
+    after = best.to;
   }
   const gap: FaultGap = { faultMs };
   if (before) gap.lastAck = before;

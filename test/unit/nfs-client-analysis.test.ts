@@ -61,6 +61,35 @@ describe('nfs-client write analysis', () => {
     );
   });
 
+  it('a reply in flight at the fault (acked just after it) does not hide the stall before the reconnect', () => {
+    // Acks every 100 ms up to 1000; crash at 1000; record 11's reply arrives at 1005;
+    // the writer reconnects at 9000 and record 12 is acked at 9100.
+    const events: WriterEvent[] = [start(), ...seqs(1, 10).map((n) => ack(n, n * 100)), ack(11, 1005)];
+    events.push({ event: 'connected', ms: 9000, seq: 12, handle: 'ab' }, ack(12, 9100), ack(13, 9200));
+    const report = analyzeWriteRun({ events, faultsMs: [1000], content: file(seqs(1, 13)) });
+    assert.deepEqual(report.violations, []);
+    assert.deepEqual(report.clientWriteGaps[0], {
+      faultMs: 1000,
+      lastAck: { seq: 11, ms: 1005 },
+      firstAck: { seq: 12, ms: 9100 },
+      gapMs: 8095,
+      resumedAfterMs: 8100,
+    });
+    // Without the reconnect (the same connection carried on) the gap is the one around the fault.
+    const same = events.filter((e) => e.event !== 'connected');
+    assert.equal(
+      analyzeWriteRun({ events: same, faultsMs: [1000], content: file(seqs(1, 13)) }).clientWriteGaps[0]
+        ?.gapMs,
+      5,
+    );
+    // A reconnect after the next fault belongs to that fault, not to this one.
+    const two = analyzeWriteRun({ events, faultsMs: [1000, 5000], content: file(seqs(1, 13)) });
+    assert.deepEqual(
+      two.clientWriteGaps.map((g) => g.gapMs),
+      [5, 8095],
+    );
+  });
+
   it('allows a record past the last ack that landed without its reply, and a file short of unacked records', () => {
     const events = run(5, 1000, 0);
     assert.deepEqual(analyzeWriteRun({ events, faultsMs: [], content: file(seqs(1, 6)) }).violations, []);

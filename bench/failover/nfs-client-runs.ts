@@ -1,0 +1,306 @@
+/**
+ * The `nfs` mode of the failover benchmark: node crashes measured from the client's side
+ * (issue 9). One share on the shipped NFS server (the default server, `spec.nfs` as
+ * given), one long-lived real NFS client (dev/nfs-client nfs-writer, libnfs; NFSv3 or
+ * NFSv4.0) writing a numbered, committed record every 20 ms through the Service's stable
+ * address, and `runs` times: crash the node serving the share, wait until writes resume
+ * (20 acknowledged after the crash) or `budgetMs` passes, heal (reboot) the node, wait
+ * until it is Ready, repeat. Each crash comes after a random pause of up to the
+ * attach-detach controller's sync period (as in leasehold-runs.ts).
+ *
+ * Per crash (seconds since the crash): detection (status.lastFailover.detectedAt, first
+ * value), replacement pod created, volume attached to the new node (the sim's attacher),
+ * server process started and server Ready (the pod's Ready condition, polled), writes
+ * resumed, and the clientWriteGap (write-analysis.ts: last ack before the crash to the
+ * first after it). Over the run: ackedWritesLost (every acknowledged record read back
+ * byte for byte from the volume at the end), duplicates, stale handles, and the
+ * no-two-servers check on the ganesha processes the kubelets ran
+ * (dev/demo/server-process-windows.ts): `serverOverlaps` must be 0.
+ * Not measured: a kernel NFS client (none on this machine); NFSv4.1 (no user-space
+ * client here reclaims v4.1 state, see dev/nfs-client/README.md).
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { PodTracker } from '../../dev/demo/failover-facts.ts';
+import { REPO_ROOT } from '../../dev/demo/helm-install.ts';
+import {
+  analyzeShareWriter,
+  createNfsShare,
+  readyNfsPod,
+  ServerProcessTracker,
+  startShareWriter,
+  waitReadyNfsPod,
+} from '../../dev/demo/nfs-share.ts';
+import { pvName } from '../../dev/demo/shares.ts';
+import type { System } from '../../dev/demo/system.ts';
+import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
+import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { withDeadline } from '../../lib/kube-client.ts';
+import { round, type Summary, summarize } from './stats.ts';
+
+const SHARE = 'benchnfs';
+const FILE = 'records.bin';
+
+export interface NfsSettingsUsed {
+  versions: string[];
+  gracePeriod: string;
+  leaseLifetime: string;
+}
+
+export interface NfsCrashSample {
+  run: number;
+  node: string;
+  detectS?: number;
+  replacementCreatedS?: number;
+  attachedS?: number;
+  serverStartedS?: number;
+  serverReadyS?: number;
+  writesResumedS?: number;
+  clientWriteGapS?: number;
+  /** The client's failed calls between the crash and the resume: [s since the crash, op, kind]. */
+  clientErrors?: Array<[number, string, string]>;
+  /** The client's (re)connections in that time (mount + open succeeded), s since the crash. */
+  clientConnectedS?: number[];
+  note?: string;
+}
+
+export interface NfsClientResult {
+  mode: 'nfs';
+  settings: string;
+  timings: {
+    adcSync: string;
+    nodeMonitorGracePeriod: string;
+    lease: { duration: string; renewInterval: string; renewDeadline: string };
+    nfs: NfsSettingsUsed;
+    client: string;
+    writeIntervalMs: number;
+  };
+  samples: NfsCrashSample[];
+  clientWriteGap: Summary;
+  detection: Summary;
+  crashToServerReady: Summary;
+  ackedWritesLost: number;
+  acked: number;
+  duplicates: number;
+  staleHandles: number;
+  serverOverlaps: number;
+  violations: string[];
+  notes: string[];
+}
+
+async function nodeReady(sys: System, node: string): Promise<boolean> {
+  const n = await sys.core.readNode({ name: node }, withDeadline(5_000));
+  return n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+}
+
+const sinceS = (wallMs: number | undefined, crashWallMs: number) =>
+  wallMs === undefined ? undefined : round((wallMs - crashWallMs) / 1000);
+
+export async function nfsClientCrashRuns(
+  sys: System,
+  opts: {
+    runs: number;
+    budgetMs: number;
+    phaseSpreadMs: number;
+    adcSync: string;
+    nodeMonitorGracePeriod: string;
+    nfs: NfsSettingsUsed;
+    clientVersion: 3 | 4;
+    say: (line: string) => void;
+  },
+): Promise<NfsClientResult> {
+  const { say } = opts;
+  const tracker = new ServerProcessTracker(sys, SHARE);
+  await createNfsShare(sys, SHARE, { nfs: opts.nfs });
+  await waitReadyNfsPod(sys, SHARE, 180_000);
+  const w = await startShareWriter(sys, SHARE, opts.clientVersion, FILE);
+  const samples: NfsCrashSample[] = [];
+  const faults: number[] = [];
+  try {
+    await w.writer.waitForAck(50, 120_000);
+    for (let run = 1; run <= opts.runs; run++) {
+      const before = await waitReadyNfsPod(sys, SHARE, 120_000);
+      // Writes flowing again before the next crash (the previous run ended on 20 acks).
+      await w.writer.waitForMoreAcks(10, 60_000);
+      await sleep(Math.random() * opts.phaseSpreadMs);
+      const pods = new PodTracker(sys, SHARE);
+      const crashWall = Date.now();
+      const crashMono = monotonicMs();
+      faults.push(crashMono);
+      await sys.sim.node(before.node).crash();
+      const sample: NfsCrashSample = { run, node: before.node };
+      const deadline = performance.now() + opts.budgetMs;
+      let readyAt: number | undefined;
+      let resumed = false;
+      while (performance.now() < deadline) {
+        if (readyAt === undefined && (await readyNfsPod(sys, SHARE, before.pod))) readyAt = Date.now();
+        if (w.writer.events.filter((e) => e.event === 'ack' && e.ms > crashMono).length >= 20) {
+          resumed = true;
+          if (readyAt !== undefined) break;
+        }
+        await sleep(100);
+      }
+      await pods.stop();
+      if (!resumed) sample.note = `writes did not resume within ${opts.budgetMs / 1000} s`;
+      const ff = pods.firstFailover;
+      // NB: a field of an earlier failover may still stand next to this one's detectedAt.
+      const parse = (v: string | undefined) => {
+        const ms = v === undefined ? undefined : Date.parse(v);
+        return ms !== undefined && ms >= crashWall - 1_000 ? ms : undefined;
+      };
+      const setIf = <K extends keyof NfsCrashSample>(k: K, v: NfsCrashSample[K] | undefined) => {
+        if (v !== undefined) sample[k] = v;
+      };
+      setIf('detectS', sinceS(parse(ff.detectedAt), crashWall));
+      // Else the pod tracker's first sight of a pod other than the old one (polled every 100 ms).
+      const seen = [...pods.created].filter(([name]) => name !== before.pod).map(([, at]) => at.getTime());
+      setIf(
+        'replacementCreatedS',
+        sinceS(
+          parse(ff.replacementCreatedAt) ?? (seen.length > 0 ? Math.min(...seen) : undefined),
+          crashWall,
+        ),
+      );
+      const attach = sys.sim.attacher.timings.find(
+        (t) => t.op === 'attach' && t.pv === pvName(SHARE) && t.doneWall.getTime() > crashWall,
+      );
+      setIf('attachedS', sinceS(attach?.doneWall.getTime(), crashWall));
+      const started = tracker.windows().find((x) => x.startMonoMs > crashMono);
+      setIf('serverStartedS', started ? round((started.startMonoMs - crashMono) / 1000) : undefined);
+      setIf('serverReadyS', sinceS(readyAt, crashWall));
+      const gap = analyzeShareWriter(sys, SHARE, w, [crashMono]).clientWriteGaps[0];
+      setIf(
+        'writesResumedS',
+        gap?.resumedAfterMs === undefined ? undefined : round(gap.resumedAfterMs / 1000),
+      );
+      setIf('clientWriteGapS', gap?.gapMs === undefined ? undefined : round(gap.gapMs / 1000));
+      const resumedMono = gap?.firstAck?.ms ?? Number.POSITIVE_INFINITY;
+      const between = w.writer.events.filter((e) => e.ms > crashMono && e.ms <= resumedMono);
+      sample.clientErrors = between.flatMap((e) =>
+        e.event === 'error'
+          ? [[round((e.ms - crashMono) / 1000), e.op, e.kind] as [number, string, string]]
+          : [],
+      );
+      sample.clientConnectedS = between.flatMap((e) =>
+        e.event === 'connected' ? [round((e.ms - crashMono) / 1000)] : [],
+      );
+      samples.push(sample);
+      say(
+        `run ${run}/${opts.runs}: crashed ${before.node}: detected ${sample.detectS ?? '?'} s, replacement ${sample.replacementCreatedS ?? '?'} s, attached ${sample.attachedS ?? '?'} s, server started ${sample.serverStartedS ?? '?'} s, Ready ${sample.serverReadyS ?? '?'} s, writes resumed ${sample.writesResumedS ?? '?'} s; clientWriteGap ${sample.clientWriteGapS ?? '?'} s${sample.note ? ` (${sample.note})` : ''}`,
+      );
+      sys.sim.node(before.node).heal();
+      const readyDeadline = performance.now() + 60_000;
+      while (performance.now() < readyDeadline && !(await nodeReady(sys, before.node).catch(() => false)))
+        await sleep(250);
+    }
+  } finally {
+    await w.writer.stop();
+    await tracker.stop();
+  }
+  const report = analyzeShareWriter(sys, SHARE, w, faults);
+  const overlaps = overlappingWindows(tracker.windows(), monotonicMs());
+  const violations = [
+    ...report.violations,
+    ...overlaps.map(([a, b]) => `two ganesha servers alive at once: ${a.id} and ${b.id}`),
+  ];
+  const client = opts.clientVersion === 3 ? 'libnfs NFSv3' : 'libnfs NFSv4.0';
+  return {
+    mode: 'nfs',
+    settings: `leasehold chart defaults (lease 6 s, renew 2 s, deadline 4 s), default NFS server with spec.nfs versions ${opts.nfs.versions.join(',')}, grace ${opts.nfs.gracePeriod}, lease ${opts.nfs.leaseLifetime}; client ${client}, a committed 64-byte record every 20 ms through the Service address; clientWriteGap = last acknowledged write before the crash to the first after it`,
+    timings: {
+      adcSync: opts.adcSync,
+      nodeMonitorGracePeriod: opts.nodeMonitorGracePeriod,
+      lease: { duration: '6s', renewInterval: '2s', renewDeadline: '4s' },
+      nfs: opts.nfs,
+      client,
+      writeIntervalMs: 20,
+    },
+    samples,
+    clientWriteGap: summarize(samples.map((s) => s.clientWriteGapS ?? Number.NaN)),
+    detection: summarize(samples.map((s) => s.detectS ?? Number.NaN)),
+    crashToServerReady: summarize(samples.map((s) => s.serverReadyS ?? Number.NaN)),
+    ackedWritesLost: report.ackedWritesLost,
+    acked: report.acked,
+    duplicates: report.duplicates.length,
+    staleHandles: report.staleHandles,
+    serverOverlaps: overlaps.length,
+    violations,
+    notes: samples.filter((s) => s.note).map((s) => `run ${s.run}: ${s.note}`),
+  };
+}
+
+/** The lines the benchmark prints for an `nfs` result. */
+export function nfsResultLines(r: NfsClientResult): string[] {
+  const f = (s: Summary) =>
+    `p50 ${s.p50 ?? '-'} s / p95 ${s.p95 ?? '-'} s / max ${s.max ?? '-'} s (n ${s.n})`;
+  return [
+    `nfs (${r.timings.client}, versions ${r.timings.nfs.versions.join(',')}, grace ${r.timings.nfs.gracePeriod}, lease ${r.timings.nfs.leaseLifetime}; ADC sync ${r.timings.adcSync}): ${r.samples.length} crashes`,
+    `  clientWriteGap ${f(r.clientWriteGap)}`,
+    `  detection ${f(r.detection)}; crash to server Ready ${f(r.crashToServerReady)}`,
+    `  ackedWritesLost ${r.ackedWritesLost} of ${r.acked} acknowledged; duplicates ${r.duplicates}; staleHandles ${r.staleHandles}; serverOverlaps ${r.serverOverlaps}`,
+    ...r.violations.map((v) => `  VIOLATION: ${v}`),
+    ...r.notes.map((n) => `  ${n}`),
+  ];
+}
+
+const NFS_VERSION_LIST = ['3', '4.0', '4.1', '4.2'];
+
+/**
+ * The `nfs` mode as bench/failover/run.ts calls it: checks its options (exit 2 naming
+ * the option), runs the crashes on a system of its own, prints the figures and writes
+ * bench/results/failover-nfs-<client>-adc-sync-<d>-grace-<g>.json. A failure is
+ * printed, not thrown (the other modes' results still count).
+ */
+export async function runNfsMode(o: {
+  runs: number;
+  budgetMs: number;
+  adcSync: string;
+  adcSyncMs: number;
+  versions: string;
+  grace: string;
+  lease: string;
+  say: (line: string) => void;
+  withSystem: <T>(body: (sys: System) => Promise<T>) => Promise<T>;
+}): Promise<void> {
+  const versions = o.versions.split(',').filter((v) => v !== '');
+  const bad = (msg: string): never => {
+    process.stderr.write(`bench failover: ${msg}\n`);
+    process.exit(2);
+  };
+  for (const v of versions)
+    if (!NFS_VERSION_LIST.includes(v))
+      bad(`--nfs-versions=${o.versions}: ${v} is not one of ${NFS_VERSION_LIST.join(', ')}`);
+  if (!versions.includes('3') && !versions.includes('4.0'))
+    bad(`--nfs-versions=${o.versions}: needs 3 or 4.0 (the libnfs client speaks NFSv3 and NFSv4.0 only)`);
+  for (const [name, v] of [
+    ['--nfs-grace', o.grace],
+    ['--nfs-lease', o.lease],
+  ] as const)
+    if (!/^\d+s$/.test(v)) bad(`${name}=${v}: must be whole seconds like 15s`);
+  const clientVersion = versions.includes('3') ? 3 : 4;
+  try {
+    const result = await o.withSystem((sys) =>
+      nfsClientCrashRuns(sys, {
+        runs: o.runs,
+        budgetMs: o.budgetMs,
+        phaseSpreadMs: o.adcSyncMs,
+        adcSync: o.adcSync,
+        nodeMonitorGracePeriod: '8s',
+        nfs: { versions, gracePeriod: o.grace, leaseLifetime: o.lease },
+        clientVersion,
+        say: o.say,
+      }),
+    );
+    process.stdout.write(`\n${nfsResultLines(result).join('\n')}\n`);
+    const file = `failover-nfs-${clientVersion === 3 ? 'v3' : 'v4.0'}-adc-sync-${o.adcSync}-grace-${o.grace}.json`;
+    const dir = join(REPO_ROOT, 'bench', 'results');
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(
+      join(dir, file),
+      `${JSON.stringify({ date: new Date().toISOString(), runs: o.runs, adcSync: o.adcSync, nodeMonitorGracePeriod: '8s', result }, null, 2)}\n`,
+    );
+    process.stdout.write(`wrote ${join('bench', 'results', file)}\n`);
+  } catch (err) {
+    process.stderr.write(`mode nfs failed: ${err instanceof Error ? err.message : String(err)}\n`);
+  }
+}
