@@ -248,7 +248,7 @@ const NFS_VERSION_LIST = ['3', '4.0', '4.1', '4.2'];
 /**
  * The `nfs` mode as bench/failover/run.ts calls it: checks its options (exit 2 naming
  * the option), runs the crashes on a system of its own, prints the figures and writes
- * bench/results/failover-nfs-<client>-adc-sync-<d>-grace-<g>.json. A failure is
+ * bench/results/failover-nfs-<client>-adc-sync-<d>-grace-<g>-nmg-<node-monitor grace>.json. A failure is
  * printed, not thrown (the other modes' results still count).
  */
 export async function runNfsMode(o: {
@@ -259,6 +259,9 @@ export async function runNfsMode(o: {
   versions: string;
   grace: string;
   lease: string;
+  /** The cluster's timings this run is on (recorded with the result). */
+  nodeMonitorGracePeriod: string;
+  heartbeat: string;
   say: (line: string) => void;
   withSystem: <T>(body: (sys: System) => Promise<T>) => Promise<T>;
 }): Promise<void> {
@@ -285,19 +288,19 @@ export async function runNfsMode(o: {
         budgetMs: o.budgetMs,
         phaseSpreadMs: o.adcSyncMs,
         adcSync: o.adcSync,
-        nodeMonitorGracePeriod: '8s',
+        nodeMonitorGracePeriod: o.nodeMonitorGracePeriod,
         nfs: { versions, gracePeriod: o.grace, leaseLifetime: o.lease },
         clientVersion,
         say: o.say,
       }),
     );
     process.stdout.write(`\n${nfsResultLines(result).join('\n')}\n`);
-    const file = `failover-nfs-${clientVersion === 3 ? 'v3' : 'v4.0'}-adc-sync-${o.adcSync}-grace-${o.grace}.json`;
+    const file = `failover-nfs-${clientVersion === 3 ? 'v3' : 'v4.0'}-adc-sync-${o.adcSync}-grace-${o.grace}-nmg-${o.nodeMonitorGracePeriod}.json`;
     const dir = join(REPO_ROOT, 'bench', 'results');
     mkdirSync(dir, { recursive: true });
     writeFileSync(
       join(dir, file),
-      `${JSON.stringify({ date: new Date().toISOString(), runs: o.runs, adcSync: o.adcSync, nodeMonitorGracePeriod: '8s', result }, null, 2)}\n`,
+      `${JSON.stringify({ date: new Date().toISOString(), runs: o.runs, adcSync: o.adcSync, nodeMonitorGracePeriod: o.nodeMonitorGracePeriod, nodeHeartbeat: o.heartbeat, result }, null, 2)}\n`,
     );
     process.stdout.write(`wrote ${join('bench', 'results', file)}\n`);
   } catch (err) {

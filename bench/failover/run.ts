@@ -20,7 +20,7 @@
  *              crash measured as clientWriteGap, acknowledged writes lost, stale handles
  *              (nfs-client-runs.ts; --nfs-versions 3|4.0,4.1,4.2 (the client speaks v3
  *              with 3, else v4.0), --nfs-grace, --nfs-lease; own result file
- *              failover-nfs-<v3|v4.0>-adc-sync-<d>-grace-<g>.json)
+ *              failover-nfs-<v3|v4.0>-adc-sync-<d>-grace-<g>-nmg-<grace>.json)
  * The modes run at once, each on its own control plane with 3 simulated nodes
  * (timer-dominated figures; the machine is mostly idle while they wait).
  * Prints p50/p95 of detection and crash-to-serving and the ratios between modes from
@@ -218,6 +218,8 @@ async function main(): Promise<void> {
         versions: values['nfs-versions'] ?? '',
         grace: values['nfs-grace'] ?? '',
         lease: values['nfs-lease'] ?? '',
+        nodeMonitorGracePeriod: grace,
+        heartbeat,
         say: sayFor('nfs'),
         withSystem: (body) => withSystem('nfs', {}, body),
       })
