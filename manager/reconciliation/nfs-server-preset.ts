@@ -203,10 +203,12 @@ export function nfsServerContainer(image: string, mountPath: string, nfs: NfsSet
     ports: nfsPorts(nfs),
     env: nfsServerEnv(mountPath, nfs),
     securityContext: nfsServerSecurityContext(nfs),
-    // Ready (an endpoint of the Service) only once ganesha accepts connections: it
-    // answers 70-110 ms after the container starts, and clients routed before that
-    // would be refused.
-    readinessProbe: { tcpSocket: { port: NFS_PORT_NAME }, periodSeconds: 1, failureThreshold: 1 },
+    // NB: no readinessProbe. One tried here (TCP on `nfs`, every 1 s) kept the pod out of
+    // the Service for 1.4-2.0 s after ganesha started (its first probe comes before
+    // ganesha listens, the next one a whole period later: bench/failover --modes nfs),
+    // while without it a client that connects in the 0.1-0.5 s before ganesha listens
+    // is refused and retries, as NFS clients do. The lease, not readiness, decides who
+    // serves, so this costs no safety.
   };
 }
 

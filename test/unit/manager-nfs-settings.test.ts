@@ -52,11 +52,12 @@ test('spec.nfs reaches the server as its env vars, and the server reads them bac
   assert.equal(config.exportPath, '/srv/share');
 });
 
-test('the server is an endpoint of the Service only once ganesha accepts connections', () => {
+test('the server has no readiness probe: the pod is an endpoint as soon as ganesha starts', () => {
   const built = sharePodFor(share(undefined), settings, undefined, {});
   assert.ok(built.ok);
   const server = built.pod.spec?.containers.find((c) => c.name === 'server');
-  assert.deepEqual(server?.readinessProbe?.tcpSocket, { port: 'nfs' });
+  assert.equal(server?.readinessProbe, undefined);
+  assert.ok(server?.livenessProbe, 'the lease backstop stays');
 });
 
 test('without spec.nfs the server gets no setting of it (its own defaults: 4.1/4.2, grace 15 s, lease 10 s)', () => {
