@@ -23,24 +23,24 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { monotonicMs } from '../lib/clock.ts';
 import { k8s, withDeadline } from '../lib/kube-client.ts';
+import { overlappingWindows } from './share-server/serving-window-log.ts';
 import {
   type FailoverFacts,
   formatTimeline,
   gatherFacts,
   PodTracker,
   timelineOf,
-} from './demo/failover-facts.ts';
-import { REPO_ROOT } from './demo/helm-install.ts';
+} from './system/failover-facts.ts';
+import { REPO_ROOT } from './system/helm-install.ts';
 import {
   analyzeShareWriter,
   createNfsShare,
   type ShareWriter,
   startShareWriter,
   waitReadyNfsPod,
-} from './demo/nfs-share.ts';
-import { createShare, fetchRecords, pvName, shareStatus, waitServing } from './demo/shares.ts';
-import { type System, startSystem } from './demo/system.ts';
-import { overlappingWindows } from './share-server/serving-window-log.ts';
+} from './system/nfs-share.ts';
+import { createShare, fetchRecords, pvName, shareStatus, waitServing } from './system/shares.ts';
+import { type System, startSystem } from './system/system.ts';
 
 const started = performance.now();
 const say = (line: string) =>

@@ -12,9 +12,9 @@
  * wall-clock check of renewTime, see stats.ts) and crash-to-serving shifted by the
  * difference between that verdict and ours (the rest of the pipeline is the same).
  */
-import { PodTracker } from '../../dev/demo/failover-facts.ts';
-import { createShare, pvName, shareStatus, waitServing } from '../../dev/demo/shares.ts';
-import { SHARES_NAMESPACE, type System } from '../../dev/demo/system.ts';
+import { PodTracker } from '../../dev/system/failover-facts.ts';
+import { createShare, pvName, shareStatus, waitServing } from '../../dev/system/shares.ts';
+import { SHARES_NAMESPACE, type System } from '../../dev/system/system.ts';
 import { sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { longhornVerdictMs, round } from './stats.ts';

@@ -15,14 +15,15 @@
  * first after it). Over the run: ackedWritesLost (every acknowledged record read back
  * byte for byte from the volume at the end), duplicates, stale handles, and the
  * no-two-servers check on the ganesha processes the kubelets ran
- * (dev/demo/server-process-windows.ts): `serverOverlaps` must be 0.
+ * (dev/system/server-process-windows.ts): `serverOverlaps` must be 0.
  * Not measured: a kernel NFS client (none on this machine); NFSv4.1 (no user-space
  * client here reclaims v4.1 state, see dev/nfs-client/README.md).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { PodTracker } from '../../dev/demo/failover-facts.ts';
-import { REPO_ROOT } from '../../dev/demo/helm-install.ts';
+import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
+import { PodTracker } from '../../dev/system/failover-facts.ts';
+import { REPO_ROOT } from '../../dev/system/helm-install.ts';
 import {
   analyzeShareWriter,
   createNfsShare,
@@ -30,10 +31,9 @@ import {
   ServerProcessTracker,
   startShareWriter,
   waitReadyNfsPod,
-} from '../../dev/demo/nfs-share.ts';
-import { pvName } from '../../dev/demo/shares.ts';
-import type { System } from '../../dev/demo/system.ts';
-import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
+} from '../../dev/system/nfs-share.ts';
+import { pvName } from '../../dev/system/shares.ts';
+import type { System } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { withDeadline } from '../../lib/kube-client.ts';
 import { round, type Summary, summarize } from './stats.ts';

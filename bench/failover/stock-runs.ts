@@ -14,9 +14,10 @@
  * The pods carry label leasehold.dev/share-manager=<volume> only so that the shared
  * helpers find them; nothing reconciles them but the ReplicaSet controller.
  */
-import { createVolume, pvName, servingNow, waitServing } from '../../dev/demo/shares.ts';
-import { SHARES_NAMESPACE, type System } from '../../dev/demo/system.ts';
+
 import { SHARE_SERVER_IMAGE } from '../../dev/sim/sim.ts';
+import { createVolume, pvName, servingNow, waitServing } from '../../dev/system/shares.ts';
+import { SHARES_NAMESPACE, type System } from '../../dev/system/system.ts';
 import { sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import type { CrashSample } from './leasehold-runs.ts';

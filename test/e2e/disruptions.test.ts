@@ -13,8 +13,8 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
-import { createShare, pvName, sharePods, shareStatus, waitServing } from '../../dev/demo/shares.ts';
-import { SHARES_NAMESPACE } from '../../dev/demo/system.ts';
+import { createShare, pvName, sharePods, shareStatus, waitServing } from '../../dev/system/shares.ts';
+import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';

@@ -9,7 +9,8 @@
 
 import assert from 'node:assert/strict';
 import { after, before } from 'node:test';
-import { formatTimeline, gatherFacts, PodTracker, timelineOf } from '../../dev/demo/failover-facts.ts';
+import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
+import { formatTimeline, gatherFacts, PodTracker, timelineOf } from '../../dev/system/failover-facts.ts';
 import {
   fetchRecords,
   pvName,
@@ -17,9 +18,8 @@ import {
   type ShareStatus,
   shareStatus,
   waitServing,
-} from '../../dev/demo/shares.ts';
-import { SHARES_NAMESPACE, type System, type SystemOptions, startSystem } from '../../dev/demo/system.ts';
-import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
+} from '../../dev/system/shares.ts';
+import { SHARES_NAMESPACE, type System, type SystemOptions, startSystem } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { leftoverPodProcesses } from '../integration/sim-harness.ts';

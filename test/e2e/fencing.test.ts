@@ -12,7 +12,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createShare, pvName, waitServing } from '../../dev/demo/shares.ts';
+import { createShare, pvName, waitServing } from '../../dev/system/shares.ts';
 import { sleep } from '../../lib/clock.ts';
 import { assertNoOverlap, assertRecordsKept, faultAndWaitForReplacement, useSystem } from './e2e-support.ts';
 

@@ -8,8 +8,8 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createShare, waitServing } from '../../dev/demo/shares.ts';
-import { SHARES_NAMESPACE } from '../../dev/demo/system.ts';
+import { createShare, waitServing } from '../../dev/system/shares.ts';
+import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import {
   assertNoOverlap,

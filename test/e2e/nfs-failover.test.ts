@@ -12,7 +12,7 @@
  * acknowledged record read back byte for byte from the volume), 0 duplicates, 0 stale
  * file handles; and no two ganesha processes of the share alive at once (windows from
  * the containers the simulated kubelets started and the exits they observed:
- * dev/demo/server-process-windows.ts, whose check is proven to fail on overlaps by
+ * dev/system/server-process-windows.ts, whose check is proven to fail on overlaps by
  * test/unit/server-process-windows.test.ts). Each client's clientWriteGap (last ack
  * before the fault to the first after it) is reported.
  *
@@ -25,6 +25,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
+import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
 import {
   analyzeShareWriter,
   createNfsShare,
@@ -33,8 +34,7 @@ import {
   type ShareWriter,
   startShareWriter,
   waitReadyNfsPod,
-} from '../../dev/demo/nfs-share.ts';
-import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
+} from '../../dev/system/nfs-share.ts';
 import { monotonicMs } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';

@@ -16,7 +16,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createShare, pvName, serviceEndpointPods, waitServing } from '../../dev/demo/shares.ts';
+import { createShare, pvName, serviceEndpointPods, waitServing } from '../../dev/system/shares.ts';
 import { sleep } from '../../lib/clock.ts';
 import { eventually } from '../support/cluster.ts';
 import {

@@ -25,7 +25,7 @@ import {
   type Serving,
   shareStatus,
   waitServing,
-} from '../../dev/demo/shares.ts';
+} from '../../dev/system/shares.ts';
 import { sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';

@@ -21,8 +21,8 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createShare, waitServing } from '../../dev/demo/shares.ts';
-import { MANAGER_LABEL, SYSTEM_NAMESPACE, type System } from '../../dev/demo/system.ts';
+import { createShare, waitServing } from '../../dev/system/shares.ts';
+import { MANAGER_LABEL, SYSTEM_NAMESPACE, type System } from '../../dev/system/system.ts';
 import { sleep } from '../../lib/clock.ts';
 import { type k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';

@@ -18,10 +18,10 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createShare, createVolume, pvName, unpinShare, waitServing } from '../../dev/demo/shares.ts';
-import { SHARES_NAMESPACE } from '../../dev/demo/system.ts';
 import { SHARE_SERVER_IMAGE, TEST_CSI_DRIVER } from '../../dev/sim/sim.ts';
 import { handoffOrderViolations } from '../../dev/sim/storage/csi-attacher.ts';
+import { createShare, createVolume, pvName, unpinShare, waitServing } from '../../dev/system/shares.ts';
+import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';

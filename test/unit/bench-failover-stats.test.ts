@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { longhornVerdictMs, percentile, ratio, summarize } from '../../bench/failover/stats.ts';
-import { timelineOf } from '../../dev/demo/failover-facts.ts';
+import { timelineOf } from '../../dev/system/failover-facts.ts';
 
 test('percentile: nearest rank over the finite values', () => {
   assert.equal(percentile([], 50), undefined);

@@ -1,16 +1,16 @@
 /**
- * The no-two-servers check for servers without a window log (dev/demo/server-process-windows.ts
+ * The no-two-servers check for servers without a window log (dev/system/server-process-windows.ts
  * + overlappingWindows): it must pass for a clean handover and fail for every way two
  * server processes can be alive at once, including a run whose start was never sampled.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
 import {
   type ObservedExit,
   type ObservedStart,
   processWindows,
-} from '../../dev/demo/server-process-windows.ts';
-import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
+} from '../../dev/system/server-process-windows.ts';
 
 const IMAGE = 'leasehold.dev/nfs-ganesha:dev';
 const start = (pod: string, ms: number, node = 'sim-1'): ObservedStart => ({
