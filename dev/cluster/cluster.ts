@@ -14,11 +14,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { sleep } from '../../lib/clock.ts';
+import { freePorts } from '../net/free-port.ts';
 import { kubeBinDir } from './binaries.ts';
 import { makeCerts } from './certs.ts';
 import { Component, ComponentError, httpOk, onAbruptExit } from './component.ts';
 import { writeKubeconfig } from './kubeconfig.ts';
-import { freePorts } from './ports.ts';
 import type { Cluster, ClusterOptions } from './types.ts';
 
 export type { Cluster, ClusterOptions } from './types.ts';

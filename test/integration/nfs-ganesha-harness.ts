@@ -9,7 +9,6 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -46,18 +45,8 @@ export async function tempDir(prefix: string): Promise<string> {
   return dir;
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() =>
-        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
-      );
-    });
-  });
-}
+/** The testbed's one free-port picker (outside the ephemeral range; see its header). */
+export { freePort } from '../../dev/net/free-port.ts';
 
 /** True while `pid` runs (a zombie counts as gone: it serves nothing and holds no port). */
 export function processRuns(pid: number): boolean {

@@ -11,9 +11,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import { freePort } from '../../dev/net/free-port.ts';
 import { readRecords } from '../../dev/share-server/record-file.ts';
 import { overlappingWindows, readServingWindows } from '../../dev/share-server/serving-window-log.ts';
-import { freePort } from '../../dev/sim/kubelet/pod-prepare.ts';
 import { monotonicMs } from '../../lib/clock.ts';
 import { eventually } from '../support/cluster.ts';
 

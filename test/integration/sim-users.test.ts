@@ -13,7 +13,7 @@
  */
 
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, readlinkSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -436,11 +436,18 @@ test("the real agent at its image's uid 65532, even with add KILL, finds no CAP_
       return p.status?.initContainerStatuses?.[0]?.state?.running ? p : undefined;
     });
     const logPath = join(sim().root, 'pods', pod.metadata?.uid ?? '', 'logs', 'agent.log');
-    const line = await eventually(`${name}: the agent says it cannot fence`, async () =>
-      readFileSync(logPath, 'utf8')
-        .split('\n')
-        .find((l) => l.includes('cannot fence')),
-    );
+    const line = await eventually(
+      `${name}: the agent says it cannot fence`,
+      async () =>
+        readFileSync(logPath, 'utf8')
+          .split('\n')
+          .find((l) => l.includes('cannot fence')),
+      60_000,
+    ).catch((err: Error) => {
+      // What the agent said instead is the diagnosis; the timeout alone is not.
+      const said = existsSync(logPath) ? readFileSync(logPath, 'utf8').slice(-2000) : '(no log file)';
+      throw new Error(`${err.message}; the agent's log ends with:\n${said}`);
+    });
     t.diagnostic(`${name}: ${line.slice(0, 260)}`);
     assert.match(line, /needs CAP_KILL, and the agent \(uid 65532\) has effective capabilities 0x0/);
     const latest = await core().readNamespacedPod({ namespace: 'default', name });

@@ -6,26 +6,13 @@
  * (see ../runtime/container-launch.ts), checked against the built dist/ files.
  */
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
 import { k8s, kubeCall, withDeadline } from '../../../lib/kube-client.ts';
+import { freePort } from '../../net/free-port.ts';
 import { capsFromMask } from '../runtime/container-identity.ts';
 import { declaredPorts, imageDefaultPorts, type Launch, resolveLaunch } from '../runtime/container-launch.ts';
 import { mountsOf } from './pod-volumes.ts';
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() =>
-        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
-      );
-    });
-  });
-}
 
 /** containerPort -> a free host port, for every port the pod's containers may listen on. */
 export async function allocatePorts(pod: V1Pod): Promise<Map<number, number>> {
