@@ -7,7 +7,8 @@
 #   pkg-config + libnfs-dev (build dev/nfs-client's libnfs writer), rpcbind (a private
 #   one per NFSv3 ganesha in the tests: dev/nfs-client/private-rpcbind.ts), and prometheus
 #   for promtool (checks the agent's /metrics text; installed without recommends, so no
-#   exporter daemon comes along).
+#   exporter daemon comes along), libseccomp-dev (runc's seccomp, built by dev/node/build.sh)
+#   and iproute2 (`ip`: the real node's links inside its own network namespace).
 # Needs root for apt-get; without it, prints the command to run and exits 1.
 set -euo pipefail
 say() { echo "leasehold: $*" >&2; }
@@ -26,6 +27,8 @@ dpkg -s libc6-dev >/dev/null 2>&1 || missing+=(libc6-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 dpkg -s libnfs-dev >/dev/null 2>&1 || missing+=(libnfs-dev)
 dpkg -s rpcbind >/dev/null 2>&1 || missing+=(rpcbind)
+dpkg -s libseccomp-dev >/dev/null 2>&1 || missing+=(libseccomp-dev)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 lean=()
 command -v promtool >/dev/null 2>&1 || lean+=(prometheus)
 

@@ -9,22 +9,25 @@
 #     exported as LEASEHOLD_KUBE_BIN; with --helm, the helm CLI (dev/helm/build.sh),
 #     exported as LEASEHOLD_HELM_BIN; with --fuse, leasehold-fencefs (dev/fuse/build.sh,
 #     the fencing storage's volume view), exported as LEASEHOLD_FENCEFS_BIN (without it
-#     the simulator builds it on first use of a fencing volume).
+#     the simulator builds it on first use of a fencing volume); with --node, the real
+#     node's components (dev/node/build.sh: kubelet, containerd, runc, CNI plugins, the
+#     pause image), exported as LEASEHOLD_NODE_BIN.
 #
-#   bash dev/toolchain.sh [--debs] [--kube] [--helm] [--fuse] COMMAND [ARGS...]
+#   bash dev/toolchain.sh [--debs] [--kube] [--helm] [--fuse] [--node] COMMAND [ARGS...]
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache_root="${LEASEHOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold}"
 say() { echo "leasehold: $*" >&2; }
 
-need_kube=0 need_helm=0 need_debs=0 need_fuse=0
+need_kube=0 need_helm=0 need_debs=0 need_fuse=0 need_node=0
 while :; do
   case "${1:-}" in
     --debs) need_debs=1; shift ;;
     --kube) need_kube=1; shift ;;
     --helm) need_helm=1; shift ;;
     --fuse) need_fuse=1; shift ;;
+    --node) need_node=1; shift ;;
     *) break ;;
   esac
 done
@@ -67,6 +70,10 @@ fi
 if [ "$need_fuse" = 1 ]; then
   LEASEHOLD_FENCEFS_BIN="$(bash "$root/dev/fuse/build.sh")/leasehold-fencefs"
   export LEASEHOLD_FENCEFS_BIN
+fi
+if [ "$need_node" = 1 ]; then
+  LEASEHOLD_NODE_BIN="$(bash "$root/dev/node/build.sh")"
+  export LEASEHOLD_NODE_BIN
 fi
 
 exec "$@"
