@@ -1,0 +1,163 @@
+/**
+ * The real node's leftover check (dev/node/leftovers.ts) fails on each kind of
+ * leftover: the pure judge on hand-made snapshots, then the host probe on a real stray
+ * cgroup directory and a real stray process (as root, like the node itself), and it
+ * passes once they are gone. Also: the layout rejects bad names and indexes, and the
+ * rendered configs keep the node off the host's settings.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, join } from 'node:path';
+import { test } from 'node:test';
+import { createCgroupRoot, existingCgroups, removeCgroupRoot } from '../../dev/node/cgroups.ts';
+import { containerdConfig, kubeletConfiguration } from '../../dev/node/config.ts';
+import { nodeLayout } from '../../dev/node/layout.ts';
+import {
+  findLeftovers,
+  type HostSnapshot,
+  hostSnapshot,
+  type NodeIdentity,
+} from '../../dev/node/leftovers.ts';
+import { namespaceSetupScript } from '../../dev/node/namespaces.ts';
+import { sleep } from '../../lib/clock.ts';
+
+const node: NodeIdentity = {
+  dir: '/tmp/leasehold-node-abc',
+  cgroupRoot: '/leasehold-node-abc',
+  namespaces: ['pid:[4026532001]', 'net:[4026532002]', 'mnt:[4026532003]'],
+  pids: [4242],
+};
+const hostNs = ['pid:[4026531836]', 'net:[4026531840]', 'mnt:[4026531841]'];
+const clean: HostSnapshot = {
+  processes: [{ pid: 1, cmdline: '/sbin/init', cgroup: '4:pids:/\n', namespaces: hostNs }],
+  mountinfo: '31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n',
+  cgroups: [],
+};
+
+test('a clean host has no leftovers', () => {
+  assert.deepEqual(findLeftovers(node, clean), []);
+});
+
+test('each kind of leftover is found', () => {
+  const cases: [string, Partial<HostSnapshot>, string][] = [
+    ['a started pid', { processes: [{ ...clean.processes[0]!, pid: 4242 }] }, 'started by the node'],
+    [
+      'a process in the node netns',
+      {
+        processes: [{ pid: 7, cmdline: 'sleep', cgroup: '', namespaces: [hostNs[0]!, node.namespaces[1]!] }],
+      },
+      'in a namespace of the node',
+    ],
+    [
+      'a container in a pod cgroup',
+      {
+        processes: [
+          {
+            pid: 8,
+            cmdline: '/pause',
+            cgroup: '4:pids:/leasehold-node-abc/kubepods/besteffort/pod1/c1\n',
+            namespaces: hostNs,
+          },
+        ],
+      },
+      'in a cgroup under',
+    ],
+    [
+      'an escaped shim',
+      {
+        processes: [
+          {
+            pid: 9,
+            cmdline: 'containerd-shim-runc-v2 -address /tmp/leasehold-node-abc/containerd.sock',
+            cgroup: '4:pids:/\n',
+            namespaces: hostNs,
+          },
+        ],
+      },
+      'command line names',
+    ],
+    ['a stray cgroup', { cgroups: ['/sys/fs/cgroup/pids/leasehold-node-abc/kubepods'] }, 'cgroup'],
+    [
+      'a mount under the dir',
+      { mountinfo: '90 23 0:50 / /tmp/leasehold-node-abc/containerd/rootfs rw - overlay overlay rw\n' },
+      'mount',
+    ],
+    [
+      'a bound namespace',
+      { mountinfo: '91 23 0:4 net:[4026532002] /run/netns/x rw - nsfs nsfs rw\n' },
+      'mount',
+    ],
+  ];
+  for (const [what, change, expected] of cases) {
+    const found = findLeftovers(node, { ...clean, ...change });
+    assert.equal(found.length, 1, `${what}: ${JSON.stringify(found)}`);
+    const f = found[0]!;
+    assert.ok(
+      (f.kind === 'process' ? f.why : f.kind).includes(expected),
+      `${what}: ${JSON.stringify(f)} should say ${expected}`,
+    );
+  }
+  // Another node's cgroup with a name that starts the same is not this node's.
+  assert.deepEqual(
+    findLeftovers(node, {
+      ...clean,
+      processes: [
+        { pid: 10, cmdline: 'x', cgroup: '4:pids:/leasehold-node-abcd/kubepods\n', namespaces: hostNs },
+      ],
+    }),
+    [],
+  );
+});
+
+test('the host probe finds a real stray cgroup directory and a real stray process', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'leasehold-node-'));
+  const identity: NodeIdentity = { dir, cgroupRoot: `/${basename(dir)}`, namespaces: [], pids: [] };
+  // `sh -c CMD NAME`: NAME is $0, so the command line names the node's dir.
+  const stray = spawn('sh', ['-c', 'sleep 60', dir], { stdio: 'ignore' });
+  const exited = new Promise((r) => stray.once('exit', r));
+  try {
+    createCgroupRoot(`${identity.cgroupRoot}/kubepods`);
+    await sleep(100);
+    const found = findLeftovers(identity, hostSnapshot(identity));
+    assert.ok(
+      found.some((l) => l.kind === 'process' && l.pid === stray.pid),
+      `the stray process is found: ${JSON.stringify(found)}`,
+    );
+    assert.ok(
+      found.some((l) => l.kind === 'cgroup' && l.path.endsWith(`${identity.cgroupRoot}/kubepods`)),
+      `the stray cgroup is found: ${JSON.stringify(found)}`,
+    );
+  } finally {
+    stray.kill('SIGKILL');
+    await exited;
+    assert.deepEqual(removeCgroupRoot(identity.cgroupRoot), []);
+    rmSync(dir, { recursive: true, force: true });
+  }
+  assert.deepEqual(existingCgroups(identity.cgroupRoot), []);
+  assert.deepEqual(findLeftovers(identity, hostSnapshot(identity)), []);
+});
+
+test('the layout rejects a bad name or index, naming it', () => {
+  assert.throws(() => nodeLayout('/tmp/x', 'Node_1', 1), /node name 'Node_1' is not a DNS label/);
+  assert.throws(() => nodeLayout('/tmp/x', 'node-1', 0), /node index 0 must be an integer from 1 to 250/);
+});
+
+test('the rendered configs keep the node off host-wide settings', () => {
+  const layout = nodeLayout('/tmp/leasehold-node-abc', 'node-1', 3);
+  assert.equal(layout.cgroupRoot, '/leasehold-node-abc');
+  const kubelet = JSON.parse(kubeletConfiguration(layout, { caPath: '/ca.crt' }));
+  assert.equal(kubelet.protectKernelDefaults, true, 'the kubelet checks sysctls instead of writing them');
+  assert.equal(kubelet.failCgroupV1, false);
+  assert.equal(kubelet.cgroupDriver, 'cgroupfs');
+  assert.equal(kubelet.cgroupRoot, layout.cgroupRoot);
+  const containerd = containerdConfig(layout, '/bin-dir', 'localhost/leasehold/pause:x');
+  assert.match(containerd, /'io\.containerd\.nri\.v1\.nri'/, 'NRI (a socket under the host /run) is off');
+  assert.match(containerd, /netns_mounts_under_state_dir = true/);
+  assert.match(containerd, /sandbox = 'localhost\/leasehold\/pause:x'/);
+  const script = namespaceSetupScript(layout, '/bin-dir/pause');
+  for (const key of ['vm/overcommit_memory', 'kernel/panic', 'kernel/panic_on_oops'])
+    assert.match(script, new RegExp(`mount --bind .* /proc/sys/${key}\\n`), `${key} has a per-node view`);
+  assert.ok(script.indexOf('mount -t proc') < script.indexOf('/proc/sys/'), 'views go on the node /proc');
+});
