@@ -20,8 +20,8 @@
  * removes its cgroups and directory, and then runs the leftover check (leftovers.ts).
  * On SIGINT/SIGTERM of this process the same happens synchronously; on SIGKILL the
  * kernel still ends every process, mount, namespace and interface (pdeathsig and the
- * pid namespace), and only the empty cgroup directories and the node's directory stay
- * (not swept yet).
+ * pid namespace), and the empty cgroup directories and the node's directory that stay
+ * are swept by the next startRealNode (stale-nodes.ts).
  */
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
@@ -55,6 +55,7 @@ import {
   namespacesOf,
 } from './leftovers.ts';
 import { childOf, nsenterArgs, sysctlFile, unshareArgs } from './namespaces.ts';
+import { NODE_DIR_PREFIX, OWNER_FILE, ownerText, processStart, sweepStaleNodes } from './stale-nodes.ts';
 
 const run = promisify(execFile);
 
@@ -92,7 +93,18 @@ export class NodeLeftoverError extends LeaseholdError {
 export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Promise<RealNode> {
   const progress = opts.onProgress ?? (() => {});
   const bins = await nodeBinaries();
-  const dir = await mkdtemp(join(tmpdir(), 'leasehold-node-'));
+  const swept = sweepStaleNodes();
+  if (swept.removed.length > 0) progress(`removed what killed runs left: ${swept.removed.join(', ')}`);
+  if (swept.problems.length > 0)
+    throw new LeaseholdError(
+      'E_NODE_STALE',
+      `a killed run left real-node cgroups that cannot be removed:\n  - ${swept.problems.join('\n  - ')}`,
+    );
+  const dir = await mkdtemp(join(tmpdir(), NODE_DIR_PREFIX));
+  await writeFile(
+    join(dir, OWNER_FILE),
+    ownerText({ pid: process.pid, start: processStart(process.pid) ?? '?' }),
+  );
   const layout = nodeLayout(dir, opts.name, opts.index ?? 1);
   const identity: { namespaces: string[]; pids: number[] } = { namespaces: [], pids: [] };
   const node: NodeIdentity = {

@@ -2,12 +2,13 @@
  * The real node's leftover check (dev/node/leftovers.ts) fails on each kind of
  * leftover: the pure judge on hand-made snapshots, then the host probe on a real stray
  * cgroup directory and a real stray process (as root, like the node itself), and it
- * passes once they are gone. Also: the layout rejects bad names and indexes, and the
+ * passes once they are gone. The sweep of what a killed run left removes a dead
+ * owner's node and keeps a live one. Also: the layout rejects bad names and indexes, and the
  * rendered configs keep the node off the host's settings.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { test } from 'node:test';
@@ -21,6 +22,15 @@ import {
   type NodeIdentity,
 } from '../../dev/node/leftovers.ts';
 import { namespaceSetupScript } from '../../dev/node/namespaces.ts';
+import {
+  isStale,
+  NODE_DIR_PREFIX,
+  OWNER_FILE,
+  ownerText,
+  parseOwner,
+  processStart,
+  sweepStaleNodes,
+} from '../../dev/node/stale-nodes.ts';
 import { sleep } from '../../lib/clock.ts';
 
 const node: NodeIdentity = {
@@ -115,7 +125,8 @@ test('each kind of leftover is found', () => {
 });
 
 test('the host probe finds a real stray cgroup directory and a real stray process', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'leasehold-node-'));
+  // Not the real nodes' prefix: a node starting meanwhile must not sweep it.
+  const dir = mkdtempSync(join(tmpdir(), 'leasehold-leftover-test-'));
   const identity: NodeIdentity = { dir, cgroupRoot: `/${basename(dir)}`, namespaces: [], pids: [] };
   // `sh -c CMD NAME`: NAME is $0, so the command line names the node's dir.
   const stray = spawn('sh', ['-c', 'sleep 60', dir], { stdio: 'ignore' });
@@ -163,4 +174,41 @@ test('the rendered configs keep the node off host-wide settings', () => {
   for (const key of ['vm/overcommit_memory', 'kernel/panic', 'kernel/panic_on_oops'])
     assert.match(script, new RegExp(`mount --bind .* /proc/sys/${key}\\n`), `${key} has a per-node view`);
   assert.ok(script.indexOf('mount -t proc') < script.indexOf('/proc/sys/'), 'views go on the node /proc');
+});
+
+test('a node is stale only when its owner is gone or only its cgroups are left', () => {
+  const owner = { pid: 123, start: '456' };
+  assert.equal(isStale({ dirExists: true, owner, ownerStartNow: '456' }), false, 'owner runs');
+  assert.equal(isStale({ dirExists: true, owner, ownerStartNow: undefined }), true, 'owner gone');
+  assert.equal(isStale({ dirExists: true, owner, ownerStartNow: '999' }), true, 'pid reused');
+  assert.equal(isStale({ dirExists: true, owner: undefined, ownerStartNow: undefined }), false, 'being made');
+  assert.equal(isStale({ dirExists: false, hasCgroups: true }), true, 'cgroups without a dir');
+  assert.equal(parseOwner(ownerText(owner))?.start, '456');
+});
+
+test('the sweep removes what a killed run left (cgroups and dir), not a live node', async () => {
+  const dead = spawn('true');
+  await new Promise((r) => dead.once('exit', r));
+  const killed = mkdtempSync(join(tmpdir(), NODE_DIR_PREFIX));
+  const live = mkdtempSync(join(tmpdir(), NODE_DIR_PREFIX));
+  try {
+    writeFileSync(join(killed, OWNER_FILE), ownerText({ pid: dead.pid ?? 0, start: 'gone' }));
+    writeFileSync(
+      join(live, OWNER_FILE),
+      ownerText({ pid: process.pid, start: processStart(process.pid) ?? '' }),
+    );
+    createCgroupRoot(`/${basename(killed)}/kubepods`);
+    createCgroupRoot(`/${basename(live)}/kubepods`);
+    const swept = sweepStaleNodes();
+    assert.ok(swept.removed.includes(basename(killed)), JSON.stringify(swept));
+    assert.ok(!swept.removed.includes(basename(live)), 'a node whose owner runs stays');
+    assert.deepEqual(existingCgroups(`/${basename(killed)}`), []);
+    assert.equal(existsSync(killed), false);
+    assert.ok(existingCgroups(`/${basename(live)}`).length > 0);
+  } finally {
+    removeCgroupRoot(`/${basename(killed)}`);
+    removeCgroupRoot(`/${basename(live)}`);
+    rmSync(killed, { recursive: true, force: true });
+    rmSync(live, { recursive: true, force: true });
+  }
 });
