@@ -10,9 +10,11 @@
  * and the node's namespace: leasehold-netns-relay listens on 127.0.0.1:<API port>
  * inside the node's network namespace and forwards to the API server on the host's
  * loopback; the kubelet's kubeconfig names that address (the serving certificate has
- * IP:127.0.0.1). NB: the API server cannot reach the kubelet yet (its node IP is only
- * inside the node's namespace, and the control plane has no kubelet client
- * certificate): logs, exec and port-forward do not work on these nodes.
+ * IP:127.0.0.1). A second relay makes the kubelet's API (port 10250 on the node IP,
+ * inside the namespace) reachable at `kubeletUrl` on the host's loopback. NB: the API
+ * server itself does not use it yet: it dials the node's InternalIP, which exists only
+ * inside the node's namespace (and it has no kubelet client certificate), so `kubectl
+ * logs`, exec and port-forward do not work on these nodes.
  *
  * Guarantees: startRealNode resolves when the Node object is Ready, or rejects with
  * the failing part and its log, leaving nothing behind. stop() is idempotent; it kills
@@ -35,6 +37,7 @@ import { LeaseholdError } from '../../lib/errors.ts';
 import { Component, ComponentError, onAbruptExit } from '../cluster/component.ts';
 import { writeKubeconfig } from '../cluster/kubeconfig.ts';
 import type { Cluster } from '../cluster/types.ts';
+import { freePort } from '../net/free-port.ts';
 import { nodeBinaries } from './binaries.ts';
 import { createCgroupRoot, removeCgroupRoot } from './cgroups.ts';
 import {
@@ -72,6 +75,8 @@ export interface RealNodeOptions {
 export interface RealNode {
   readonly name: string;
   readonly layout: NodeLayout;
+  /** https://127.0.0.1:<port>: the kubelet's API through the relay (x509 with the cluster CA, webhook authz). */
+  readonly kubeletUrl: string;
   /** Runs ctr against the node's containerd (namespace k8s.io); resolves with stdout. */
   ctr(args: readonly string[]): Promise<string>;
   /** Imports an OCI/Docker image tarball into the node's containerd for the kubelet to use. */
@@ -134,6 +139,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
       .stdout;
 
   let stopped = false;
+  let kubeletUrl = '';
   const stop = async () => {
     if (stopped) return;
     stopped = true;
@@ -220,6 +226,26 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
       10_000,
     );
 
+    const kubeletPort = await freePort();
+    kubeletUrl = `https://127.0.0.1:${kubeletPort}`;
+    const kubeletRelay = new Component(
+      `${opts.name}/kubelet-relay`,
+      join(bins.dir, 'leasehold-netns-relay'),
+      [
+        `-listen=127.0.0.1:${kubeletPort}`,
+        `-dial=${layout.nodeIp}:10250`,
+        `-dial-netns=/proc/${pid1}/ns/net`,
+      ],
+      join(layout.logDir, 'kubelet-relay.log'),
+    );
+    components.push(kubeletRelay);
+    kubeletRelay.start();
+    if (kubeletRelay.pid) identity.pids.push(kubeletRelay.pid);
+    await kubeletRelay.waitReady(
+      async () => readFileSync(kubeletRelay.logPath, 'utf8').includes('relay: listening'),
+      10_000,
+    );
+
     const containerd = inNode(
       'containerd',
       join(bins.dir, 'containerd'),
@@ -273,6 +299,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
   return {
     name: opts.name,
     layout,
+    kubeletUrl,
     ctr,
     importImage,
     leftovers: () => findLeftovers(node, hostSnapshot(node)),

@@ -1,7 +1,8 @@
 /**
  * One real node (dev/node: the real kubelet and containerd, runc, the bridge CNI
  * network, in the node's own namespaces) against the real control plane: the Node
- * registers and goes Ready; a pod of the locally built pause image, scheduled by the
+ * registers and goes Ready; its kubelet API answers on host loopback through the relay
+ * (client certificate of the cluster CA); a pod of the locally built pause image, scheduled by the
  * real scheduler, reaches Running with its container a real process in the node's
  * cgroups; deleting the pod stops that process; stop() leaves nothing behind (its
  * leftover check throws otherwise; test/unit/node-leftovers.test.ts proves the check
@@ -10,6 +11,7 @@
  */
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { request } from 'node:https';
 import { after, before, describe, it } from 'node:test';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { nodeBinaries } from '../../dev/node/binaries.ts';
@@ -22,6 +24,28 @@ const cluster = useCluster();
 
 const hostSysctls = () =>
   Object.fromEntries(Object.keys(KUBELET_SYSCTLS).map((k) => [k, readFileSync(`/proc/sys/${k}`, 'utf8')]));
+
+/** GET on the kubelet's API with the admin's client certificate: [status, body]. */
+function kubeletGet(node: RealNode, path: string): Promise<[number, string]> {
+  const user = cluster().kubeConfig.getCurrentUser();
+  return new Promise((resolve, reject) => {
+    const req = request(`${node.kubeletUrl}${path}`, {
+      cert: readFileSync(user?.certFile ?? ''),
+      key: readFileSync(user?.keyFile ?? ''),
+      rejectUnauthorized: false, // the kubelet's self-signed serving certificate
+      timeout: 10_000,
+    });
+    req.on('response', (res) => {
+      let body = '';
+      res.on('data', (c) => {
+        body += c;
+      });
+      res.on('end', () => resolve([res.statusCode ?? 0, body]));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
 
 /** Host pids of processes in the pod's cgroup whose command line is `cmd`. */
 const podProcesses = (node: RealNode, podUid: string, cmd: string) =>
@@ -80,6 +104,9 @@ describe('a real node', () => {
     assert.equal(running.spec?.nodeName, 'real-1', 'the scheduler placed it on the real node');
     assert.match(running.status?.podIP ?? '', /^10\.244\.1\.\d+$/, 'an address of the node’s bridge network');
     const uid = running.metadata?.uid ?? '';
+    const [status, pods] = await kubeletGet(node, '/pods');
+    assert.equal(status, 200, `the kubelet's API through the relay: ${pods.slice(0, 200)}`);
+    assert.ok(pods.includes(uid), 'the kubelet lists the pod');
     // The sandbox's pause and the container's pause: two real processes in the pod's cgroup.
     assert.equal(podProcesses(node, uid, '/pause').length, 2, 'sandbox and container run');
 
