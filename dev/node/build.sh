@@ -97,12 +97,12 @@ build_kubelet() {
     ldflags+=" -X $pkg.gitMinor=$(echo "$major_minor" | cut -d. -f2) -X $pkg.gitTreeState=clean"
     ldflags+=" -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   done
-  (cd "$here/kubelet" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/kubelet.tmp" k8s.io/kubernetes/cmd/kubelet)
+  (cd "$here/kubelet" && CGO_ENABLED=0 go build -buildvcs=false -trimpath -ldflags "$ldflags" -o "$bin/kubelet.tmp" k8s.io/kubernetes/cmd/kubelet)
 }
 
 # go_build_here DIR NAME: a static binary from this folder's DIR module.
 go_build_here() {
-  (cd "$here/$1" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/$2.tmp" .)
+  (cd "$here/$1" && CGO_ENABLED=0 go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$bin/$2.tmp" .)
 }
 
 ctrd_pkg=github.com/containerd/containerd/v2
