@@ -6,11 +6,12 @@
  * real scheduler, reaches Running with its container a real process in the node's
  * cgroups; deleting the pod stops that process; stop() leaves nothing behind (its
  * leftover check throws otherwise; test/unit/node-leftovers.test.ts proves the check
- * fails on a stray cgroup and process), and no host sysctl the kubelet cares about
- * changed. Bring the components with `bash dev/toolchain.sh --node ...`.
+ * fails on a stray cgroup and process), and no host sysctl the kubelet cares about,
+ * host link or host nftables rule changed. Bring the components with `bash dev/toolchain.sh --node ...`.
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { after, before, describe, it } from 'node:test';
 import { CoreV1Api } from '@kubernetes/client-node';
@@ -24,6 +25,12 @@ const cluster = useCluster();
 
 const hostSysctls = () =>
   Object.fromEntries(Object.keys(KUBELET_SYSCTLS).map((k) => [k, readFileSync(`/proc/sys/${k}`, 'utf8')]));
+
+/** The host's network links and nftables rules: the node must add none. */
+const hostNetwork = () => ({
+  links: readdirSync('/sys/class/net').sort(),
+  nftables: execFileSync('nft', ['list', 'ruleset'], { encoding: 'utf8' }),
+});
 
 /** GET on the kubelet's API with the admin's client certificate: [status, body]. */
 function kubeletGet(node: RealNode, path: string): Promise<[number, string]> {
@@ -57,6 +64,7 @@ const podProcesses = (node: RealNode, podUid: string, cmd: string) =>
 describe('a real node', () => {
   let node: RealNode | undefined;
   const sysctlsBefore = hostSysctls();
+  const networkBefore = hostNetwork();
 
   before(
     async () => {
@@ -129,5 +137,6 @@ describe('a real node', () => {
     await node.stop();
     assert.deepEqual(node.leftovers(), [], 'nothing of the node is left on the host');
     assert.deepEqual(hostSysctls(), sysctlsBefore, 'no host sysctl changed');
+    assert.deepEqual(hostNetwork(), networkBefore, 'no host link or nftables rule added');
   });
 });
