@@ -134,6 +134,15 @@ describe('a real node', () => {
     );
     console.log(`real node: pod delete to processes gone ${Math.round(performance.now() - t1)} ms`);
 
+    // The same probe sees the running node (so an empty answer after stop means something).
+    const live = node.leftovers();
+    for (const part of ['/kubelet ', '/containerd ', 'leasehold-netns-relay ', '/pause'])
+      assert.ok(
+        live.some((l) => l.kind === 'process' && l.cmdline.includes(part)),
+        `the probe sees ${part.trim()} while the node runs`,
+      );
+    assert.ok(live.some((l) => l.kind === 'cgroup' && l.path.endsWith('/kubepods')));
+
     await node.stop();
     assert.deepEqual(node.leftovers(), [], 'nothing of the node is left on the host');
     assert.deepEqual(hostSysctls(), sysctlsBefore, 'no host sysctl changed');
