@@ -192,6 +192,9 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
           `--node-monitor-period=${opts.nodeMonitorPeriod ?? '1s'}`,
           `--node-monitor-grace-period=${opts.nodeMonitorGracePeriod ?? '8s'}`,
           `--attach-detach-reconcile-sync-period=${opts.attachDetachReconcileSyncPeriod ?? '1m'}`,
+          // Its default, /usr/libexec/kubernetes/kubelet-plugins/volume/exec, is created on
+          // the host at start: the testbed leaves the host alone.
+          `--flex-volume-plugin-dir=${join(dir, 'flexvolume')}`,
           ...gateArgs,
         ],
         join(logDir, 'kube-controller-manager.log'),
