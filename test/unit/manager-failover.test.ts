@@ -12,6 +12,7 @@ import {
   isOwning,
   PHASES,
   type Phase,
+  stepOf,
   TRANSITIONS,
   transition,
 } from '../../manager/failover/failover-transitions.ts';
@@ -29,7 +30,8 @@ test('the table is total: every phase reacts to every event with a known phase',
 
 test('the happy path runs steps 1-6 in order', () => {
   const path: [FailoverEvent, Phase, string[]][] = [
-    ['stale', 'marking', ['writeMark']],
+    ['stale', 'checkingStorage', ['checkStorage']],
+    ['gateProceed', 'marking', ['writeMark']],
     ['markWon', 'deletingPod', ['announce', 'deletePod']],
     ['podGone', 'detaching', ['handOffVolume']],
     ['detached', 'replacing', ['createReplacement']],
@@ -52,7 +54,7 @@ test('a conflict on the mark re-observes and never retries the write blindly', (
   for (const phase of PHASES) {
     for (const event of EVENTS) {
       const { actions } = transition(phase, event);
-      if (actions.includes('writeMark')) assert.deepEqual([phase, event], ['idle', 'stale']);
+      if (actions.includes('writeMark')) assert.deepEqual([phase, event], ['checkingStorage', 'gateProceed']);
     }
   }
 });
@@ -137,6 +139,7 @@ test('a replacement that ended without acquiring is replaced again', () => {
 
 test('isOwning marks the phases counted against the concurrency limit', () => {
   assert.deepEqual(PHASES.filter(isOwning), [
+    'checkingStorage',
     'marking',
     'deletingPod',
     'detaching',
@@ -186,6 +189,58 @@ test('replacementLive is only an observation of followers: no other phase acts o
     if (phase === 'following') continue;
     assert.deepEqual(t, { next: phase, actions: [] }, phase);
   }
+});
+
+test('storage-fencing gate: nothing is written to the lease before it says proceed', () => {
+  // The only way into marking (the first write) is the gate's proceed.
+  for (const phase of PHASES)
+    for (const event of EVENTS) {
+      const t = transition(phase, event);
+      if (t.next === 'marking' && phase !== 'marking')
+        assert.deepEqual([phase, event], ['checkingStorage', 'gateProceed']);
+    }
+  assert.deepEqual(transition('idle', 'stale'), { next: 'checkingStorage', actions: ['checkStorage'] });
+  assert.deepEqual(transition('checkingStorage', 'gateWait'), {
+    next: 'awaitingNodeDown',
+    actions: ['startRecheckTimer'],
+  });
+  assert.deepEqual(transition('checkingStorage', 'stepFailed'), {
+    next: 'checkingStorage',
+    actions: ['retryStepLater'],
+  });
+  assert.equal(stepOf('checkingStorage'), 'checkStorage');
+});
+
+test('awaitingNodeDown writes nothing; a recheck reads again without leaving the machine; a returning holder ends it', () => {
+  const writes = [
+    'writeMark',
+    'deletePod',
+    'handOffVolume',
+    'createReplacement',
+    'writeTakeover',
+    'complete',
+  ];
+  for (const event of EVENTS) {
+    const t = transition('awaitingNodeDown', event);
+    for (const a of t.actions) assert.ok(!writes.includes(a), `awaitingNodeDown/${event} does ${a}`);
+  }
+  // Not via idle: the reconciler must see a failover running for the whole wait.
+  assert.deepEqual(transition('awaitingNodeDown', 'recheckGate'), {
+    next: 'checkingStorage',
+    actions: ['checkStorage'],
+  });
+  for (const event of EVENTS)
+    if (!['renewed', 'acquired', 'leaseGone', 'markedByOther'].includes(event))
+      assert.notEqual(transition('awaitingNodeDown', event).next, 'idle', event);
+  assert.deepEqual(transition('awaitingNodeDown', 'renewed'), { next: 'idle', actions: ['reportWaitOver'] });
+  assert.deepEqual(transition('awaitingNodeDown', 'acquired'), { next: 'idle', actions: ['reportWaitOver'] });
+  // Another manager saw the node down first: follow it.
+  assert.equal(transition('awaitingNodeDown', 'markedByOther').next, 'following');
+  // The gate's events mean nothing outside the gate.
+  for (const phase of PHASES)
+    if (phase !== 'checkingStorage' && phase !== 'awaitingNodeDown')
+      for (const event of ['gateProceed', 'gateWait', 'recheckGate'] as const)
+        assert.deepEqual(transition(phase, event), { next: phase, actions: [] }, `${phase}/${event}`);
 });
 
 const instant = (iso: string) => ({ mono: Date.parse(iso), wall: new Date(iso) });
