@@ -198,15 +198,24 @@ test('freeze sim-1 longer than D: the fencing share fails over, the no-attach sh
   assert.equal(waiting.status, 'False');
   assert.match(waiting.message ?? '', /attachRequired: false/);
   assert.match(waiting.message ?? '', /node\.kubernetes\.io\/out-of-service.*or delete its Node object/);
-  assert.deepEqual(await otherPods(OPEN, openBefore.pod), [], `${OPEN}: no replacement pod while it waits`);
-  const lease = await sys.kc
-    .makeApiClient(k8s.CoordinationV1Api)
-    .readNamespacedLease({ namespace: SHARES_NAMESPACE, name: OPEN }, withDeadline(5_000));
-  assert.equal(
-    lease.metadata?.annotations?.['leasehold.dev/delinquent'],
-    undefined,
-    'its lease is not marked',
-  );
+  // It keeps waiting: 3 s more is twice what FENCED took from its verdict to its
+  // replacement pod, and the Node's status changes (NotReady, taints) make the managers
+  // look again meanwhile.
+  const leases = sys.kc.makeApiClient(k8s.CoordinationV1Api);
+  const holdUntil = monotonicMs() + 3_000;
+  do {
+    assert.deepEqual(await otherPods(OPEN, openBefore.pod), [], `${OPEN}: no replacement pod while it waits`);
+    const lease = await leases.readNamespacedLease(
+      { namespace: SHARES_NAMESPACE, name: OPEN },
+      withDeadline(5_000),
+    );
+    assert.equal(
+      lease.metadata?.annotations?.['leasehold.dev/delinquent'],
+      undefined,
+      'its lease is not marked',
+    );
+    await sleep(300);
+  } while (monotonicMs() < holdUntil);
   assert.deepEqual(
     sys.sim.servingWindows(pvName(OPEN)).filter((w) => w.id !== openBefore.pod),
     [],
