@@ -219,15 +219,10 @@ export async function reportStorageGate(
 ): Promise<void> {
   const sm = c.sm;
   if (!sm) return;
-  const conditions = sm.status?.conditions ?? [];
-  const current = conditions.find((x) => x.type === condition.type);
-  if (!conditionChanged(current, condition)) return;
+  const conditions = withStorageFencing(sm.status?.conditions ?? [], condition, wallNow);
+  if (!conditions) return;
   const namespace = sm.metadata.namespace ?? '';
   const name = sm.metadata.name ?? '';
-  const lastTransitionTime =
-    current?.status === condition.status && current.lastTransitionTime
-      ? current.lastTransitionTime
-      : wallNow.toISOString();
   const reason = condition.reason;
   const type = GATE_EVENT_TYPE[reason];
   const line = { sm: `${namespace}/${name}`, reason, lostNode: c.lostNode };
@@ -236,14 +231,29 @@ export async function reportStorageGate(
   await Promise.all([
     type && reason !== 'StorageFences' ? c.events.record(sm, type, reason, condition.message) : undefined,
     c.status
-      .patch(namespace, name, {
-        conditions: [
-          ...conditions.filter((x) => x.type !== condition.type),
-          { ...condition, lastTransitionTime },
-        ],
-      })
+      .patch(namespace, name, { conditions })
       .catch((err: unknown) =>
         c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing the StorageFencing condition failed'),
       ),
   ]);
+}
+
+type Conditions = NonNullable<NonNullable<ShareManager['status']>['conditions']>;
+
+/**
+ * The condition list with `condition` in place of the StorageFencing one, or undefined
+ * when it says nothing new. lastTransitionTime moves only when the status changes.
+ */
+export function withStorageFencing(
+  conditions: Conditions,
+  condition: FencingCondition,
+  wallNow: Date,
+): Conditions | undefined {
+  const current = conditions.find((x) => x.type === condition.type);
+  if (!conditionChanged(current, condition)) return undefined;
+  const lastTransitionTime =
+    current?.status === condition.status && current.lastTransitionTime
+      ? current.lastTransitionTime
+      : wallNow.toISOString();
+  return [...conditions.filter((x) => x.type !== condition.type), { ...condition, lastTransitionTime }];
 }

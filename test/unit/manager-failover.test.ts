@@ -5,6 +5,7 @@ import {
   lastFailover,
   lastFailoverPatch,
   type ReportContext,
+  withStorageFencing,
 } from '../../manager/failover/failover-report.ts';
 import {
   EVENTS,
@@ -309,4 +310,28 @@ test("lastFailoverPatch clears the previous failover's fields this one has not r
     unknown
   >;
   assert.equal(later.volumeHandoff, 'removed x');
+});
+
+test('the StorageFencing condition replaces only itself, is written only when new, and keeps its transition time while the status holds', () => {
+  const t0 = new Date('2026-01-01T00:00:00Z');
+  const t1 = new Date('2026-01-01T00:01:00Z');
+  const fencing = { type: 'Fencing', status: 'True', reason: 'FencePod', message: 'm' };
+  const waiting = {
+    type: 'StorageFencing' as const,
+    status: 'False' as const,
+    reason: 'AwaitingNodeDown' as const,
+    message: 'w',
+  };
+  const first = withStorageFencing([fencing], waiting, t0);
+  assert.deepEqual(first, [fencing, { ...waiting, lastTransitionTime: t0.toISOString() }]);
+  assert.equal(
+    withStorageFencing(first ?? [], waiting, t1),
+    undefined,
+    'a recheck with the same verdict writes nothing',
+  );
+  const down = withStorageFencing(first ?? [], { ...waiting, reason: 'NodeDown', message: 'd' }, t1);
+  assert.equal(down?.[1]?.lastTransitionTime, t0.toISOString(), 'still False: the transition time stays');
+  const fences = withStorageFencing(first ?? [], { ...waiting, status: 'True', reason: 'StorageFences' }, t1);
+  assert.equal(fences?.[1]?.lastTransitionTime, t1.toISOString());
+  assert.deepEqual(fences?.[0], fencing, 'the Fencing condition is kept');
 });
