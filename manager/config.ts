@@ -20,6 +20,7 @@
  * | LEASEHOLD_AGENT_SERVICE_ACCOUNT        | namespace default         | ServiceAccount of share-manager pods whose spec names none (the chart sets leasehold-agent) |
  * | LEASEHOLD_ANTI_AFFINITY                | auto                      | auto (required when the lost node is unhealthy, else preferred), required, preferred, none |
  * | LEASEHOLD_VOLUME_HANDOFF               | volumes-in-use            | how a failover frees the volume on the lost node (failover/volume-handoff.ts): volumes-in-use (remove that one volume from the node's status.volumesInUse: the attach-detach controller detaches it at once, then attaches it to the new node), volume-attachment (delete its VolumeAttachment: the controller attaches elsewhere only after its next state sync, 1 min by default), none. NB: volumes-in-use needs `patch` on nodes/status |
+ * | LEASEHOLD_NONFENCING_STORAGE           | require-node-down         | what a failover does when the share's storage cannot fence (failover/storage-fencing.ts: CSIDriver attachRequired false, or not known to fence: no CSIDriver, not a CSI PV, claim unbound): require-node-down (wait, serving nowhere, until the lost node has the out-of-service taint or its Node is deleted), lease-only (fail over on the lease alone; a frozen node's old server may write once on resume). NB: needs get on storage.k8s.io csidrivers |
  * | LEASEHOLD_MAX_CONCURRENT_FAILOVERS     | 10                        | failovers this manager runs at once; more wait |
  * | LEASEHOLD_STORM_THRESHOLD              | 0.5                       | pause failovers when more than this share of the leases held off the node with the most stale leases go stale in one window on healthy-looking nodes (storm-guard.ts; one node's loss never trips it) |
  * | LEASEHOLD_STORM_MIN_LEASES             | 3                         | ... and at least this many of them (one lease is never a storm) |
@@ -40,6 +41,7 @@
  */
 import { type Env, EnvReader, formatDuration } from '../lib/env-config.ts';
 import { LOG_LEVELS, type LogLevel } from '../lib/logger.ts';
+import { NONFENCING_POLICIES, type NonFencingPolicy } from './failover/storage-fencing.ts';
 import { VOLUME_HANDOFF_MODES, type VolumeHandoffMode } from './failover/volume-handoff.ts';
 
 export const ANTI_AFFINITY_MODES = ['auto', 'required', 'preferred', 'none'] as const;
@@ -68,6 +70,8 @@ export interface ManagerConfig {
   antiAffinity: AntiAffinityMode;
   /** How a failover frees the volume on the lost node (failover/volume-handoff.ts). */
   volumeHandoff: VolumeHandoffMode;
+  /** What a failover does on storage that cannot fence (failover/storage-fencing.ts). */
+  nonFencingStorage: NonFencingPolicy;
   maxConcurrentFailovers: number;
   storm: { threshold: number; minLeases: number; windowMs: number };
   takeoverTimeoutMs: number;
@@ -108,6 +112,7 @@ export function readManagerConfig(env: Env): ManagerConfig {
       : undefined,
     antiAffinity: r.oneOf('LEASEHOLD_ANTI_AFFINITY', ANTI_AFFINITY_MODES, 'auto'),
     volumeHandoff: r.oneOf('LEASEHOLD_VOLUME_HANDOFF', VOLUME_HANDOFF_MODES, 'volumes-in-use'),
+    nonFencingStorage: r.oneOf('LEASEHOLD_NONFENCING_STORAGE', NONFENCING_POLICIES, 'require-node-down'),
     maxConcurrentFailovers: r.integer('LEASEHOLD_MAX_CONCURRENT_FAILOVERS', 10, 1, 10_000),
     storm: {
       threshold: r.number('LEASEHOLD_STORM_THRESHOLD', 0.5, 0, 1),

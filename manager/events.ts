@@ -20,7 +20,12 @@ export type EventReason =
   | 'LeaseReleased'
   | 'OutOfServiceTaintAdded'
   | 'OutOfServiceTaintRemoved'
-  | 'VolumeHandoff';
+  | 'VolumeHandoff'
+  // The storage-fencing gate (failover/storage-fencing.ts), one per StorageFencing=False reason.
+  | 'AwaitingNodeDown'
+  | 'LeaseOnly'
+  | 'NodeDown'
+  | 'HolderReturned';
 
 /** The object an event is about. */
 export interface InvolvedObject {

@@ -139,7 +139,10 @@ const pods = informer<V1Pod>({
 const nodes = informer<V1Node>({
   resource: 'nodes',
   path: '/api/v1/nodes',
-  onEvent: (type, node) => outOfService?.nodeSeen(node, type === 'deleted'),
+  onEvent: (type, node) => {
+    outOfService?.nodeSeen(node, type === 'deleted');
+    driver?.onNodeChange(node.metadata?.name ?? '');
+  },
 });
 const nodeLeases = informer<k8s.V1Lease>({
   resource: 'node-leases',

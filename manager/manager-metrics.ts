@@ -18,6 +18,7 @@ export interface ManagerMetrics {
   detectionLagSeconds: Histogram;
   confirmSeconds: Histogram;
   stormGuardActive: Gauge;
+  awaitingNodeDown: Gauge;
   watchRestarts: Counter<'resource'>;
   watchHealthy: Gauge<'resource'>;
 }
@@ -68,6 +69,11 @@ export function createManagerMetrics(registry: Registry): ManagerMetrics {
     stormGuardActive: new Gauge({
       name: `${prefix}storm_guard_active`,
       help: '1 while new failovers are paused because too many leases went stale on healthy nodes',
+      registers: [registry],
+    }),
+    awaitingNodeDown: new Gauge({
+      name: `${prefix}shares_awaiting_node_down`,
+      help: 'Shares whose failover waits (serving nowhere) for evidence that their lost node is down: storage that cannot fence, LEASEHOLD_NONFENCING_STORAGE=require-node-down',
       registers: [registry],
     }),
     watchRestarts: new Counter({

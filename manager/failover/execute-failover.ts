@@ -10,6 +10,11 @@
  *  - forceDeletePod: grace period 0 with a UID precondition (only that incarnation);
  *    404 or a UID mismatch (409) mean it is gone; a holder that is not a pod name (an
  *    edited Lease) names no pod, so there is nothing to delete.
+ *  - readStorageGate: what the storage-fencing gate needs (storage-fencing.ts): the PVC,
+ *    its PV, the PV's CSIDriver (get only) and the lost Node. A 404 is an answer (gone,
+ *    missing), a 403 on the CSIDriver too (`unreadable`: the RBAC lacks it, which no
+ *    retry fixes); any other failure throws, so a passing API fault is retried rather
+ *    than taken for storage that cannot fence.
  *  - handOffVolume: the PVC's volume off the lost node, as volume-handoff.ts decides
  *    (a volumesInUse entry removed, or the VolumeAttachments deleted, or nothing).
  *  - createReplacement: a fresh pod list first; a live pod other than the lost one means
@@ -27,6 +32,14 @@ import { isLive } from '../reconciliation/decide-reconcile.ts';
 import { type NodeAvoidance, sharePodFor } from '../reconciliation/pod-spec.ts';
 import type { ShareManager } from '../reconciliation/share-manager-spec.ts';
 import type { StatusWriter } from '../reconciliation/status-writer.ts';
+import {
+  type CsiDriverRead,
+  classifyStorage,
+  type LostNodeRead,
+  readLostNode,
+  type StorageFencing,
+  unclassifiable,
+} from './storage-fencing.ts';
 import { decideHandoff, type HandoffDecision, type HandoffPv, releaseInUsePatch } from './volume-handoff.ts';
 
 /** What the step knows that the API does not: the failover's own observations. */
@@ -113,6 +126,67 @@ export class FailoverExecutor {
       if (status === 404 || status === 409) return 'absent';
       throw failed(`force-deleting pod ${namespace}/${name}`, err);
     }
+  }
+
+  /**
+   * What the storage-fencing gate needs: the storage's classification (PVC -> PV -> CSI
+   * driver -> CSIDriver.attachRequired) and the lost Node (read in parallel). `node` ''
+   * (the lost node is not known) reads no Node.
+   */
+  async readStorageGate(
+    namespace: string,
+    pvc: string,
+    node: string,
+  ): Promise<{ storage: StorageFencing; node: LostNodeRead }> {
+    const readNode = async (): Promise<LostNodeRead> => {
+      if (node === '') return { kind: 'unknown' };
+      try {
+        return readLostNode(await this.core.readNode({ name: node }, this.deadline));
+      } catch (err) {
+        if (statusOf(err) === 404) return readLostNode(undefined);
+        throw failed(`reading node ${node}`, err);
+      }
+    };
+    const [storage, lost] = await Promise.all([this.classifyClaim(namespace, pvc), readNode()]);
+    return { storage, node: lost };
+  }
+
+  private async classifyClaim(namespace: string, pvc: string): Promise<StorageFencing> {
+    const claim = `${namespace}/${pvc}`;
+    let pvName: string | undefined;
+    try {
+      pvName = (await this.core.readNamespacedPersistentVolumeClaim({ namespace, name: pvc }, this.deadline))
+        .spec?.volumeName;
+    } catch (err) {
+      if (statusOf(err) === 404) return unclassifiable(claim, 'does not exist');
+      throw failed(`reading PVC ${claim}`, err);
+    }
+    if (!pvName) return unclassifiable(claim, 'is not bound to a PV');
+    let driver: string | undefined;
+    try {
+      driver = (await this.core.readPersistentVolume({ name: pvName }, this.deadline)).spec?.csi?.driver;
+    } catch (err) {
+      if (statusOf(err) === 404)
+        return unclassifiable(claim, `is bound to PV ${pvName}, which does not exist`);
+      throw failed(`reading PV ${pvName}`, err);
+    }
+    const pv = { name: pvName, csiDriver: driver };
+    if (driver === undefined) return classifyStorage(pv, { kind: 'missing' });
+    let read: CsiDriverRead;
+    try {
+      const object = await this.storage.readCSIDriver({ name: driver }, this.deadline);
+      read = { kind: 'found', attachRequired: object.spec?.attachRequired };
+    } catch (err) {
+      const status = statusOf(err);
+      if (status === 404) read = { kind: 'missing' };
+      else if (status === 403)
+        read = {
+          kind: 'unreadable',
+          error: "403: the manager's RBAC lacks get on storage.k8s.io csidrivers",
+        };
+      else throw failed(`reading CSIDriver ${driver}`, err);
+    }
+    return classifyStorage(pv, read);
   }
 
   /**

@@ -16,6 +16,10 @@
  *    pod change of that share manager.
  *  - A delinquent lease whose failover-by names no manager (lease-fields.ts) has no owner
  *    to wait for: it is taken over at once (by CAS; exactly one manager wins).
+ *  - The storage-fencing gate (storage-fencing.ts) runs before the mark (`checkingStorage`);
+ *    a share that waits for node-down evidence (`awaitingNodeDown`) is rechecked when its
+ *    lost Node changes or is deleted (`onNodeChange`) and every GATE_RECHECK_MS, within
+ *    the concurrency limit; the machine stays non-idle for the whole wait.
  *  - A lease's holder node is its `leasehold.dev/holder-node`, else its holder pod's
  *    spec.nodeName when that pod is known, else unknown ('').
  */
@@ -37,7 +41,13 @@ import type { EventRecorder } from '../events.ts';
 import type { ManagerMetrics } from '../manager-metrics.ts';
 import type { LastFailover } from '../reconciliation/share-manager-spec.ts';
 import type { FailoverExecutor } from './execute-failover.ts';
-import { announceFailover, completeFailover, type FailoverTimes, reportHandoff } from './failover-report.ts';
+import {
+  announceFailover,
+  completeFailover,
+  type FailoverTimes,
+  reportHandoff,
+  reportStorageGate,
+} from './failover-report.ts';
 import { type ClusterView, runStep, type StepDeps } from './failover-steps.ts';
 import {
   type Action,
@@ -47,6 +57,15 @@ import {
   stepOf,
   transition,
 } from './failover-transitions.ts';
+import { holderReturned, type StorageFencing } from './storage-fencing.ts';
+
+/**
+ * How often a share waiting for node-down evidence reads its storage and Node again
+ * without a Node event (NB: the Node event is the fast path; this catches a CSIDriver
+ * created or changed meanwhile, and a missed event). Each recheck costs every manager
+ * four GETs per waiting share.
+ */
+export const GATE_RECHECK_MS = 30_000;
 
 interface Machine {
   key: string;
@@ -65,8 +84,11 @@ interface Machine {
   holderSilentSince: number | undefined;
   /** What the volume handoff did, once it ran. */
   handoff: string | undefined;
+  /** The storage's classification, once the gate read it. */
+  storage: StorageFencing | undefined;
   takeoverTimer: NodeJS.Timeout | undefined;
   retryTimer: NodeJS.Timeout | undefined;
+  recheckTimer: NodeJS.Timeout | undefined;
 }
 
 export type { ClusterView };
@@ -226,6 +248,28 @@ export class FailoverDriver {
     if (this.machines.has(key)) this.dispatch(key, 'leaseGone');
   }
 
+  /** A Node changed or was deleted: shares waiting for it to be known down look again. */
+  onNodeChange(node: string): void {
+    if (node === '') return;
+    for (const m of [...this.machines.values()])
+      if (m.phase === 'awaitingNodeDown' && m.lostNode === node) this.recheck(m, 'node');
+  }
+
+  /**
+   * A waiting share reads its storage and Node again, within the concurrency limit (a
+   * recheck that finds the node down goes on to mark): at the limit, again in a moment.
+   */
+  private recheck(m: Machine, why: 'node' | 'timer'): void {
+    if (this.machines.get(m.key) !== m || m.phase !== 'awaitingNodeDown') return;
+    if (this.running >= this.config.maxConcurrentFailovers) {
+      clearTimeout(m.recheckTimer);
+      m.recheckTimer = setTimeout(() => this.recheck(m, why), this.config.defaults.retryPeriodMs * 2);
+      return;
+    }
+    this.log.debug({ lease: m.key, lostNode: m.lostNode, why }, 'storage-fencing gate: looking again');
+    this.dispatch(m.key, 'recheckGate');
+  }
+
   onPodChange(pod: V1Pod, deleted: boolean): void {
     const key = `${pod.metadata?.namespace}/${pod.metadata?.labels?.['leasehold.dev/share-manager'] ?? ''}`;
     const m = this.machines.get(key);
@@ -270,8 +314,10 @@ export class FailoverDriver {
       inherited: undefined,
       holderSilentSince: undefined,
       handoff: undefined,
+      storage: undefined,
       takeoverTimer: undefined,
       retryTimer: undefined,
+      recheckTimer: undefined,
     };
     this.machines.set(key, m);
     return m;
@@ -294,6 +340,10 @@ export class FailoverDriver {
       this.clearTimers(m);
       this.machines.delete(key);
     }
+    if (t.next !== from && (from === 'awaitingNodeDown' || t.next === 'awaitingNodeDown'))
+      this.metrics.awaitingNodeDown.set(
+        [...this.machines.values()].filter((x) => x.phase === 'awaitingNodeDown').length,
+      );
     // Entering `following`: the replacement may already exist (no pod event will say so).
     if (t.next !== from && t.next === 'following' && this.machines.get(key) === m) this.noticeReplacement(m);
   }
@@ -319,6 +369,7 @@ export class FailoverDriver {
   private perform(m: Machine, action: Action): void {
     const [namespace, name] = m.key.split('/') as [string, string];
     switch (action) {
+      case 'checkStorage':
       case 'writeMark':
       case 'deletePod':
       case 'handOffVolume':
@@ -327,6 +378,8 @@ export class FailoverDriver {
         const step = runStep(action, m, {
           ...this.stepDeps(),
           onHandoff: () => void reportHandoff(this.reportContext(m)),
+          onGate: (condition) =>
+            void reportStorageGate(this.reportContext(m), condition, this.clock.wallNow()),
         });
         this.step(m, step.what, step.run);
         return;
@@ -375,6 +428,18 @@ export class FailoverDriver {
       case 'rejudgeLater':
         this.later(this.config.defaults.retryPeriodMs, () => this.monitor?.rejudge(m.key));
         return;
+      case 'startRecheckTimer':
+        clearTimeout(m.recheckTimer);
+        m.recheckTimer = setTimeout(() => this.recheck(m, 'timer'), GATE_RECHECK_MS);
+        return;
+      case 'reportWaitOver':
+        if (m.storage)
+          void reportStorageGate(
+            this.reportContext(m),
+            holderReturned(m.storage, m.lostNode),
+            this.clock.wallNow(),
+          );
+        return;
     }
   }
 
@@ -399,12 +464,13 @@ export class FailoverDriver {
 
   private stepDeps(): StepDeps {
     const { config, clock, log, metrics, executor, view, monitor } = this;
-    return { config, clock, log, metrics, executor, view, monitor, onHandoff: () => {} };
+    return { config, clock, log, metrics, executor, view, monitor, onHandoff: () => {}, onGate: () => {} };
   }
 
   private clearTimers(m: Machine): void {
     clearTimeout(m.takeoverTimer);
     clearTimeout(m.retryTimer);
+    clearTimeout(m.recheckTimer);
   }
 
   private later(ms: number, run: () => void): void {

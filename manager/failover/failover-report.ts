@@ -4,6 +4,13 @@
  * histogram observations when the new pod's agent acquired. Best effort: a failed
  * status write or event is logged and never blocks the failover itself.
  *
+ * The storage-fencing gate's verdict (storage-fencing.ts) is the StorageFencing condition,
+ * written only when it says something new (so N managers waiting on the same node and
+ * each recheck write once, not every time), with an event for the False reasons.
+ * NB: conditions are a list that a merge patch replaces whole; the other conditions are
+ * taken from the cached ShareManager, so a Fencing condition the reconciler wrote a
+ * moment before can be lost, and the reconciler writes it again on its next pass.
+ *
  * After a takeover the status keeps the phase timestamps the first owner already wrote
  * (status.lastFailover tells when the failover began, not when we joined it); the
  * histograms only ever get spans measured on this manager's own monotonic clock.
@@ -13,6 +20,7 @@ import type { EventRecorder } from '../events.ts';
 import type { FailoverPhaseName, ManagerMetrics } from '../manager-metrics.ts';
 import type { LastFailover, ShareManager } from '../reconciliation/share-manager-spec.ts';
 import type { StatusWriter } from '../reconciliation/status-writer.ts';
+import { conditionChanged, type FencingCondition } from './storage-fencing.ts';
 
 export interface Instant {
   mono: number;
@@ -193,4 +201,59 @@ export async function completeFailover(c: ReportContext): Promise<void> {
         c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing status Running failed'),
       ),
   ]);
+}
+
+const GATE_EVENT_TYPE: Record<FencingCondition['reason'], 'Normal' | 'Warning' | undefined> = {
+  StorageFences: undefined,
+  AwaitingNodeDown: 'Warning',
+  LeaseOnly: 'Warning',
+  NodeDown: 'Normal',
+  HolderReturned: 'Normal',
+};
+
+/** The StorageFencing condition (and, for the False reasons, an event of that reason) when it changed. */
+export async function reportStorageGate(
+  c: ReportContext,
+  condition: FencingCondition,
+  wallNow: Date,
+): Promise<void> {
+  const sm = c.sm;
+  if (!sm) return;
+  const conditions = withStorageFencing(sm.status?.conditions ?? [], condition, wallNow);
+  if (!conditions) return;
+  const namespace = sm.metadata.namespace ?? '';
+  const name = sm.metadata.name ?? '';
+  const reason = condition.reason;
+  const type = GATE_EVENT_TYPE[reason];
+  const line = { sm: `${namespace}/${name}`, reason, lostNode: c.lostNode };
+  if (type === 'Warning') c.log.warn(line, condition.message);
+  else c.log.info(line, condition.message);
+  await Promise.all([
+    type && reason !== 'StorageFences' ? c.events.record(sm, type, reason, condition.message) : undefined,
+    c.status
+      .patch(namespace, name, { conditions })
+      .catch((err: unknown) =>
+        c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing the StorageFencing condition failed'),
+      ),
+  ]);
+}
+
+type Conditions = NonNullable<NonNullable<ShareManager['status']>['conditions']>;
+
+/**
+ * The condition list with `condition` in place of the StorageFencing one, or undefined
+ * when it says nothing new. lastTransitionTime moves only when the status changes.
+ */
+export function withStorageFencing(
+  conditions: Conditions,
+  condition: FencingCondition,
+  wallNow: Date,
+): Conditions | undefined {
+  const current = conditions.find((x) => x.type === condition.type);
+  if (!conditionChanged(current, condition)) return undefined;
+  const lastTransitionTime =
+    current?.status === condition.status && current.lastTransitionTime
+      ? current.lastTransitionTime
+      : wallNow.toISOString();
+  return [...conditions.filter((x) => x.type !== condition.type), { ...condition, lastTransitionTime }];
 }

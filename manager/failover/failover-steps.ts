@@ -22,6 +22,7 @@ import { resolveSpec } from '../reconciliation/share-manager-spec.ts';
 import type { FailoverExecutor } from './execute-failover.ts';
 import { type FailoverTimes, inheritedRecord } from './failover-report.ts';
 import type { FailoverEvent } from './failover-transitions.ts';
+import { decideNonFencingGate, type FencingCondition, type StorageFencing } from './storage-fencing.ts';
 import { describeHandoff } from './volume-handoff.ts';
 
 export interface ClusterView {
@@ -48,6 +49,8 @@ export interface StepMachine {
   holderSilentSince: number | undefined;
   /** What the volume handoff did (volume-handoff.ts describeHandoff), for status and events. */
   handoff: string | undefined;
+  /** The storage's classification, once the storage-fencing gate read it. */
+  storage: StorageFencing | undefined;
 }
 
 export interface StepDeps {
@@ -60,20 +63,56 @@ export interface StepDeps {
   monitor: LeaseMonitor | undefined;
   /** Tell the world what the volume handoff did (status + event; best effort, never awaited). */
   onHandoff(): void;
+  /** Tell the world what the storage-fencing gate decided (condition + event when it changed; never awaited). */
+  onGate(condition: FencingCondition): void;
 }
 
-export type StepAction = 'writeMark' | 'deletePod' | 'handOffVolume' | 'createReplacement' | 'writeTakeover';
+export type StepAction =
+  | 'checkStorage'
+  | 'writeMark'
+  | 'deletePod'
+  | 'handOffVolume'
+  | 'createReplacement'
+  | 'writeTakeover';
 
 export function runStep(
   action: StepAction,
   m: StepMachine,
   deps: StepDeps,
 ): { what: string; run: () => Promise<FailoverEvent> } {
-  const { config, clock, log, metrics, executor, view, monitor, onHandoff } = deps;
+  const { config, clock, log, metrics, executor, view, monitor, onHandoff, onGate } = deps;
   const [namespace] = m.key.split('/') as [string];
   const now = () => ({ mono: clock.now(), wall: clock.wallNow() });
   const latest = () => monitor?.observation(m.key)?.lease;
   switch (action) {
+    case 'checkStorage':
+      return {
+        what: 'checking whether the storage fences the lost node',
+        run: async () => {
+          const sm = view.shareManager(m.key);
+          if (!sm) return 'leaseGone';
+          const read = await executor.readStorageGate(namespace, sm.spec.volume.pvc, m.lostNode);
+          const gate = decideNonFencingGate({
+            storage: read.storage,
+            policy: config.nonFencingStorage,
+            lostNode: m.lostNode,
+            node: read.node,
+          });
+          m.storage = read.storage;
+          log.debug(
+            {
+              lease: m.key,
+              storage: read.storage.kind,
+              node: read.node,
+              gate: gate.kind,
+              reason: gate.condition.reason,
+            },
+            gate.condition.message,
+          );
+          onGate(gate.condition);
+          return gate.kind === 'wait' ? 'gateWait' : 'gateProceed';
+        },
+      };
     case 'writeMark':
       return {
         what: 'marking the lease delinquent',

@@ -21,12 +21,25 @@
  *  - The failover ends (`idle`) only when a new holder acquired the lease (the delinquent
  *    mark is cleared by that acquisition), when the holder proved alive before the mark
  *    landed, or when the lease went away.
+ *  - No mark before the storage-fencing gate (storage-fencing.ts) said proceed: a stale
+ *    verdict first goes to `checkingStorage`; storage that cannot fence, under
+ *    require-node-down, waits in `awaitingNodeDown` with the lease untouched, so a holder
+ *    that comes back simply renews (`renewed` -> idle). The wait is not owning (it does
+ *    not count against the concurrency limit, and nothing is ours to take over); a
+ *    recheck (the lost Node changed, or the recheck timer) reads again from
+ *    `checkingStorage`, without leaving the machine: the reconciler must not see the
+ *    share idle and create a pod behind the gate's back. The mark that may follow is the
+ *    CAS on the verdict's lease version, so a renewal since makes it fail (409).
  *  - Every step is idempotent (pod already gone, no attachment, replacement already
  *    there are successes), so a retry or a takeover may repeat one safely.
  */
 
 export const PHASES = [
   'idle',
+  /** The storage-fencing gate's reads are in flight (before any write). */
+  'checkingStorage',
+  /** Storage that cannot fence, policy require-node-down: no failover until the node is known down. */
+  'awaitingNodeDown',
   'marking',
   'deletingPod',
   'detaching',
@@ -44,6 +57,12 @@ export const EVENTS = [
   'stale',
   /** Same, in observe-only mode. */
   'staleObserveOnly',
+  /** The storage-fencing gate says fail over (storage fences, node down, or lease-only). */
+  'gateProceed',
+  /** The gate says wait for evidence that the lost node is down. */
+  'gateWait',
+  /** While waiting: the lost Node changed or was deleted, or the recheck timer fired. */
+  'recheckGate',
   /** Our CAS wrote delinquent + failover-by. */
   'markWon',
   /** Our CAS met 409: the lease moved; re-read it before deciding anything. */
@@ -74,6 +93,9 @@ export const EVENTS = [
 export type FailoverEvent = (typeof EVENTS)[number];
 
 export type Action =
+  | 'checkStorage'
+  | 'startRecheckTimer'
+  | 'reportWaitOver'
   | 'writeMark'
   | 'reobserve'
   | 'announce'
@@ -105,6 +127,9 @@ function owning(
   return {
     stale: stay,
     staleObserveOnly: stay,
+    gateProceed: stay,
+    gateWait: stay,
+    recheckGate: stay,
     markWon: stay,
     markConflict: stay,
     renewed: stay,
@@ -127,8 +152,11 @@ function owning(
 
 export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, Transition>>>> = {
   idle: {
-    stale: to('marking', 'writeMark'),
+    stale: to('checkingStorage', 'checkStorage'),
     staleObserveOnly: to('idle', 'recordWouldFailover'),
+    gateProceed: to('idle'),
+    gateWait: to('idle'),
+    recheckGate: to('idle'),
     markWon: to('idle'),
     markConflict: to('idle'),
     renewed: to('idle'),
@@ -147,9 +175,66 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     stepFailed: to('idle'),
     leaseGone: to('idle'),
   },
+  checkingStorage: {
+    stale: to('checkingStorage'),
+    staleObserveOnly: to('checkingStorage'),
+    gateProceed: to('marking', 'writeMark'),
+    gateWait: to('awaitingNodeDown', 'startRecheckTimer'),
+    recheckGate: to('checkingStorage'),
+    markWon: to('checkingStorage'),
+    markConflict: to('checkingStorage'),
+    renewed: to('idle'),
+    markedByOther: to('following', 'startTakeoverTimer'),
+    // Not ours in this phase (we wrote no mark); the watch shows it again after idle.
+    markedByMe: to('checkingStorage'),
+    podGone: to('checkingStorage'),
+    detached: to('checkingStorage'),
+    replacementCreated: to('checkingStorage'),
+    replacementFailed: to('checkingStorage'),
+    replacementLive: to('checkingStorage'),
+    acquired: to('idle'),
+    takeoverDue: to('checkingStorage'),
+    takeoverWon: to('checkingStorage'),
+    takeoverConflict: to('checkingStorage'),
+    // A read failed (not a 404/403: those are answers): read again after the retry
+    // period, in place (a waiting share stays non-idle; a renewal meanwhile still ends it).
+    stepFailed: to('checkingStorage', 'retryStepLater'),
+    leaseGone: to('idle'),
+  },
+  awaitingNodeDown: {
+    stale: to('awaitingNodeDown'),
+    staleObserveOnly: to('awaitingNodeDown'),
+    gateProceed: to('awaitingNodeDown'),
+    gateWait: to('awaitingNodeDown'),
+    // NB: not through idle: the machine stays, so the reconciler leaves the pods alone for
+    // the whole wait. The mark that may follow is still the CAS on the verdict's version.
+    recheckGate: to('checkingStorage', 'checkStorage'),
+    markWon: to('awaitingNodeDown'),
+    markConflict: to('awaitingNodeDown'),
+    // The holder came back (its node was not down): the share serves on; nothing was written to the lease.
+    renewed: to('idle', 'reportWaitOver'),
+    // Another manager's gate said proceed (it saw the node down first, or runs lease-only).
+    markedByOther: to('following', 'startTakeoverTimer'),
+    markedByMe: to('awaitingNodeDown'),
+    podGone: to('awaitingNodeDown'),
+    detached: to('awaitingNodeDown'),
+    replacementCreated: to('awaitingNodeDown'),
+    replacementFailed: to('awaitingNodeDown'),
+    replacementLive: to('awaitingNodeDown'),
+    // A new holder (the kubelet reported the old pod ended, the reconciler freed the lease).
+    acquired: to('idle', 'reportWaitOver'),
+    takeoverDue: to('awaitingNodeDown'),
+    takeoverWon: to('awaitingNodeDown'),
+    takeoverConflict: to('awaitingNodeDown'),
+    stepFailed: to('awaitingNodeDown'),
+    leaseGone: to('idle'),
+  },
   marking: {
     stale: to('marking'),
     staleObserveOnly: to('marking'),
+    gateProceed: to('marking'),
+    gateWait: to('marking'),
+    recheckGate: to('marking'),
     markWon: to('deletingPod', 'announce', 'deletePod'),
     markConflict: to('idle', 'reobserve'),
     renewed: to('idle'),
@@ -176,6 +261,9 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
   following: {
     stale: to('following'),
     staleObserveOnly: to('following'),
+    gateProceed: to('following'),
+    gateWait: to('following'),
+    recheckGate: to('following'),
     markWon: to('following'),
     markConflict: to('following'),
     renewed: to('idle', 'cancelTakeoverTimer'),
@@ -198,6 +286,9 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
   followingAcquire: {
     stale: to('followingAcquire'),
     staleObserveOnly: to('followingAcquire'),
+    gateProceed: to('followingAcquire'),
+    gateWait: to('followingAcquire'),
+    recheckGate: to('followingAcquire'),
     markWon: to('followingAcquire'),
     markConflict: to('followingAcquire'),
     renewed: to('idle'),
@@ -221,6 +312,9 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
   takingOver: {
     stale: to('takingOver'),
     staleObserveOnly: to('takingOver'),
+    gateProceed: to('takingOver'),
+    gateWait: to('takingOver'),
+    recheckGate: to('takingOver'),
     markWon: to('takingOver'),
     markConflict: to('takingOver'),
     renewed: to('idle'),
@@ -246,12 +340,16 @@ export function transition(phase: Phase, event: FailoverEvent): Transition {
 
 /** Phases in which this manager runs the failover (they count against the concurrency limit). */
 export function isOwning(phase: Phase): boolean {
-  return phase !== 'idle' && phase !== 'following' && phase !== 'followingAcquire';
+  return (
+    phase !== 'idle' && phase !== 'following' && phase !== 'followingAcquire' && phase !== 'awaitingNodeDown'
+  );
 }
 
 /** The step action a phase repeats after `retryStepLater`. */
 export function stepOf(phase: Phase): Action | undefined {
   switch (phase) {
+    case 'checkingStorage':
+      return 'checkStorage';
     case 'deletingPod':
       return 'deletePod';
     case 'detaching':

@@ -23,7 +23,14 @@
  *  7. no live pod and no pod request outstanding -> claim the creation (a CAS on the
  *     status: `status.podRequest`), then create the pod. With several managers exactly
  *     one claim wins; a claim whose pod never appears is retried after a timeout measured
- *     from when THIS manager first saw it.
+ *     from when THIS manager first saw it. NB: not while the storage-fencing gate holds
+ *     the share (its StorageFencing condition says AwaitingNodeDown and the Lease, not
+ *     delinquent, still names a holder the kubelet has not reported ended): that holder's
+ *     node may be frozen on storage that cannot fence it, so no pod starts behind the
+ *     gate's back, even from a manager that holds no waiting failover (restarted, new)
+ *     and even when the holder pod was deleted meanwhile (Kubernetes' eviction after the
+ *     default 300 s unreachable toleration). It lifts when the lease is marked (the gate
+ *     said proceed), freed or taken over, or the pod is reported ended (step 4).
  *  8. status (state, node, pod, leaseHolder, export) -> written only when it differs.
  *     `export` (how to mount: ClusterIP, port 2049, the mount path, mount options) is
  *     published for the shipped NFS server once the Service's ClusterIP is known, and
@@ -177,7 +184,7 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
         });
       }
     }
-    if (live.length === 0) actions.push(...podCreation(s));
+    if (live.length === 0 && !storageGateHolds(s)) actions.push(...podCreation(s));
   }
   actions.push(...statusIfChanged(s.sm, desiredStatus(s, live, failingOver)));
   const condition = fencingCondition(s.resolved.fenceAction);
@@ -190,6 +197,16 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
     actions.push({ kind: 'setFencingCondition', condition, warn: condition.status === 'False' });
   }
   return actions;
+}
+
+/** Step 7's NB: the storage-fencing gate waits for this share's holder node. */
+function storageGateHolds(s: ShareManagerSnapshot): boolean {
+  const lease = s.lease === 'unknown' ? undefined : s.lease;
+  if (!lease || lease.delinquentSince || lease.holder === '') return false;
+  const gate = s.sm.status?.conditions?.find((c) => c.type === 'StorageFencing');
+  if (gate?.reason !== 'AwaitingNodeDown') return false;
+  const holder = s.pods.find((p) => p.metadata?.name === lease.holder);
+  return !(holder && endedByKubelet(holder));
 }
 
 /** Step 4: the release of a lease whose holder pod ended, if that is the case. */

@@ -293,7 +293,13 @@ describe('least privilege', () => {
         .then(() => 200, statusOf),
     ]);
     assert.deepEqual(allowed, [200, 200, 200, 200, 200, 200]);
+    // The storage-fencing gate: get one CSIDriver by name (404: allowed, and none by that
+    // name), but neither list nor write them.
+    const storage = kc.makeApiClient(k8s.StorageV1Api);
+    assert.equal(await storage.readCSIDriver({ name: 'csi.example.com' }).then(() => 200, statusOf), 404);
     const denied = await Promise.all([
+      storage.listCSIDriver().then(() => 200, statusOf),
+      storage.deleteCSIDriver({ name: 'csi.example.com' }).then(() => 200, statusOf),
       core.listSecretForAllNamespaces().then(() => 200, statusOf),
       core.listNamespacedSecret({ namespace }).then(() => 200, statusOf),
       core.listConfigMapForAllNamespaces().then(() => 200, statusOf),
@@ -304,6 +310,6 @@ describe('least privilege', () => {
         .then((node) => core.replaceNodeStatus({ name: 'node-a', body: node }))
         .then(() => 200, statusOf),
     ]);
-    assert.deepEqual(denied, [403, 403, 403, 403, 403]);
+    assert.deepEqual(denied, [403, 403, 403, 403, 403, 403, 403]);
   });
 });

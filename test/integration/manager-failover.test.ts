@@ -159,6 +159,14 @@ describe('manager failover on a stale lease', () => {
       const completed = events.filter((e) => e.reason === 'FailoverCompleted');
       assert.equal(completed.length, 1);
       assert.match(completed[0]?.message ?? '', /mark [\d.]+s, pod_delete [\d.]+s, .*total [\d.]+s/);
+      // The storage-fencing gate under lease-only (the harness's setting; this claim does
+      // not exist, so the storage is unknown): failed over on the lease alone, and says so.
+      const fencing = sm.status?.conditions?.find((c) => c.type === 'StorageFencing');
+      assert.deepEqual([fencing?.status, fencing?.reason], ['False', 'LeaseOnly']);
+      assert.match(fencing?.message ?? '', /PVC three\/data-vol-a does not exist.*may write once more/);
+      // One per manager at most: each writes it only when its cached condition differs.
+      const leaseOnly = events.filter((e) => e.reason === 'LeaseOnly').length;
+      assert.ok(leaseOnly >= 1 && leaseOnly <= 3, `${leaseOnly} LeaseOnly events`);
       for (const m of managers) assert.equal(m.child.exitCode, null, `${m.name} still running`);
     } finally {
       stop();

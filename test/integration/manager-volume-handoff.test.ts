@@ -7,7 +7,10 @@
  *  - the JSON patch's `test` really guards it: an entry that moved since the read is
  *    found again on a fresh read (the step never removes another volume);
  *  - a heartbeat seen after the holder's renew deadline leaves the entry to the kubelet;
- *  - volume-attachment deletes the PV's VolumeAttachment on that node only.
+ *  - volume-attachment deletes the PV's VolumeAttachment on that node only;
+ *  - the storage-fencing gate's reads (readStorageGate): a CSIDriver missing, then
+ *    attachRequired false; a hostPath PV; a missing claim; the lost Node tainted
+ *    out-of-service by someone else, then deleted.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -154,5 +157,72 @@ describe('volume handoff against the API server', () => {
     assert.deepEqual(state.inUse, [unique('share-d')]);
     assert.ok(!state.attachments.includes('va-pv-share-d-node-d'));
     assert.ok(state.attachments.includes('va-pv-share-d-node-d-other'), "the other node's attachment stays");
+  });
+
+  it('the storage-fencing gate reads the storage and the lost Node as the API has them', async () => {
+    await setUp('node-e', 'share-e', []);
+    const ex = executor('volumes-in-use');
+    const kc = cluster().kubeConfig;
+    const core = kc.makeApiClient(k8s.CoreV1Api);
+    const storage = kc.makeApiClient(k8s.StorageV1Api);
+    let read = await ex.readStorageGate(NS, 'share-e-data', 'node-e');
+    assert.equal(read.storage.kind, 'unknown', read.storage.reason);
+    assert.match(read.storage.reason, /CSIDriver csi\.example\.dev \(of PV pv-share-e\) does not exist/);
+    assert.deepEqual(read.node, { kind: 'present', outOfService: 'none' });
+
+    await storage.createCSIDriver({ body: { metadata: { name: DRIVER }, spec: { attachRequired: false } } });
+    read = await ex.readStorageGate(NS, 'share-e-data', 'node-e');
+    assert.equal(read.storage.kind, 'cannot-fence', read.storage.reason);
+
+    await core.createPersistentVolume({
+      body: {
+        metadata: { name: 'pv-host' },
+        spec: {
+          capacity: { storage: '1Gi' },
+          accessModes: ['ReadWriteOnce'],
+          storageClassName: '',
+          hostPath: { path: '/tmp/leasehold-never-used' },
+        },
+      },
+    });
+    await core.createNamespacedPersistentVolumeClaim({
+      namespace: NS,
+      body: {
+        metadata: { name: 'host-data' },
+        spec: {
+          accessModes: ['ReadWriteOnce'],
+          storageClassName: '',
+          volumeName: 'pv-host',
+          resources: { requests: { storage: '1Gi' } },
+        },
+      },
+    });
+    read = await ex.readStorageGate(NS, 'host-data', 'node-e');
+    assert.equal(read.storage.kind, 'unknown');
+    assert.match(read.storage.reason, /PV pv-host is not a CSI volume/);
+    read = await ex.readStorageGate(NS, 'no-such-claim', 'node-e');
+    assert.equal(read.storage.kind, 'unknown');
+    assert.match(read.storage.reason, /PVC default\/no-such-claim does not exist/);
+
+    await core.patchNode(
+      {
+        name: 'node-e',
+        body: {
+          spec: {
+            taints: [
+              { key: 'node.kubernetes.io/out-of-service', value: 'nodeshutdown', effect: 'NoExecute' },
+            ],
+          },
+        },
+      },
+      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+    );
+    assert.deepEqual((await ex.readStorageGate(NS, 'share-e-data', 'node-e')).node, {
+      kind: 'present',
+      outOfService: 'other',
+    });
+    await core.deleteNode({ name: 'node-e' });
+    assert.deepEqual((await ex.readStorageGate(NS, 'share-e-data', 'node-e')).node, { kind: 'gone' });
+    assert.deepEqual((await ex.readStorageGate(NS, 'share-e-data', '')).node, { kind: 'unknown' });
   });
 });

@@ -5,6 +5,7 @@ import {
   lastFailover,
   lastFailoverPatch,
   type ReportContext,
+  withStorageFencing,
 } from '../../manager/failover/failover-report.ts';
 import {
   EVENTS,
@@ -12,6 +13,7 @@ import {
   isOwning,
   PHASES,
   type Phase,
+  stepOf,
   TRANSITIONS,
   transition,
 } from '../../manager/failover/failover-transitions.ts';
@@ -29,7 +31,8 @@ test('the table is total: every phase reacts to every event with a known phase',
 
 test('the happy path runs steps 1-6 in order', () => {
   const path: [FailoverEvent, Phase, string[]][] = [
-    ['stale', 'marking', ['writeMark']],
+    ['stale', 'checkingStorage', ['checkStorage']],
+    ['gateProceed', 'marking', ['writeMark']],
     ['markWon', 'deletingPod', ['announce', 'deletePod']],
     ['podGone', 'detaching', ['handOffVolume']],
     ['detached', 'replacing', ['createReplacement']],
@@ -52,7 +55,7 @@ test('a conflict on the mark re-observes and never retries the write blindly', (
   for (const phase of PHASES) {
     for (const event of EVENTS) {
       const { actions } = transition(phase, event);
-      if (actions.includes('writeMark')) assert.deepEqual([phase, event], ['idle', 'stale']);
+      if (actions.includes('writeMark')) assert.deepEqual([phase, event], ['checkingStorage', 'gateProceed']);
     }
   }
 });
@@ -137,6 +140,7 @@ test('a replacement that ended without acquiring is replaced again', () => {
 
 test('isOwning marks the phases counted against the concurrency limit', () => {
   assert.deepEqual(PHASES.filter(isOwning), [
+    'checkingStorage',
     'marking',
     'deletingPod',
     'detaching',
@@ -186,6 +190,58 @@ test('replacementLive is only an observation of followers: no other phase acts o
     if (phase === 'following') continue;
     assert.deepEqual(t, { next: phase, actions: [] }, phase);
   }
+});
+
+test('storage-fencing gate: nothing is written to the lease before it says proceed', () => {
+  // The only way into marking (the first write) is the gate's proceed.
+  for (const phase of PHASES)
+    for (const event of EVENTS) {
+      const t = transition(phase, event);
+      if (t.next === 'marking' && phase !== 'marking')
+        assert.deepEqual([phase, event], ['checkingStorage', 'gateProceed']);
+    }
+  assert.deepEqual(transition('idle', 'stale'), { next: 'checkingStorage', actions: ['checkStorage'] });
+  assert.deepEqual(transition('checkingStorage', 'gateWait'), {
+    next: 'awaitingNodeDown',
+    actions: ['startRecheckTimer'],
+  });
+  assert.deepEqual(transition('checkingStorage', 'stepFailed'), {
+    next: 'checkingStorage',
+    actions: ['retryStepLater'],
+  });
+  assert.equal(stepOf('checkingStorage'), 'checkStorage');
+});
+
+test('awaitingNodeDown writes nothing; a recheck reads again without leaving the machine; a returning holder ends it', () => {
+  const writes = [
+    'writeMark',
+    'deletePod',
+    'handOffVolume',
+    'createReplacement',
+    'writeTakeover',
+    'complete',
+  ];
+  for (const event of EVENTS) {
+    const t = transition('awaitingNodeDown', event);
+    for (const a of t.actions) assert.ok(!writes.includes(a), `awaitingNodeDown/${event} does ${a}`);
+  }
+  // Not via idle: the reconciler must see a failover running for the whole wait.
+  assert.deepEqual(transition('awaitingNodeDown', 'recheckGate'), {
+    next: 'checkingStorage',
+    actions: ['checkStorage'],
+  });
+  for (const event of EVENTS)
+    if (!['renewed', 'acquired', 'leaseGone', 'markedByOther'].includes(event))
+      assert.notEqual(transition('awaitingNodeDown', event).next, 'idle', event);
+  assert.deepEqual(transition('awaitingNodeDown', 'renewed'), { next: 'idle', actions: ['reportWaitOver'] });
+  assert.deepEqual(transition('awaitingNodeDown', 'acquired'), { next: 'idle', actions: ['reportWaitOver'] });
+  // Another manager saw the node down first: follow it.
+  assert.equal(transition('awaitingNodeDown', 'markedByOther').next, 'following');
+  // The gate's events mean nothing outside the gate.
+  for (const phase of PHASES)
+    if (phase !== 'checkingStorage' && phase !== 'awaitingNodeDown')
+      for (const event of ['gateProceed', 'gateWait', 'recheckGate'] as const)
+        assert.deepEqual(transition(phase, event), { next: phase, actions: [] }, `${phase}/${event}`);
 });
 
 const instant = (iso: string) => ({ mono: Date.parse(iso), wall: new Date(iso) });
@@ -254,4 +310,28 @@ test("lastFailoverPatch clears the previous failover's fields this one has not r
     unknown
   >;
   assert.equal(later.volumeHandoff, 'removed x');
+});
+
+test('the StorageFencing condition replaces only itself, is written only when new, and keeps its transition time while the status holds', () => {
+  const t0 = new Date('2026-01-01T00:00:00Z');
+  const t1 = new Date('2026-01-01T00:01:00Z');
+  const fencing = { type: 'Fencing', status: 'True', reason: 'FencePod', message: 'm' };
+  const waiting = {
+    type: 'StorageFencing' as const,
+    status: 'False' as const,
+    reason: 'AwaitingNodeDown' as const,
+    message: 'w',
+  };
+  const first = withStorageFencing([fencing], waiting, t0);
+  assert.deepEqual(first, [fencing, { ...waiting, lastTransitionTime: t0.toISOString() }]);
+  assert.equal(
+    withStorageFencing(first ?? [], waiting, t1),
+    undefined,
+    'a recheck with the same verdict writes nothing',
+  );
+  const down = withStorageFencing(first ?? [], { ...waiting, reason: 'NodeDown', message: 'd' }, t1);
+  assert.equal(down?.[1]?.lastTransitionTime, t0.toISOString(), 'still False: the transition time stays');
+  const fences = withStorageFencing(first ?? [], { ...waiting, status: 'True', reason: 'StorageFences' }, t1);
+  assert.equal(fences?.[1]?.lastTransitionTime, t1.toISOString());
+  assert.deepEqual(fences?.[0], fencing, 'the Fencing condition is kept');
 });

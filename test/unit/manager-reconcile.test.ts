@@ -308,3 +308,36 @@ test('the Service ports: the NFS default gets nfs 2049/TCP; a user server its ow
   );
   assert.deepEqual(servicePorts(sm), []);
 });
+
+test('no pod starts behind the storage-fencing gate: AwaitingNodeDown and a holder not reported ended', () => {
+  const gated = (conditionReason: string) => ({
+    ...sm,
+    status: {
+      conditions: [
+        fencingCondition('pod'),
+        { type: 'StorageFencing', status: 'False', reason: conditionReason, message: 'm' },
+      ],
+    },
+  });
+  const terminating: V1Pod = {
+    ...pod('vol-a'),
+    metadata: { ...pod('vol-a').metadata, deletionTimestamp: new Date() },
+  };
+  const creates = (over: Partial<ShareManagerSnapshot>) =>
+    decideShareManager(snap(over)).some((a) => a.kind === 'claimPodCreation');
+  // The holder's pod evicted (terminating on a frozen node), or gone from the cache: no new pod.
+  assert.equal(creates({ sm: gated('AwaitingNodeDown'), pods: [terminating] }), false);
+  assert.equal(creates({ sm: gated('AwaitingNodeDown'), pods: [] }), false);
+  // The check can fail: without the wait, or once the gate said proceed, the pod is created.
+  assert.equal(creates({ sm: gated('NodeDown'), pods: [terminating] }), true);
+  assert.equal(creates({ sm: sm, pods: [terminating] }), true);
+  // It lifts when the lease is freed, or the kubelet reported the holder ended (released first).
+  assert.equal(creates({ sm: gated('AwaitingNodeDown'), pods: [], lease: lease('') }), true);
+  const afterEnd = decideShareManager(
+    snap({ sm: gated('AwaitingNodeDown'), pods: [ended('vol-a', 'Failed')] }),
+  );
+  assert.deepEqual(
+    afterEnd.filter((a) => a.kind === 'releaseLease' || a.kind === 'claimPodCreation').map((a) => a.kind),
+    ['releaseLease', 'claimPodCreation'],
+  );
+});
