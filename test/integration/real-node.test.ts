@@ -7,18 +7,21 @@
  * real process in the node's cgroups; deleting the pod stops that process. Meanwhile on
  * real-2 a pod of the api-probe image calls the API server the in-cluster way (the
  * `kubernetes` Service's ClusterIP through kube-proxy, its projected service-account
- * token) and is told who it is; its log is read through the API server (pods/log: the
- * API server to the kubelet through its egress proxy into real-2's namespace). stop()
+ * token) and is told who it is; the API server reaches real-2's kubelet through its
+ * egress proxy into real-2's namespace to read that pod's log, exec the call again in
+ * it and port-forward to it. stop()
  * leaves nothing behind (its leftover check throws otherwise;
  * test/unit/node-leftovers.test.ts proves the check fails on a stray cgroup and
  * process), and no host sysctl the kubelet cares about, host link or host nftables
  * rule changed. Bring the components with `bash dev/toolchain.sh --node ...`.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { readdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { after, before, describe, it } from 'node:test';
+import { promisify } from 'node:util';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { nodeBinaries } from '../../dev/node/binaries.ts';
 import { KUBELET_SYSCTLS } from '../../dev/node/config.ts';
@@ -27,6 +30,7 @@ import { type RealNode, startRealNode } from '../../dev/node/node.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
 
 const cluster = useCluster({ realNodes: true });
+const run = promisify(execFile);
 
 const hostSysctls = () =>
   Object.fromEntries(Object.keys(KUBELET_SYSCTLS).map((k) => [k, readFileSync(`/proc/sys/${k}`, 'utf8')]));
@@ -168,11 +172,14 @@ describe('real nodes', () => {
   });
 });
 
+const PROBE_LINE = /^api-probe: authenticated as system:serviceaccount:default:default via 10\.0\.0\.1:443$/m;
+
 /**
  * A pod of the api-probe image calls the API server the in-cluster way (the
- * `kubernetes` Service's ClusterIP through kube-proxy, its projected token); its output
- * is read with the API's pods/log, which the API server fetches from the kubelet
- * through its egress proxy into the node's namespace.
+ * `kubernetes` Service's ClusterIP through kube-proxy, its projected token); the API
+ * server then reaches the kubelet through its egress proxy into the node's namespace
+ * three ways: pods/log reads that line, `kubectl exec` runs the call again in the
+ * container, and `kubectl port-forward` fetches the line from the probe's :8080.
  */
 async function inClusterProbe(node: RealNode): Promise<void> {
   const core = cluster().kubeConfig.makeApiClient(CoreV1Api);
@@ -193,28 +200,73 @@ async function inClusterProbe(node: RealNode): Promise<void> {
         nodeSelector: { 'kubernetes.io/hostname': node.name },
         containers: [{ name: 'probe', image: probeImage, imagePullPolicy: 'Never' }],
         restartPolicy: 'Never',
+        terminationGracePeriodSeconds: 5,
       },
     },
   });
-  const done = await eventually(
-    'the api-probe pod finished',
+  const log = await eventually(
+    'the api-probe pod’s first line, read through the API server',
     async () => {
       const pod = await core.readNamespacedPod({ namespace: 'default', name: 'api-probe' });
-      return ['Succeeded', 'Failed'].includes(pod.status?.phase ?? '') ? pod : undefined;
+      if (pod.status?.phase === 'Pending') return undefined;
+      const text = await core.readNamespacedPodLog({ namespace: 'default', name: 'api-probe' });
+      assert.notEqual(pod.status?.phase, 'Failed', `the probe's call failed: ${text}`);
+      assert.equal(pod.spec?.nodeName, node.name);
+      assert.match(pod.status?.podIP ?? '', new RegExp(`^10\\.244\\.${node.layout.index}\\.\\d+$`));
+      return text.includes('\n') ? text : undefined;
     },
     120_000,
     200,
   );
-  const log = await core.readNamespacedPodLog({ namespace: 'default', name: 'api-probe' });
-  console.log(
-    `real node: api-probe create to finished ${Math.round(performance.now() - t0)} ms: ${log.trim()}`,
+  console.log(`real node: api-probe create to its log line ${Math.round(performance.now() - t0)} ms`);
+  assert.match(log, PROBE_LINE);
+
+  const t1 = performance.now();
+  const kubectl = [cluster().kubectl, `--kubeconfig=${cluster().kubeconfigPath}`] as const;
+  const { stdout: execOut } = await run(
+    kubectl[0],
+    [kubectl[1], 'exec', 'api-probe', '--', '/api-probe', '-once'],
+    {
+      timeout: 30_000,
+    },
   );
-  assert.equal(done.spec?.nodeName, node.name);
-  assert.match(done.status?.podIP ?? '', new RegExp(`^10\\.244\\.${node.layout.index}\\.\\d+$`));
-  assert.equal(done.status?.phase, 'Succeeded', `the probe's call failed: ${log}`);
-  assert.match(
-    log,
-    /^api-probe: authenticated as system:serviceaccount:default:default via 10\.0\.0\.1:443$/m,
-  );
+  assert.match(execOut, PROBE_LINE, 'kubectl exec ran the call again in the container');
+  assert.match(await portForwardGet(kubectl, 'api-probe', 8080), PROBE_LINE);
+  console.log(`real node: kubectl exec and port-forward ${Math.round(performance.now() - t1)} ms`);
   await core.deleteNamespacedPod({ namespace: 'default', name: 'api-probe', gracePeriodSeconds: 0 });
+}
+
+/** `kubectl port-forward pod/NAME :PORT`, one GET / through it, then the kubectl ends. */
+async function portForwardGet(
+  kubectl: readonly [string, string],
+  pod: string,
+  port: number,
+): Promise<string> {
+  const child = spawn(kubectl[0], [kubectl[1], 'port-forward', `pod/${pod}`, `:${port}`], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  try {
+    let out = '';
+    child.stdout.on('data', (c) => {
+      out += c;
+    });
+    child.stderr.on('data', (c) => {
+      out += c;
+    });
+    const local = await eventually(
+      'kubectl port-forward listening',
+      async () => {
+        assert.equal(child.exitCode, null, `kubectl port-forward exited: ${out}`);
+        return /Forwarding from 127\.0\.0\.1:(\d+)/.exec(out)?.[1];
+      },
+      30_000,
+      100,
+    );
+    const res = await fetch(`http://127.0.0.1:${local}/`, { signal: AbortSignal.timeout(20_000) });
+    return await res.text();
+  } finally {
+    const exited = child.exitCode === null ? once(child, 'exit') : Promise.resolve();
+    child.kill('SIGTERM');
+    await exited;
+  }
 }

@@ -6,32 +6,57 @@
 //
 //	api-probe: authenticated as <username> via <host>:<port>
 //
-// then exits 0; on any failure it prints "api-probe: " and the error, and exits 1.
-// Standard library only, static: packed into an image like the pause binary.
+// On any failure it prints "api-probe: " and the error, and exits 1. After success it
+// serves that line over HTTP on :8080 (for port-forward tests) until SIGTERM or
+// SIGINT, then exits 0; with -once it exits 0 at once (for exec tests). Standard
+// library only, static: packed into an image like the pause binary.
 package main
 
 import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 )
 
 const saDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 func main() {
+	once := flag.Bool("once", false, "exit after printing instead of serving the line on :8080")
+	flag.Parse()
 	user, via, err := whoAmI()
 	if err != nil {
 		fmt.Println("api-probe: " + err.Error())
 		os.Exit(1)
 	}
-	fmt.Printf("api-probe: authenticated as %s via %s\n", user, via)
+	line := fmt.Sprintf("api-probe: authenticated as %s via %s\n", user, via)
+	fmt.Print(line)
+	if *once {
+		return
+	}
+	// PID 1 of the container: SIGTERM has no default action here, so handle it.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	ln, err := net.Listen("tcp", ":8080")
+	if err != nil {
+		fmt.Println("api-probe: " + err.Error())
+		os.Exit(1)
+	}
+	go func() {
+		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, line)
+		}))
+	}()
+	<-stop
 }
 
 func whoAmI() (string, string, error) {
