@@ -1,8 +1,10 @@
 /**
  * Certificates for one local control plane, made at start with the openssl CLI
- * (no hand-written ASN.1): a CA, the API server's serving certificate (loopback IP
- * and the in-cluster service names), client certificates for the admin and each
- * component, and the service-account signing key. EC P-256 keys: fast to make.
+ * (no hand-written ASN.1): a CA, the API server's serving certificate (loopback IP,
+ * the `kubernetes` Service's ClusterIP, the control plane's address on the real nodes'
+ * network and the in-cluster service names), client certificates for the admin, each
+ * component and the API server's calls to kubelets, and the service-account signing
+ * key. EC P-256 keys: fast to make.
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -10,6 +12,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { LeaseholdError } from '../../lib/errors.ts';
+import { CONTROL_PLANE_IP } from './node-network.ts';
 
 const run = promisify(execFile);
 
@@ -28,6 +31,8 @@ export interface ClusterCerts {
   admin: ClientCert;
   controllerManager: ClientCert;
   scheduler: ClientCert;
+  /** The API server's client certificate towards kubelets (system:masters, so their webhook authorization allows it). */
+  kubeletClient: ClientCert;
 }
 
 async function openssl(args: string[], what: string): Promise<void> {
@@ -126,12 +131,19 @@ export async function makeCerts(dir: string): Promise<ClusterCerts> {
     '/CN=kube-apiserver',
     ca,
     'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n' +
-      'subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n',
+      `subjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:${CONTROL_PLANE_IP},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n`,
   );
-  const [admin, controllerManager, scheduler] = await Promise.all([
+  const [admin, controllerManager, scheduler, kubeletClient] = await Promise.all([
     signed(dir, 'admin', '/O=system:masters/CN=leasehold-admin', ca, client),
     signed(dir, 'kube-controller-manager', '/CN=system:kube-controller-manager', ca, client),
     signed(dir, 'kube-scheduler', '/CN=system:kube-scheduler', ca, client),
+    signed(
+      dir,
+      'kube-apiserver-kubelet-client',
+      '/O=system:masters/CN=kube-apiserver-kubelet-client',
+      ca,
+      client,
+    ),
   ]);
   const saKey = join(dir, 'sa.key');
   const saPub = join(dir, 'sa.pub');
@@ -147,5 +159,6 @@ export async function makeCerts(dir: string): Promise<ClusterCerts> {
     admin,
     controllerManager,
     scheduler,
+    kubeletClient,
   };
 }

@@ -9,7 +9,7 @@
  * and leaves no process behind; so does the exit of the Node process that started it.
  */
 import { rmSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
@@ -19,6 +19,7 @@ import { kubeBinDir } from './binaries.ts';
 import { makeCerts } from './certs.ts';
 import { Component, ComponentError, httpOk, onAbruptExit } from './component.ts';
 import { writeKubeconfig } from './kubeconfig.ts';
+import { CONTROL_PLANE_IP, egressSelectorConfig, type NodeNetwork, nodeNetwork } from './node-network.ts';
 import type { Cluster, ClusterOptions } from './types.ts';
 
 export type { Cluster, ClusterOptions } from './types.ts';
@@ -107,11 +108,40 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
     await etcd.waitReady(() => httpOk(`http://127.0.0.1:${etcdClient}/health`), 30_000);
     progress(`etcd ready on 127.0.0.1:${etcdClient}`);
 
+    let nodeNet: NodeNetwork | undefined;
+    const nodeArgs: string[] = [];
+    if (opts.realNodes) {
+      nodeNet = nodeNetwork(dir, apiPort);
+      await mkdir(nodeNet.routesDir, { recursive: true });
+      const egressConfig = join(dir, 'egress-selector.json');
+      await writeFile(egressConfig, egressSelectorConfig(nodeNet));
+      // The relay is dev/node's: imported here only when real nodes are asked for.
+      const { nodeBinaries } = await import('../node/binaries.ts');
+      const proxy = new Component(
+        'node-egress-proxy',
+        join((await nodeBinaries()).dir, 'leasehold-netns-relay'),
+        [`-connect-unix=${nodeNet.egressSocket}`, `-routes=${nodeNet.routesDir}`],
+        join(logDir, 'node-egress-proxy.log'),
+      );
+      started.push(proxy);
+      proxy.start();
+      const log = proxy.logPath;
+      await proxy.waitReady(async () => (await readFile(log, 'utf8')).includes('relay: listening'), 10_000);
+      nodeArgs.push(
+        `--advertise-address=${CONTROL_PLANE_IP}`,
+        `--egress-selector-config-file=${egressConfig}`,
+        // The nodes' Hostname addresses resolve nowhere; their InternalIP has a route file.
+        '--kubelet-preferred-address-types=InternalIP',
+      );
+    }
+
     const apiserverArgs = [
       `--etcd-servers=http://127.0.0.1:${etcdClient}`,
       `--secure-port=${apiPort}`,
       '--bind-address=127.0.0.1',
-      '--advertise-address=127.0.0.1',
+      ...(nodeArgs.length > 0 ? nodeArgs : ['--advertise-address=127.0.0.1']),
+      `--kubelet-client-certificate=${certs.kubeletClient.cert}`,
+      `--kubelet-client-key=${certs.kubeletClient.key}`,
       `--tls-cert-file=${certs.servingCert}`,
       `--tls-private-key-file=${certs.servingKey}`,
       `--client-ca-file=${certs.caCert}`,
@@ -228,6 +258,7 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       logDir,
       kubectl: join(bin, 'kubectl'),
       caPath: certs.caCert,
+      ...(nodeNet ? { nodeNetwork: nodeNet } : {}),
       stopApiServer: () => apiserver.stop(),
       startApiServer: async () => {
         const next = new Component(

@@ -3,6 +3,7 @@
  * simulator, the demo and the benchmarks.
  */
 import type { KubeConfig } from '@kubernetes/client-node';
+import type { NodeNetwork } from './node-network.ts';
 
 export interface ClusterOptions {
   /** Where certificates, kubeconfig, data and logs go; a fresh temp dir when unset. */
@@ -19,6 +20,13 @@ export interface ClusterOptions {
   controllerManager?: boolean;
   /** Extra feature gates for every component, e.g. { NodeOutOfServiceVolumeDetach: true }. */
   featureGates?: Record<string, boolean>;
+  /**
+   * Ready the control plane for real nodes (dev/node; see node-network.ts): the API
+   * server advertises the control plane's address on the node network and sends its
+   * `cluster` traffic through leasehold-netns-relay's CONNECT proxy into the nodes'
+   * namespaces (the relay comes from dev/node/build.sh). Default false.
+   */
+  realNodes?: boolean;
   /** Progress lines (component started, ready) go here; silent when unset. */
   onProgress?: (line: string) => void;
 }
@@ -38,6 +46,8 @@ export interface Cluster {
   readonly kubectl: string;
   /** CA certificate (PEM path) clients must trust to reach the API server. */
   readonly caPath: string;
+  /** Set when started with realNodes: where the nodes and the API server meet. */
+  readonly nodeNetwork?: NodeNetwork;
   /** Stops kube-apiserver only (etcd and the rest keep running): for outage tests. */
   stopApiServer(): Promise<void>;
   /** Starts kube-apiserver again on the same port and waits for /readyz. */

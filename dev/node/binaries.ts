@@ -11,12 +11,14 @@ import { LeaseholdError } from '../../lib/errors.ts';
 
 export const NODE_BINARIES = [
   'kubelet',
+  'kube-proxy',
   'containerd',
   'containerd-shim-runc-v2',
   'ctr',
   'runc',
   'leasehold-netns-relay',
   'pause',
+  'api-probe',
   'cni/bridge',
   'cni/host-local',
   'cni/loopback',
@@ -28,6 +30,9 @@ export interface NodeBinaries {
   /** The pause image tarball (OCI layout) and the name it imports as. */
   pauseTar: string;
   pauseImage: string;
+  /** The api-probe image (./api-probe: a pod's in-cluster call to the API server) and its name. */
+  probeTar: string;
+  probeImage: string;
 }
 
 const buildScript = join(dirname(fileURLToPath(import.meta.url)), 'build.sh');
@@ -45,7 +50,14 @@ export async function nodeBinaries(): Promise<NodeBinaries> {
     }
   }
   const pauseImage = (await readFile(join(dir, 'pause.image'), 'utf8')).trim();
-  return { dir, pauseTar: join(dir, 'pause.oci.tar'), pauseImage };
+  const probeImage = (await readFile(join(dir, 'api-probe.image'), 'utf8')).trim();
+  return {
+    dir,
+    pauseTar: join(dir, 'pause.oci.tar'),
+    pauseImage,
+    probeTar: join(dir, 'api-probe.oci.tar'),
+    probeImage,
+  };
 }
 
 function build(): Promise<string> {

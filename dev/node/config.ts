@@ -1,7 +1,8 @@
 /**
  * The configuration files of one real node, rendered from its layout: containerd's
  * config (CRI with runc, overlayfs and the bridge CNI network), the kubelet's
- * KubeletConfiguration, the CNI network list and the sysctl views. Pure functions:
+ * KubeletConfiguration, kube-proxy's KubeProxyConfiguration, the CNI network list and
+ * the sysctl views. Pure functions:
  * the values that keep the node off the host's settings are all here, in one place.
  *
  * Guarantees: nothing rendered points outside the node's directory except the binaries
@@ -89,7 +90,7 @@ disabled_plugins = [
 `;
 }
 
-/** The bridge network inside the node's namespace; nothing is masqueraded or routed out. */
+/** The bridge network inside the node's namespace; nothing is masqueraded or routed out of it. */
 export function cniConfList(layout: NodeLayout): string {
   return `${JSON.stringify(
     {
@@ -105,6 +106,9 @@ export function cniConfList(layout: NodeLayout): string {
           ipam: {
             type: 'host-local',
             ranges: [[{ subnet: layout.podSubnet }]],
+            // The pod's default route, via cni0 into the node's namespace (Service IPs
+            // and the control plane's address are reached there, not on the pod subnet).
+            routes: [{ dst: '0.0.0.0/0' }],
             dataDir: layout.cniDataDir,
           },
         },
@@ -173,4 +177,41 @@ export function kubeletArgs(layout: NodeLayout): string[] {
     `--node-ip=${layout.nodeIp}`,
     '--v=1',
   ];
+}
+
+/**
+ * kube-proxy in nftables mode, in the node's network namespace only: its table holds
+ * the Services' ClusterIPs (the `kubernetes` Service's goes to the control plane's
+ * address, where the API relay listens). Its conntrack tuning and OOM score are off:
+ * nf_conntrack_max is host-wide, and root here cannot lower an OOM score.
+ */
+export function kubeProxyConfiguration(layout: NodeLayout): string {
+  return `${JSON.stringify(
+    {
+      apiVersion: 'kubeproxy.config.k8s.io/v1alpha1',
+      kind: 'KubeProxyConfiguration',
+      mode: 'nftables',
+      clientConnection: { kubeconfig: layout.kubeProxyKubeconfig },
+      hostnameOverride: layout.name,
+      healthzBindAddress: '127.0.0.1:10256',
+      metricsBindAddress: '127.0.0.1:10249',
+      detectLocalMode: 'ClusterCIDR',
+      clusterCIDR: layout.podSubnet,
+      oomScoreAdj: 0,
+      conntrack: {
+        maxPerCore: 0,
+        min: 0,
+        tcpEstablishedTimeout: '0s',
+        tcpCloseWaitTimeout: '0s',
+        udpTimeout: '0s',
+        udpStreamTimeout: '0s',
+      },
+    },
+    null,
+    2,
+  )}\n`;
+}
+
+export function kubeProxyArgs(layout: NodeLayout): string[] {
+  return [`--config=${layout.kubeProxyConfig}`, '--v=1'];
 }

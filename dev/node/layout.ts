@@ -5,11 +5,13 @@
  *
  * Invariants: every file the node writes is under `dir`; its cgroups are under
  * `cgroupRoot` (named after `dir`, so two nodes, or two test runs, never share one);
- * its addresses (node IP, pod range) live only inside the node's network namespace.
+ * its addresses (node IP, the control plane's address, pod range) live only inside the
+ * node's network namespace.
  * Not guaranteed: that two nodes of one testbed get different indexes (the caller picks).
  */
 import { basename, join } from 'node:path';
 import { LeaseholdError } from '../../lib/errors.ts';
+import { CONTROL_PLANE_IP } from '../cluster/node-network.ts';
 
 export interface NodeLayout {
   readonly name: string;
@@ -19,6 +21,8 @@ export interface NodeLayout {
   readonly cgroupRoot: string;
   /** The node's own address, on its `eth0` inside its network namespace. */
   readonly nodeIp: string;
+  /** The control plane's address (dev/cluster/node-network.ts), a /32 on eth0 inside the namespace too. */
+  readonly controlPlaneIp: string;
   /** The pod range of the bridge CNI network (host-local IPAM). */
   readonly podSubnet: string;
   readonly logDir: string;
@@ -30,6 +34,8 @@ export interface NodeLayout {
   readonly kubeletConfig: string;
   readonly kubeletKubeconfig: string;
   readonly kubeletCertDir: string;
+  readonly kubeProxyConfig: string;
+  readonly kubeProxyKubeconfig: string;
   readonly cniConfDir: string;
   readonly cniDataDir: string;
   /** Per-node views bind-mounted over /proc/sys/<key> inside the node's mount namespace. */
@@ -57,6 +63,7 @@ export function nodeLayout(dir: string, name: string, index: number): NodeLayout
     dir,
     cgroupRoot: `/${basename(dir)}`,
     nodeIp: `10.201.0.${index + 1}`,
+    controlPlaneIp: CONTROL_PLANE_IP,
     podSubnet: `10.244.${index}.0/24`,
     logDir: state('logs'),
     containerdConfig: state('containerd.toml'),
@@ -67,6 +74,8 @@ export function nodeLayout(dir: string, name: string, index: number): NodeLayout
     kubeletConfig: state('kubelet-config.json'),
     kubeletKubeconfig: state('kubelet.kubeconfig'),
     kubeletCertDir: state('kubelet-pki'),
+    kubeProxyConfig: state('kube-proxy-config.json'),
+    kubeProxyKubeconfig: state('kube-proxy.kubeconfig'),
     cniConfDir: state('cni/net.d'),
     cniDataDir: state('cni/ipam'),
     sysctlDir: state('sysctl'),

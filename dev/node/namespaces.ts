@@ -18,7 +18,9 @@
  *    the CNI cache and the kubelet's container-log links write at fixed paths;
  *  - the kubelet root bind-mounted onto itself as rshared (mount propagation for CSI).
  * Inside the network namespace: lo up, and `eth0` (a bridge with no ports: this kernel
- * has no dummy links) holding the node IP. The pod bridge cni0 is the CNI plugin's.
+ * has no dummy links) holding the node IP and the control plane's address (where the
+ * API relay listens). The pod bridge cni0 is the CNI plugin's; kube-proxy's nftables
+ * table is made there too.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -46,6 +48,7 @@ export function namespaceSetupScript(layout: NodeLayout, pauseBin: string): stri
     'ip link set lo up',
     'ip link add eth0 type bridge',
     `ip addr add ${layout.nodeIp}/24 dev eth0`,
+    `ip addr add ${layout.controlPlaneIp}/32 dev eth0`,
     'ip link set eth0 up',
     `: > ${sh(layout.readyFile)}`,
     `exec ${sh(pauseBin)}`,

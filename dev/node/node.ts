@@ -7,18 +7,20 @@
  *   await node.stop();   // throws NodeLeftoverError if anything is left on the host
  *
  * How the node and the API server reach each other with no address outside loopback
- * and the node's namespace: leasehold-netns-relay listens on 127.0.0.1:<API port>
- * inside the node's network namespace and forwards to the API server on the host's
- * loopback; the kubelet's kubeconfig names that address (the serving certificate has
- * IP:127.0.0.1). A second relay makes the kubelet's API (port 10250 on the node IP,
- * inside the namespace) reachable at `kubeletUrl` on the host's loopback. NB: the API
- * server itself does not use it yet: it dials the node's InternalIP, which exists only
- * inside the node's namespace (and it has no kubelet client certificate), so `kubectl
- * logs`, exec and port-forward do not work on these nodes.
+ * and the node's namespace (dev/cluster/node-network.ts; the cluster must be started
+ * with `realNodes: true`): leasehold-netns-relay listens on the control plane's address
+ * 10.201.0.254:<API port> inside the node's network namespace and forwards to the API
+ * server on the host's loopback; the kubelet's and kube-proxy's kubeconfigs name that
+ * address, and so do the `kubernetes` Service's Endpoints, so a pod's in-cluster call
+ * (10.0.0.1:443, kube-proxy's nftables DNAT) lands there too. The API server reaches
+ * this kubelet through its egress CONNECT proxy, which dials the node IP in this
+ * node's namespace (the node writes the route file at start, removes it at stop):
+ * `kubectl logs`, exec and port-forward work. A second relay makes the kubelet's API
+ * reachable at `kubeletUrl` on the host's loopback for tests.
  *
  * Guarantees: startRealNode resolves when the Node object is Ready, or rejects with
  * the failing part and its log, leaving nothing behind. stop() is idempotent; it kills
- * every process of the node (kubelet, containerd, shims, containers, the relay),
+ * every process of the node (kubelet, kube-proxy, containerd, shims, containers, the relays),
  * removes its cgroups and directory, and then runs the leftover check (leftovers.ts).
  * On SIGINT/SIGTERM of this process the same happens synchronously; on SIGKILL the
  * kernel still ends every process, mount, namespace and interface (pdeathsig and the
@@ -40,14 +42,16 @@ import type { Cluster } from '../cluster/types.ts';
 import { freePort } from '../net/free-port.ts';
 import { nodeBinaries } from './binaries.ts';
 import { createCgroupRoot, removeCgroupRoot } from './cgroups.ts';
+import { issueKubeletClientCert, issueKubeProxyClientCert } from './client-cert.ts';
 import {
   cniConfList,
   containerdConfig,
   KUBELET_SYSCTLS,
   kubeletArgs,
   kubeletConfiguration,
+  kubeProxyArgs,
+  kubeProxyConfiguration,
 } from './config.ts';
-import { issueKubeletClientCert } from './kubelet-cert.ts';
 import { type NodeLayout, nodeLayout } from './layout.ts';
 import {
   describeLeftovers,
@@ -61,6 +65,9 @@ import { childOf, nsenterArgs, sysctlFile, unshareArgs } from './namespaces.ts';
 import { NODE_DIR_PREFIX, OWNER_FILE, ownerText, processStart, sweepStaleNodes } from './stale-nodes.ts';
 
 const run = promisify(execFile);
+
+/** The `kubernetes` Service's ClusterIP (the first of dev/cluster's service range). */
+const KUBERNETES_SERVICE_IP = '10.0.0.1';
 
 export interface RealNodeOptions {
   /** The Node object's name (a DNS label). */
@@ -97,6 +104,12 @@ export class NodeLeftoverError extends LeaseholdError {
 
 export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Promise<RealNode> {
   const progress = opts.onProgress ?? (() => {});
+  const net = cluster.nodeNetwork;
+  if (!net)
+    throw new LeaseholdError(
+      'E_NODE_CLUSTER',
+      `real node ${opts.name} needs a control plane started with realNodes: true (its API server must advertise the node network's address and reach kubelets through the egress proxy)`,
+    );
   const bins = await nodeBinaries();
   const swept = sweepStaleNodes();
   if (swept.removed.length > 0) progress(`removed what killed runs left: ${swept.removed.join(', ')}`);
@@ -124,7 +137,9 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
   };
   const components: Component[] = [];
   let cgroupsMade = false;
+  const routeFile = join(net.routesDir, layout.nodeIp);
   const killNow = () => {
+    rmSync(routeFile, { force: true });
     for (const pid of identity.pids) signal(pid, 'SIGKILL');
     waitGoneSync(node, 10_000);
     if (cgroupsMade) removeCgroupRoot(layout.cgroupRoot);
@@ -144,6 +159,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     if (stopped) return;
     stopped = true;
     forgetAbrupt();
+    await rm(routeFile, { force: true });
     // The kubelet first, so it does not restart what goes next; then PID 1 of the
     // node's pid namespace takes containerd, the shims and the containers with it.
     for (const c of [...components].reverse()) await c.stop(c.name.endsWith('kubelet') ? 5_000 : 1_000);
@@ -177,12 +193,18 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     await writeFile(layout.containerdConfig, containerdConfig(layout, bins.dir, bins.pauseImage));
     await writeFile(join(layout.cniConfDir, '10-leasehold.conflist'), cniConfList(layout));
     await writeFile(layout.kubeletConfig, kubeletConfiguration(layout, { caPath: cluster.caPath }));
-    // Issued while the namespaces and containerd come up; its failure is kept, not left
+    await writeFile(layout.kubeProxyConfig, kubeProxyConfiguration(layout));
+    // Issued while the namespaces and containerd come up; a failure is kept, not left
     // unhandled, until it is awaited below.
-    const certPromise = issueKubeletClientCert(cluster.kubeConfig, opts.name, layout.kubeletCertDir).then(
-      (cert) => ({ cert }),
-      (error: unknown) => ({ error }),
-    );
+    const kept = <T>(p: Promise<T>) =>
+      p.then(
+        (value) => ({ value }),
+        (error: unknown) => ({ error }),
+      );
+    const certPromises = Promise.all([
+      kept(issueKubeletClientCert(cluster.kubeConfig, opts.name, layout.kubeletCertDir)),
+      kept(issueKubeProxyClientCert(cluster.kubeConfig, opts.name, layout.kubeletCertDir)),
+    ]);
 
     createCgroupRoot(layout.cgroupRoot);
     cgroupsMade = true;
@@ -204,6 +226,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     if (pid1 === undefined) throw new ComponentError(holder.name, 'has no PID 1', holder.logPath);
     identity.pids.push(pid1);
     identity.namespaces.push(...namespacesOf(pid1));
+    await writeFile(routeFile, `/proc/${pid1}/ns/net\n`);
     const inNode = (what: string, bin: string, args: string[], env: string[] = []) =>
       new Component(
         `${opts.name}/${what}`,
@@ -215,7 +238,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     const relay = new Component(
       `${opts.name}/api-relay`,
       join(bins.dir, 'leasehold-netns-relay'),
-      [`-listen=127.0.0.1:${apiPort}`, `-listen-netns=/proc/${pid1}/ns/net`, `-dial=127.0.0.1:${apiPort}`],
+      [`-listen=${net.apiAddress}`, `-listen-netns=/proc/${pid1}/ns/net`, `-dial=127.0.0.1:${apiPort}`],
       join(layout.logDir, 'api-relay.log'),
     );
     components.push(relay);
@@ -261,21 +284,51 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     await importImage(bins.pauseTar);
     progress(`${opts.name}: namespaces, relay and containerd up in ${ms(t0)}; pause image imported`);
 
-    const issued = await certPromise;
-    if ('error' in issued) throw issued.error;
-    const { cert } = issued;
-    await writeKubeconfig(layout.kubeletKubeconfig, `https://127.0.0.1:${apiPort}`, cluster.caPath, {
-      clientCert: cert.cert,
-      clientKey: cert.key,
+    const [kubeletCert, proxyCert] = (await certPromises).map((issued) => {
+      if ('error' in issued) throw issued.error;
+      return issued.value;
+    }) as [{ cert: string; key: string }, { cert: string; key: string }];
+    const server = `https://${net.apiAddress}`;
+    await writeKubeconfig(layout.kubeletKubeconfig, server, cluster.caPath, {
+      clientCert: kubeletCert.cert,
+      clientKey: kubeletCert.key,
+    });
+    await writeKubeconfig(layout.kubeProxyKubeconfig, server, cluster.caPath, {
+      clientCert: proxyCert.cert,
+      clientKey: proxyCert.key,
     });
     const kubelet = inNode('kubelet', join(bins.dir, 'kubelet'), kubeletArgs(layout));
     components.push(kubelet);
     kubelet.start();
+    // knftables runs the nft CLI.
+    const kubeProxy = inNode('kube-proxy', join(bins.dir, 'kube-proxy'), kubeProxyArgs(layout), [
+      'PATH=/usr/sbin:/usr/bin:/sbin:/bin',
+    ]);
+    components.push(kubeProxy);
+    kubeProxy.start();
     const core = cluster.kubeConfig.makeApiClient(CoreV1Api);
-    await kubelet.waitReady(async () => {
-      const n = await core.readNode({ name: opts.name });
-      return n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
-    }, opts.readyTimeoutMs ?? 120_000);
+    await Promise.all([
+      kubelet.waitReady(async () => {
+        const n = await core.readNode({ name: opts.name });
+        return n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+      }, opts.readyTimeoutMs ?? 120_000),
+      // Ready once its table carries the `kubernetes` Service (pods may call the API).
+      kubeProxy.waitReady(async () => {
+        const { stdout } = await run('nsenter', [
+          '--target',
+          String(pid1),
+          '--net',
+          '--',
+          'nft',
+          'list',
+          'map',
+          'ip',
+          'kube-proxy',
+          'service-ips',
+        ]);
+        return stdout.includes(`${KUBERNETES_SERVICE_IP} . tcp . 443`);
+      }, 60_000),
+    ]);
     progress(`${opts.name}: Ready ${ms(t0)} after start`);
   } catch (err) {
     await stop().catch((stopErr) => {

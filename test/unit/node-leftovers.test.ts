@@ -3,8 +3,9 @@
  * leftover: the pure judge on hand-made snapshots, then the host probe on a real stray
  * cgroup directory and a real stray process (as root, like the node itself), and it
  * passes once they are gone. The sweep of what a killed run left removes a dead
- * owner's node and keeps a live one. Also: the layout rejects bad names and indexes, and the
- * rendered configs keep the node off the host's settings.
+ * owner's node and keeps a live one. Also: the layout rejects bad names and indexes, the
+ * rendered configs keep the node off the host's settings, and the node network's
+ * addresses and the API server's egress configuration agree.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -12,8 +13,9 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { test } from 'node:test';
+import { egressSelectorConfig, nodeNetwork } from '../../dev/cluster/node-network.ts';
 import { createCgroupRoot, existingCgroups, removeCgroupRoot } from '../../dev/node/cgroups.ts';
-import { containerdConfig, kubeletConfiguration } from '../../dev/node/config.ts';
+import { containerdConfig, kubeletConfiguration, kubeProxyConfiguration } from '../../dev/node/config.ts';
 import { nodeLayout } from '../../dev/node/layout.ts';
 import {
   findLeftovers,
@@ -174,6 +176,33 @@ test('the rendered configs keep the node off host-wide settings', () => {
   for (const key of ['vm/overcommit_memory', 'kernel/panic', 'kernel/panic_on_oops'])
     assert.match(script, new RegExp(`mount --bind .* /proc/sys/${key}\\n`), `${key} has a per-node view`);
   assert.ok(script.indexOf('mount -t proc') < script.indexOf('/proc/sys/'), 'views go on the node /proc');
+  const proxy = JSON.parse(kubeProxyConfiguration(layout));
+  assert.equal(proxy.mode, 'nftables');
+  assert.equal(proxy.conntrack.maxPerCore, 0, 'kube-proxy leaves the host-wide nf_conntrack_max alone');
+  assert.equal(proxy.clientConnection.kubeconfig, layout.kubeProxyKubeconfig);
+});
+
+test('the node network: the control plane address is on each node, the egress goes to the relay', () => {
+  const layout = nodeLayout('/tmp/leasehold-node-abc', 'node-1', 3);
+  assert.equal(layout.nodeIp, '10.201.0.4');
+  const script = namespaceSetupScript(layout, '/bin-dir/pause');
+  assert.match(
+    script,
+    /ip addr add 10\.201\.0\.254\/32 dev eth0\n/,
+    'the API relay address, inside the node',
+  );
+  const net = nodeNetwork('/tmp/leasehold-cluster-x', 6443);
+  assert.equal(net.apiAddress, '10.201.0.254:6443');
+  const egress = JSON.parse(egressSelectorConfig(net));
+  assert.deepEqual(egress.egressSelections, [
+    {
+      name: 'cluster',
+      connection: {
+        proxyProtocol: 'HTTPConnect',
+        transport: { uds: { udsName: '/tmp/leasehold-cluster-x/node-egress.sock' } },
+      },
+    },
+  ]);
 });
 
 test('a node is stale only when its owner is gone or only its cgroups are left', () => {

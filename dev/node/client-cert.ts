@@ -1,9 +1,11 @@
 /**
- * The kubelet's client certificate, issued the way a cluster issues it: a
- * CertificateSigningRequest for signer kubernetes.io/kube-apiserver-client-kubelet
- * (subject O=system:nodes, CN=system:node:NAME, so the Node authorizer and the
- * NodeRestriction rules apply), approved with the admin credentials and signed by
+ * A node's client certificates, issued the way a cluster issues them: a
+ * CertificateSigningRequest, approved with the admin credentials and signed by
  * kube-controller-manager's csrsigning controller. The key never leaves the node's dir.
+ *  - the kubelet's: signer kubernetes.io/kube-apiserver-client-kubelet, subject
+ *    O=system:nodes, CN=system:node:NAME (the Node authorizer and NodeRestriction apply);
+ *  - kube-proxy's: signer kubernetes.io/kube-apiserver-client, CN=system:kube-proxy
+ *    (the user the default ClusterRoleBinding system:node-proxier binds).
  *
  * Guarantees: resolves with the paths of a signed certificate and its key, or rejects
  * naming the CSR and what it waited for. Not guaranteed: rotation (the certificate
@@ -19,37 +21,50 @@ import { LeaseholdError } from '../../lib/errors.ts';
 
 const run = promisify(execFile);
 
-export async function issueKubeletClientCert(
+export const issueKubeletClientCert = (kubeConfig: KubeConfig, nodeName: string, dir: string) =>
+  issueClientCert(kubeConfig, nodeName, dir, {
+    file: 'kubelet-client',
+    subject: `/O=system:nodes/CN=system:node:${nodeName}`,
+    signerName: 'kubernetes.io/kube-apiserver-client-kubelet',
+  });
+
+export const issueKubeProxyClientCert = (kubeConfig: KubeConfig, nodeName: string, dir: string) =>
+  issueClientCert(kubeConfig, nodeName, dir, {
+    file: 'kube-proxy-client',
+    subject: '/CN=system:kube-proxy',
+    signerName: 'kubernetes.io/kube-apiserver-client',
+  });
+
+interface CertRequest {
+  /** Base name of the key, request and certificate files in dir. */
+  file: string;
+  subject: string;
+  signerName: string;
+}
+
+async function issueClientCert(
   kubeConfig: KubeConfig,
   nodeName: string,
   dir: string,
+  want: CertRequest,
   timeoutMs = 60_000,
 ): Promise<{ cert: string; key: string }> {
-  const key = join(dir, 'kubelet-client.key');
-  const cert = join(dir, 'kubelet-client.crt');
-  const csrPath = join(dir, 'kubelet-client.csr');
+  const key = join(dir, `${want.file}.key`);
+  const cert = join(dir, `${want.file}.crt`);
+  const csrPath = join(dir, `${want.file}.csr`);
   await run('openssl', ['genpkey', '-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:P-256', '-out', key]);
-  await run('openssl', [
-    'req',
-    '-new',
-    '-key',
-    key,
-    '-subj',
-    `/O=system:nodes/CN=system:node:${nodeName}`,
-    '-out',
-    csrPath,
-  ]);
+  await run('openssl', ['req', '-new', '-key', key, '-subj', want.subject, '-out', csrPath]);
   const request = (await readFile(csrPath)).toString('base64');
   const api = kubeConfig.makeApiClient(CertificatesV1Api);
-  const name = `leasehold-node-${nodeName}-${Date.now().toString(36)}`;
-  const what = `CertificateSigningRequest ${name} for node ${nodeName}`;
+  const name = `leasehold-${want.file}-${nodeName}-${Date.now().toString(36)}`;
+  const what = `CertificateSigningRequest ${name} (${want.subject}) for node ${nodeName}`;
   try {
     await api.createCertificateSigningRequest({
       body: {
         metadata: { name },
         spec: {
           request,
-          signerName: 'kubernetes.io/kube-apiserver-client-kubelet',
+          signerName: want.signerName,
           usages: ['digital signature', 'client auth'],
         },
       },

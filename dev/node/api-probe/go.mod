@@ -1,0 +1,3 @@
+module leasehold.dev/node/api-probe
+
+go 1.26.0
