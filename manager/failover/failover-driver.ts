@@ -95,6 +95,8 @@ interface Machine {
   storage: StorageFencing | undefined;
   /** Nodes lost earlier in this failover (the first lost node, lost replacements' nodes): avoided too. */
   avoidNodes: string[];
+  /** Nodes judged lost by replacement-lost.ts (before the Ready condition or the grace say so). */
+  silentNodes: string[];
   /** The replacement judged lost with its node, until `retarget` makes it the lost pod. */
   lostReplacement: { pod: string; verdict: Extract<ReplacementVerdict, { kind: 'lost' }> } | undefined;
   takeoverTimer: NodeJS.Timeout | undefined;
@@ -381,6 +383,7 @@ export class FailoverDriver {
       handoff: undefined,
       storage: undefined,
       avoidNodes: [],
+      silentNodes: [],
       lostReplacement: undefined,
       takeoverTimer: undefined,
       retryTimer: undefined,
@@ -480,6 +483,7 @@ export class FailoverDriver {
         if (m.lostNode !== '' && !m.avoidNodes.includes(m.lostNode)) m.avoidNodes.push(m.lostNode);
         m.lostPod = lost.pod;
         m.lostNode = lost.verdict.node;
+        if (!m.silentNodes.includes(lost.verdict.node)) m.silentNodes.push(lost.verdict.node);
         m.replacementPod = undefined;
         // NB: no holder ever renewed from there: no "kubelet alive after the holder fenced" evidence.
         m.holderSilentSince = undefined;

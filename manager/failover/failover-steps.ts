@@ -57,6 +57,8 @@ export interface StepMachine {
   storage: StorageFencing | undefined;
   /** Nodes lost earlier in this failover (before a lost replacement's): the replacement avoids them too. */
   avoidNodes: readonly string[];
+  /** Nodes judged lost by replacement-lost.ts: avoided as unhealthy (`required` in mode auto) whatever else we see. */
+  silentNodes: readonly string[];
 }
 
 export interface StepDeps {
@@ -186,7 +188,12 @@ export function runStep(
           const sm = view.shareManager(m.key);
           if (!sm) return 'leaseGone';
           const avoid: NodeAvoidances = [m.lostNode, ...m.avoidNodes].flatMap(
-            (node) => avoidanceFor(config.antiAffinity, node, view.nodeHealth(node)) ?? [],
+            (node) =>
+              avoidanceFor(
+                config.antiAffinity,
+                node,
+                m.silentNodes.includes(node) ? 'unhealthy' : view.nodeHealth(node),
+              ) ?? [],
           );
           const { pod, created } = await executor.createReplacement(sm, m.lostPod, avoid);
           m.replacementPod = pod;
