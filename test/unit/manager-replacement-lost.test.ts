@@ -1,5 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import type { V1Node } from '@kubernetes/client-node';
+import { ManualClock } from '../../lib/clock.ts';
+import type { Informer } from '../../lib/informer.ts';
+import { NodeObserver } from '../../manager/detection/node-observer.ts';
 import { EVENTS, PHASES, transition } from '../../manager/failover/failover-transitions.ts';
 import {
   judgeReplacement,
@@ -87,4 +91,32 @@ test('replacementLost sends only the owner waiting for the acquisition round aga
     for (const event of EVENTS)
       if (transition(phase, event).actions.includes('retarget'))
         assert.deepEqual([phase, event], ['awaitingAcquire', 'replacementLost']);
+});
+
+test("the node observer's heartbeat period is the longest recent interval between changes; a reset moves only the observation", () => {
+  const clock = new ManualClock();
+  const nodes = { get: () => undefined } as unknown as Informer<V1Node>;
+  const observer = new NodeObserver(clock, nodes, 40_000);
+  const beat = (renewTime: string) =>
+    observer.heartbeatSeen({
+      metadata: { name: 'sim-2' },
+      spec: { renewTime: renewTime as unknown as Date },
+    });
+  assert.equal(observer.heartbeat('sim-2'), undefined);
+  beat('t1');
+  assert.equal(observer.heartbeat('sim-2')?.periodMs, undefined, 'one change: no period yet');
+  clock.advance(2_000);
+  beat('t2');
+  clock.advance(3_000);
+  beat('t2'); // the same renewal seen again: no change
+  beat('t3');
+  assert.deepEqual(observer.heartbeat('sim-2'), { observedAt: clock.now(), periodMs: 3_000 });
+  for (let i = 0; i < 4; i++) {
+    clock.advance(2_000);
+    beat(`u${i}`);
+  }
+  assert.equal(observer.heartbeat('sim-2')?.periodMs, 2_000, 'only the last four intervals count');
+  clock.advance(9_000);
+  observer.resetHeartbeats();
+  assert.equal(observer.heartbeat('sim-2')?.observedAt, clock.now(), 'the blindness rule');
 });
