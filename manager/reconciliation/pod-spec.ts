@@ -302,23 +302,37 @@ function agentEnv(
   return env;
 }
 
+/**
+ * NB: a `metadata.name` field selector takes exactly one value (the API rejects NotIn with
+ * two), so each node is its own requirement: ANDed in the one required term, one
+ * preferred term each (a node avoiding all of them scores best).
+ */
 function antiAffinity(avoid: NodeAvoidance | NodeAvoidances): V1Affinity | undefined {
   const all: NodeAvoidances =
     avoid === undefined ? [] : Array.isArray(avoid) ? avoid : [avoid as NonNullable<NodeAvoidance>];
   const nodes = (mode: 'required' | 'preferred') => [
     ...new Set(all.filter((a) => a.mode === mode).map((a) => a.node)),
   ];
-  const term = (values: string[]) => ({ matchFields: [{ key: 'metadata.name', operator: 'NotIn', values }] });
+  const notOn = (node: string) => ({ key: 'metadata.name', operator: 'NotIn', values: [node] });
   const required = nodes('required');
   const preferred = nodes('preferred').filter((n) => !required.includes(n));
   if (required.length === 0 && preferred.length === 0) return undefined;
   return {
     nodeAffinity: {
       ...(required.length > 0
-        ? { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: [term(required)] } }
+        ? {
+            requiredDuringSchedulingIgnoredDuringExecution: {
+              nodeSelectorTerms: [{ matchFields: required.map(notOn) }],
+            },
+          }
         : {}),
       ...(preferred.length > 0
-        ? { preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 100, preference: term(preferred) }] }
+        ? {
+            preferredDuringSchedulingIgnoredDuringExecution: preferred.map((node) => ({
+              weight: 100,
+              preference: { matchFields: [notOn(node)] },
+            })),
+          }
         : {}),
     },
   };

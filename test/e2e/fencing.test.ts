@@ -143,7 +143,12 @@ test("the replacement's node crashes before its agent acquired: failed over agai
     await cordon(z, false);
     const lostAt = Date.now();
     await sys.sim.node(y).crash();
-    const after = await waitServing(sys, share, 120_000, before.pod);
+    const after = await waitServing(sys, share, 120_000, before.pod).catch(async (err: unknown) => {
+      const pods = (await sharePods(sys, share).catch(() => [])).map(
+        (p) => `${p.metadata?.name}@${p.spec?.nodeName || '-'}:${p.status?.phase}`,
+      );
+      throw new Error(`${String(err)}; pods of ${share}: ${pods.join(', ')}`, { cause: err });
+    });
     const window = sys.sim.servingWindows(pvName(share)).find((w) => w.id === after.pod);
     assert.ok(window, `a serving window of ${after.pod}`);
     const toServingS = (new Date(window.startWall).getTime() - lostAt) / 1000;

@@ -414,14 +414,21 @@ test('after a lost replacement the next pod avoids every lost node, each with it
     { node: 'sim-3', mode: 'preferred' },
     { node: 'sim-1', mode: 'preferred' },
   ]).spec?.affinity?.nodeAffinity;
-  assert.deepEqual(
-    affinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms[0]?.matchFields?.[0]?.values,
-    ['sim-2', 'sim-1'],
-  );
+  // One value per metadata.name requirement (the API rejects more): ANDed in one term.
+  assert.deepEqual(affinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms, [
+    {
+      matchFields: [
+        { key: 'metadata.name', operator: 'NotIn', values: ['sim-2'] },
+        { key: 'metadata.name', operator: 'NotIn', values: ['sim-1'] },
+      ],
+    },
+  ]);
   // A node required once is not also preferred.
-  assert.deepEqual(
-    affinity?.preferredDuringSchedulingIgnoredDuringExecution?.[0]?.preference.matchFields?.[0]?.values,
-    ['sim-3'],
-  );
+  assert.deepEqual(affinity?.preferredDuringSchedulingIgnoredDuringExecution, [
+    {
+      weight: 100,
+      preference: { matchFields: [{ key: 'metadata.name', operator: 'NotIn', values: ['sim-3'] }] },
+    },
+  ]);
   assert.equal(build([]).spec?.affinity, undefined);
 });
