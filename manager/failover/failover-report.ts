@@ -172,7 +172,7 @@ export async function reportReplacementLost(
   const sm = c.sm;
   if (!sm) return;
   const avoided = [verdict.node, ...earlierNodes].join(', ');
-  const message = `replacement ${c.lostPod || '(none)'} on node ${verdict.node} did not acquire the lease and that node's heartbeat has been silent ${(verdict.silentMs / 1000).toFixed(1)}s (lost after ${verdict.thresholdMs / 1000}s) by ${c.identity}'s observation: force-deleting it, handing the volume off ${verdict.node} and creating another away from ${avoided}`;
+  const message = `replacement ${c.lostPod || '(none)'} on node ${verdict.node} did not acquire the lease and that node's heartbeat has been silent ${(verdict.silentMs / 1000).toFixed(1)}s (lost after ${(verdict.thresholdMs / 1000).toFixed(1)}s) by ${c.identity}'s observation: force-deleting it, handing the volume off ${verdict.node} and creating another away from ${avoided}`;
   c.log.warn({ sm: sm.metadata.name, lostPod: c.lostPod, lostNode: verdict.node, earlierNodes }, message);
   const namespace = sm.metadata.namespace ?? '';
   const name = sm.metadata.name ?? '';

@@ -97,7 +97,7 @@ export function judgeReplacement(input: ReplacementInput): ReplacementVerdict {
   if (silentMs >= thresholdMs) return { kind: 'lost', node: input.node, silentMs, thresholdMs };
   return {
     kind: 'waiting',
-    reason: `node ${input.node} heartbeat seen ${Math.round(silentMs)} ms ago (lost after ${thresholdMs} ms)`,
+    reason: `node ${input.node} heartbeat seen ${Math.round(silentMs)} ms ago (lost after ${Math.round(thresholdMs)} ms)`,
     recheckAt: hb.observedAt + thresholdMs,
   };
 }
