@@ -21,6 +21,8 @@ export type EventReason =
   | 'OutOfServiceTaintAdded'
   | 'OutOfServiceTaintRemoved'
   | 'VolumeHandoff'
+  // A replacement lost with its node before it acquired (failover/replacement-lost.ts).
+  | 'ReplacementLost'
   // The storage-fencing gate (failover/storage-fencing.ts), one per StorageFencing=False reason.
   | 'AwaitingNodeDown'
   | 'LeaseOnly'

@@ -191,6 +191,7 @@ driver = new FailoverDriver(config, clock, log, metrics, failoverExecutor, event
   },
   nodeHealth: (node) => nodeObserver?.health(node) ?? 'unknown',
   heartbeatChangedAt: (node) => nodeObserver?.heartbeatChangedAt(node),
+  heartbeat: (node) => nodeObserver?.heartbeat(node),
 });
 const failovers = driver;
 const confirmation = new StaleConfirmation(

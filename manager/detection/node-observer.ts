@@ -7,12 +7,16 @@ import type { V1Node } from '@kubernetes/client-node';
 import type { Clock } from '../../lib/clock.ts';
 import type { Informer } from '../../lib/informer.ts';
 import type { k8s } from '../../lib/kube-client.ts';
+import type { HeartbeatSeen } from '../failover/replacement-lost.ts';
 import { type NodeHealth, nodeHealth } from './node-health.ts';
+
+/** How many intervals between heartbeat changes are kept to estimate a node's period. */
+const PERIOD_SAMPLES = 4;
 
 export class NodeObserver {
   private readonly heartbeats = new Map<
     string,
-    { renewTime: string; observedAt: number; changedAt: number }
+    { renewTime: string; observedAt: number; changedAt: number; intervals: number[] }
   >();
 
   constructor(
@@ -27,7 +31,10 @@ export class NodeObserver {
     const previous = this.heartbeats.get(node);
     if (previous?.renewTime === renewTime) return;
     const now = this.clock.now();
-    this.heartbeats.set(node, { renewTime, observedAt: now, changedAt: now });
+    const intervals = previous
+      ? [...previous.intervals, now - previous.changedAt].slice(-PERIOD_SAMPLES)
+      : [];
+    this.heartbeats.set(node, { renewTime, observedAt: now, changedAt: now, intervals });
   }
 
   heartbeatGone(lease: k8s.V1Lease): void {
@@ -51,6 +58,20 @@ export class NodeObserver {
    */
   heartbeatChangedAt(node: string): number | undefined {
     return this.heartbeats.get(node)?.changedAt;
+  }
+
+  /**
+   * The node's heartbeat as replacement-lost.ts needs it: our last observation (moved by a
+   * reset) and its period as we saw it (the longest of the last few intervals between
+   * two changes; NB: a watch gap makes one interval long, which only makes the rule slower).
+   */
+  heartbeat(node: string): HeartbeatSeen | undefined {
+    const hb = this.heartbeats.get(node);
+    if (!hb) return undefined;
+    return {
+      observedAt: hb.observedAt,
+      periodMs: hb.intervals.length > 0 ? Math.max(...hb.intervals) : undefined,
+    };
   }
 
   health(node: string): NodeHealth {

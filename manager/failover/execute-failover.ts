@@ -29,7 +29,7 @@ import { fromWire, LABEL_SHARE_MANAGER, type LeaseRecord } from '../../lib/lease
 import type { LeaseStore } from '../../lib/lease-store.ts';
 import type { ManagerConfig } from '../config.ts';
 import { isLive } from '../reconciliation/decide-reconcile.ts';
-import { type NodeAvoidance, sharePodFor } from '../reconciliation/pod-spec.ts';
+import { type NodeAvoidances, sharePodFor } from '../reconciliation/pod-spec.ts';
 import type { ShareManager } from '../reconciliation/share-manager-spec.ts';
 import type { StatusWriter } from '../reconciliation/status-writer.ts';
 import {
@@ -326,7 +326,7 @@ export class FailoverExecutor {
   async createReplacement(
     sm: ShareManager,
     lostPod: string,
-    avoid: NodeAvoidance,
+    avoid: NodeAvoidances,
   ): Promise<{ pod: string; created: boolean }> {
     const namespace = sm.metadata.namespace ?? '';
     const name = sm.metadata.name ?? '';

@@ -20,6 +20,11 @@
  *    a share that waits for node-down evidence (`awaitingNodeDown`) is rechecked when its
  *    lost Node changes or is deleted (`onNodeChange`) and every GATE_RECHECK_MS, within
  *    the concurrency limit; the machine stays non-idle for the whole wait.
+ *  - While the owner waits for the replacement's agent (`awaitingAcquire`), and while a
+ *    follower waits for it (`followingAcquire`), the replacement is judged by
+ *    replacement-lost.ts on entry, on every pod change of the share manager and at the
+ *    instant the verdict names; `lost` is the event `replacementLost`. A follower never
+ *    counts a replacement on a lost node as live (so it cannot cancel its takeover timer).
  *  - A lease's holder node is its `leasehold.dev/holder-node`, else its holder pod's
  *    spec.nodeName when that pod is known, else unknown ('').
  */
@@ -46,6 +51,7 @@ import {
   completeFailover,
   type FailoverTimes,
   reportHandoff,
+  reportReplacementLost,
   reportStorageGate,
 } from './failover-report.ts';
 import { type ClusterView, runStep, type StepDeps } from './failover-steps.ts';
@@ -57,6 +63,7 @@ import {
   stepOf,
   transition,
 } from './failover-transitions.ts';
+import { judgeReplacement, type ReplacementVerdict } from './replacement-lost.ts';
 import { holderReturned, type StorageFencing } from './storage-fencing.ts';
 
 /**
@@ -86,9 +93,17 @@ interface Machine {
   handoff: string | undefined;
   /** The storage's classification, once the gate read it. */
   storage: StorageFencing | undefined;
+  /** Nodes lost earlier in this failover (the first lost node, lost replacements' nodes): avoided too. */
+  avoidNodes: string[];
+  /** Nodes judged lost by replacement-lost.ts (before the Ready condition or the grace say so). */
+  silentNodes: string[];
+  /** The replacement judged lost with its node, until `retarget` makes it the lost pod. */
+  lostReplacement: { pod: string; verdict: Extract<ReplacementVerdict, { kind: 'lost' }> } | undefined;
   takeoverTimer: NodeJS.Timeout | undefined;
   retryTimer: NodeJS.Timeout | undefined;
   recheckTimer: NodeJS.Timeout | undefined;
+  /** When the replacement-lost verdict may change without any event (its `recheckAt`). */
+  lostCheckTimer: NodeJS.Timeout | undefined;
 }
 
 export type { ClusterView };
@@ -281,6 +296,55 @@ export class FailoverDriver {
     if (m.phase !== 'awaitingAcquire' || pod.metadata?.name !== m.replacementPod) return;
     const phase = pod.status?.phase;
     if (deleted || phase === 'Failed' || phase === 'Succeeded') this.dispatch(key, 'replacementFailed');
+    else this.checkReplacement(m);
+  }
+
+  /** The replacement-lost verdict on `pod` (replacement-lost.ts), from the caches and our clock. */
+  private judge(m: Machine, pod: V1Pod | undefined): ReplacementVerdict {
+    const lease = this.monitor?.observation(m.key)?.lease;
+    const name = pod?.metadata?.name ?? '';
+    const node = pod?.spec?.nodeName ?? '';
+    return judgeReplacement({
+      now: this.clock.now(),
+      durationMs: this.monitor?.observation(m.key)?.durationMs ?? this.config.defaults.leaseDurationMs,
+      graceMs: this.config.nodeLeaseGraceMs,
+      // An acquisition clears the mark; a lease naming the replacement is acquired whatever its marks.
+      leaseUnacquired: lease !== undefined && lease.delinquentSince !== undefined && lease.holder !== name,
+      node,
+      heartbeat: node === '' ? undefined : this.view.heartbeat(node),
+    });
+  }
+
+  /**
+   * While waiting for the replacement's agent: is the replacement lost with its node?
+   * `lost` dispatches `replacementLost`; otherwise looks again when the verdict could change.
+   */
+  private checkReplacement(m: Machine): void {
+    if (this.machines.get(m.key) !== m) return;
+    if (m.phase !== 'awaitingAcquire' && m.phase !== 'followingAcquire') return;
+    const [namespace] = m.key.split('/') as [string];
+    const pod = m.replacementPod ? this.view.pod(namespace, m.replacementPod) : undefined;
+    const verdict = this.judge(m, pod);
+    clearTimeout(m.lostCheckTimer);
+    if (verdict.kind === 'lost') {
+      this.log.warn(
+        { lease: m.key, pod: m.replacementPod, node: verdict.node, silentMs: Math.round(verdict.silentMs) },
+        'replacement lost with its node before its agent acquired',
+      );
+      m.lostReplacement = { pod: m.replacementPod ?? '', verdict };
+      this.dispatch(m.key, 'replacementLost');
+      return;
+    }
+    // NB: without a time (unscheduled, no heartbeat seen, lease acquired) a pod or lease
+    // change brings the next look; the fallback only catches a heartbeat first seen later.
+    const at = verdict.recheckAt ?? this.clock.now() + this.config.defaults.leaseDurationMs;
+    const epoch = m.epoch;
+    m.lostCheckTimer = setTimeout(
+      () => {
+        if (m.epoch === epoch) this.checkReplacement(m);
+      },
+      Math.max(0, at - this.clock.now()) + 1,
+    );
   }
 
   /**
@@ -289,11 +353,14 @@ export class FailoverDriver {
    */
   private noticeReplacement(m: Machine): void {
     const replacement = this.view.livePods(m.key).find((p) => p.metadata?.name !== m.lostPod);
-    if (replacement) {
+    // A replacement lost with its node is no progress of the owner (it cannot cancel the timer).
+    const lost = replacement !== undefined && this.judge(m, replacement).kind === 'lost';
+    if (replacement && !lost) {
       m.replacementPod = replacement.metadata?.name;
       if (m.phase === 'following') this.dispatch(m.key, 'replacementLive');
+      else this.checkReplacement(m);
     } else if (m.phase === 'followingAcquire') {
-      this.dispatch(m.key, 'replacementFailed');
+      this.dispatch(m.key, lost ? 'replacementLost' : 'replacementFailed');
     }
   }
 
@@ -315,9 +382,13 @@ export class FailoverDriver {
       holderSilentSince: undefined,
       handoff: undefined,
       storage: undefined,
+      avoidNodes: [],
+      silentNodes: [],
+      lostReplacement: undefined,
       takeoverTimer: undefined,
       retryTimer: undefined,
       recheckTimer: undefined,
+      lostCheckTimer: undefined,
     };
     this.machines.set(key, m);
     return m;
@@ -346,6 +417,9 @@ export class FailoverDriver {
       );
     // Entering `following`: the replacement may already exist (no pod event will say so).
     if (t.next !== from && t.next === 'following' && this.machines.get(key) === m) this.noticeReplacement(m);
+    // Entering a wait for the replacement's agent: judge it now (its node may be silent already).
+    if (t.next !== from && (t.next === 'awaitingAcquire' || t.next === 'followingAcquire'))
+      this.checkReplacement(m);
   }
 
   /** Runs an I/O step; its outcome event reaches the machine only if the phase did not change. */
@@ -401,6 +475,33 @@ export class FailoverDriver {
         this.metrics.failovers.inc({ result: 'completed' });
         void completeFailover(this.reportContext(m));
         return;
+      case 'retarget': {
+        // The lost replacement becomes the lost pod, its node the lost node; the nodes lost
+        // before stay avoided. The mark stays (it names the first holder): nobody acquired.
+        const lost = m.lostReplacement;
+        if (!lost) return;
+        if (m.lostNode !== '' && !m.avoidNodes.includes(m.lostNode)) m.avoidNodes.push(m.lostNode);
+        m.lostPod = lost.pod;
+        m.lostNode = lost.verdict.node;
+        if (!m.silentNodes.includes(lost.verdict.node)) m.silentNodes.push(lost.verdict.node);
+        m.replacementPod = undefined;
+        // NB: no holder ever renewed from there: no "kubelet alive after the holder fenced" evidence.
+        m.holderSilentSince = undefined;
+        m.handoff = undefined;
+        m.times = {
+          detected: m.times.detected,
+          marked: m.times.marked,
+          replacementLost: { mono: this.clock.now(), wall: this.clock.wallNow() },
+        };
+        return;
+      }
+      case 'announceReplacementLost': {
+        const verdict = m.lostReplacement?.verdict;
+        m.lostReplacement = undefined;
+        this.metrics.failovers.inc({ result: 'replacement_lost' });
+        if (verdict) void reportReplacementLost(this.reportContext(m), verdict, m.avoidNodes);
+        return;
+      }
       case 'startTakeoverTimer':
         clearTimeout(m.takeoverTimer);
         m.takeoverTimer = setTimeout(
@@ -453,6 +554,7 @@ export class FailoverDriver {
       times: { ...m.times },
       inherited: m.inherited,
       handoff: m.handoff,
+      reason: m.times.replacementLost ? ('ReplacementLost' as const) : ('LeaseExpired' as const),
       durationMs: this.monitor?.observation(m.key)?.durationMs ?? this.config.defaults.leaseDurationMs,
       identity: this.config.identity,
       status: this.executor.status,
@@ -471,6 +573,7 @@ export class FailoverDriver {
     clearTimeout(m.takeoverTimer);
     clearTimeout(m.retryTimer);
     clearTimeout(m.recheckTimer);
+    clearTimeout(m.lostCheckTimer);
   }
 
   private later(ms: number, run: () => void): void {

@@ -34,6 +34,8 @@ export interface FailoverTimes {
   detached?: Instant;
   replacementCreated?: Instant;
   acquired?: Instant;
+  /** A replacement was lost with its node; the steps after it are this round's. */
+  replacementLost?: Instant;
 }
 
 export interface ReportContext {
@@ -46,6 +48,8 @@ export interface ReportContext {
   inherited?: LastFailover | undefined;
   /** What the volume handoff did (volume-handoff.ts describeHandoff). */
   handoff?: string | undefined;
+  /** status.lastFailover.reason: LeaseExpired, or ReplacementLost once a replacement was lost with its node. */
+  reason?: 'LeaseExpired' | 'ReplacementLost';
   durationMs: number;
   identity: string;
   status: StatusWriter;
@@ -71,7 +75,7 @@ export function lastFailover(c: ReportContext): LastFailover {
   const iso = (i: Instant | undefined) => i?.wall.toISOString();
   const first = c.inherited;
   const record: LastFailover = {
-    reason: 'LeaseExpired',
+    reason: c.reason ?? 'LeaseExpired',
     lostNode: c.lostNode,
     lostPod: c.lostPod,
     by: c.identity,
@@ -117,7 +121,7 @@ function span(from: Instant | undefined, to: Instant | undefined): number | unde
 export function phaseDurations(t: FailoverTimes): Partial<Record<FailoverPhaseName, number>> {
   const out: Partial<Record<FailoverPhaseName, number>> = {
     mark: span(t.detected, t.marked),
-    pod_delete: span(t.marked, t.podDeleted),
+    pod_delete: span(t.replacementLost ?? t.marked, t.podDeleted),
     detach: span(t.podDeleted, t.detached),
     replace: span(t.detached, t.replacementCreated),
     acquire: span(t.replacementCreated, t.acquired),
@@ -152,6 +156,35 @@ export async function announceFailover(
       .patch(namespace, name, { state: 'FailingOver', message, lastFailover: lastFailoverPatch(c) })
       .catch((err: unknown) =>
         c.log.warn({ err, sm: `${namespace}/${name}` }, 'writing status FailingOver failed'),
+      ),
+  ]);
+}
+
+/**
+ * A replacement lost with its node before it acquired (replacement-lost.ts): event
+ * ReplacementLost, status FailingOver with lastFailover naming it as the lost pod.
+ */
+export async function reportReplacementLost(
+  c: ReportContext,
+  verdict: { node: string; silentMs: number; thresholdMs: number },
+  earlierNodes: readonly string[],
+): Promise<void> {
+  const sm = c.sm;
+  if (!sm) return;
+  const avoided = [verdict.node, ...earlierNodes].join(', ');
+  const message = `replacement ${c.lostPod || '(none)'} on node ${verdict.node} did not acquire the lease and that node's heartbeat has been silent ${(verdict.silentMs / 1000).toFixed(1)}s (lost after ${(verdict.thresholdMs / 1000).toFixed(1)}s) by ${c.identity}'s observation: force-deleting it, handing the volume off ${verdict.node} and creating another away from ${avoided}`;
+  c.log.warn({ sm: sm.metadata.name, lostPod: c.lostPod, lostNode: verdict.node, earlierNodes }, message);
+  const namespace = sm.metadata.namespace ?? '';
+  const name = sm.metadata.name ?? '';
+  await Promise.all([
+    c.events.record(sm, 'Warning', 'ReplacementLost', message),
+    c.status
+      .patch(namespace, name, { state: 'FailingOver', message, lastFailover: lastFailoverPatch(c) })
+      .catch((err: unknown) =>
+        c.log.warn(
+          { err, sm: `${namespace}/${name}` },
+          'writing status FailingOver (replacement lost) failed',
+        ),
       ),
   ]);
 }

@@ -17,11 +17,13 @@ import type { ManagerConfig } from '../config.ts';
 import type { LeaseMonitor } from '../detection/lease-monitor.ts';
 import { avoidanceFor, type NodeHealth } from '../detection/node-health.ts';
 import type { ManagerMetrics } from '../manager-metrics.ts';
+import type { NodeAvoidances } from '../reconciliation/pod-spec.ts';
 import type { LastFailover, ShareManager } from '../reconciliation/share-manager-spec.ts';
 import { resolveSpec } from '../reconciliation/share-manager-spec.ts';
 import type { FailoverExecutor } from './execute-failover.ts';
 import { type FailoverTimes, inheritedRecord } from './failover-report.ts';
 import type { FailoverEvent } from './failover-transitions.ts';
+import type { HeartbeatSeen } from './replacement-lost.ts';
 import { decideNonFencingGate, type FencingCondition, type StorageFencing } from './storage-fencing.ts';
 import { describeHandoff } from './volume-handoff.ts';
 
@@ -33,6 +35,8 @@ export interface ClusterView {
   nodeHealth(node: string): NodeHealth;
   /** Our monotonic time of the node heartbeat Lease's last change we saw (not moved by watch resets); undefined = never seen. */
   heartbeatChangedAt(node: string): number | undefined;
+  /** The node's heartbeat as replacement-lost.ts judges it; undefined = never seen. */
+  heartbeat(node: string): HeartbeatSeen | undefined;
 }
 
 /** The part of a failover machine the steps read and fill in. */
@@ -51,6 +55,10 @@ export interface StepMachine {
   handoff: string | undefined;
   /** The storage's classification, once the storage-fencing gate read it. */
   storage: StorageFencing | undefined;
+  /** Nodes lost earlier in this failover (before a lost replacement's): the replacement avoids them too. */
+  avoidNodes: readonly string[];
+  /** Nodes judged lost by replacement-lost.ts: avoided as unhealthy (`required` in mode auto) whatever else we see. */
+  silentNodes: readonly string[];
 }
 
 export interface StepDeps {
@@ -179,7 +187,14 @@ export function runStep(
         run: async () => {
           const sm = view.shareManager(m.key);
           if (!sm) return 'leaseGone';
-          const avoid = avoidanceFor(config.antiAffinity, m.lostNode, view.nodeHealth(m.lostNode));
+          const avoid: NodeAvoidances = [m.lostNode, ...m.avoidNodes].flatMap(
+            (node) =>
+              avoidanceFor(
+                config.antiAffinity,
+                node,
+                m.silentNodes.includes(node) ? 'unhealthy' : view.nodeHealth(node),
+              ) ?? [],
+          );
           const { pod, created } = await executor.createReplacement(sm, m.lostPod, avoid);
           m.replacementPod = pod;
           m.times.replacementCreated = now();

@@ -30,6 +30,12 @@
  *    `checkingStorage`, without leaving the machine: the reconciler must not see the
  *    share idle and create a pod behind the gate's back. The mark that may follow is the
  *    CAS on the verdict's lease version, so a renewal since makes it fail (409).
+ *  - A replacement lost with its node before its agent acquired (replacement-lost.ts:
+ *    the lease still marked, the node's heartbeat silent for D + P by our observation)
+ *    sends the owner from `awaitingAcquire` round again (`replacementLost`: that pod and
+ *    node become the lost ones, the earlier lost nodes stay avoided) without the
+ *    storage-fencing gate: no server of this share can have run there. A follower in
+ *    `followingAcquire` restarts its takeover timer instead.
  *  - Every step is idempotent (pod already gone, no attachment, replacement already
  *    there are successes), so a retry or a takeover may repeat one safely.
  */
@@ -78,6 +84,11 @@ export const EVENTS = [
   'replacementCreated',
   /** The replacement pod ended (or was deleted) without acquiring. */
   'replacementFailed',
+  /**
+   * The replacement's node went silent before its agent acquired (replacement-lost.ts):
+   * the lease is still as the mark left it and the node's heartbeat stopped for D + P.
+   */
+  'replacementLost',
   /** Seen while following: a live pod of the share manager other than the lost one exists. */
   'replacementLive',
   /** A new holder acquired the lease (delinquent cleared). */
@@ -102,6 +113,8 @@ export type Action =
   | 'deletePod'
   | 'handOffVolume'
   | 'createReplacement'
+  | 'retarget'
+  | 'announceReplacementLost'
   | 'complete'
   | 'startTakeoverTimer'
   | 'cancelTakeoverTimer'
@@ -139,6 +152,7 @@ function owning(
     detached: stay,
     replacementCreated: stay,
     replacementFailed: stay,
+    replacementLost: stay,
     replacementLive: stay,
     acquired: to('idle', 'complete'),
     takeoverDue: stay,
@@ -167,6 +181,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     detached: to('idle'),
     replacementCreated: to('idle'),
     replacementFailed: to('idle'),
+    replacementLost: to('idle'),
     replacementLive: to('idle'),
     acquired: to('idle'),
     takeoverDue: to('idle'),
@@ -191,6 +206,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     detached: to('checkingStorage'),
     replacementCreated: to('checkingStorage'),
     replacementFailed: to('checkingStorage'),
+    replacementLost: to('checkingStorage'),
     replacementLive: to('checkingStorage'),
     acquired: to('idle'),
     takeoverDue: to('checkingStorage'),
@@ -220,6 +236,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     detached: to('awaitingNodeDown'),
     replacementCreated: to('awaitingNodeDown'),
     replacementFailed: to('awaitingNodeDown'),
+    replacementLost: to('awaitingNodeDown'),
     replacementLive: to('awaitingNodeDown'),
     // A new holder (the kubelet reported the old pod ended, the reconciler freed the lease).
     acquired: to('idle', 'reportWaitOver'),
@@ -244,6 +261,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     detached: to('marking'),
     replacementCreated: to('marking'),
     replacementFailed: to('marking'),
+    replacementLost: to('marking'),
     replacementLive: to('marking'),
     acquired: to('idle'),
     takeoverDue: to('marking'),
@@ -257,7 +275,12 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
   deletingPod: owning('deletingPod', { podGone: to('detaching', 'handOffVolume') }),
   detaching: owning('detaching', { detached: to('replacing', 'createReplacement') }),
   replacing: owning('replacing', { replacementCreated: to('awaitingAcquire') }),
-  awaitingAcquire: owning('awaitingAcquire', { replacementFailed: to('replacing', 'createReplacement') }),
+  awaitingAcquire: owning('awaitingAcquire', {
+    replacementFailed: to('replacing', 'createReplacement'),
+    // Round again with the replacement as the lost pod and its node as the lost node. No
+    // storage gate: it never acquired, so no server of this share ran there (replacement-lost.ts).
+    replacementLost: to('deletingPod', 'retarget', 'announceReplacementLost', 'deletePod'),
+  }),
   following: {
     stale: to('following'),
     staleObserveOnly: to('following'),
@@ -274,6 +297,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     detached: to('following'),
     replacementCreated: to('following'),
     replacementFailed: to('following'),
+    replacementLost: to('following'),
     // The owner made its replacement: waiting for the agent to acquire is not a stall.
     replacementLive: to('followingAcquire', 'cancelTakeoverTimer'),
     acquired: to('idle', 'cancelTakeoverTimer'),
@@ -300,6 +324,10 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     replacementCreated: to('followingAcquire'),
     // It ended without acquiring: the owner must make another; give it a full timeout.
     replacementFailed: to('following', 'startTakeoverTimer'),
+    // Its node went silent: the owner should go round again (at once, by the same rule);
+    // if it does not, the takeover timer runs, and a replacement on a lost node is not
+    // "live" for noticeReplacement, so it cannot cancel the timer again.
+    replacementLost: to('following', 'startTakeoverTimer'),
     replacementLive: to('followingAcquire'),
     acquired: to('idle'),
     // NB: the timer was cancelled on entry; a late one changes nothing.
@@ -324,6 +352,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     detached: to('takingOver'),
     replacementCreated: to('takingOver'),
     replacementFailed: to('takingOver'),
+    replacementLost: to('takingOver'),
     replacementLive: to('takingOver'),
     acquired: to('idle'),
     takeoverDue: to('takingOver'),

@@ -88,6 +88,8 @@ export const AGENT_RUNTIME_ENV: readonly V1EnvVar[] = [
 ];
 
 export type NodeAvoidance = { node: string; mode: 'required' | 'preferred' } | undefined;
+/** Several nodes to avoid (a failover that lost a replacement too), each with its own mode. */
+export type NodeAvoidances = readonly NonNullable<NodeAvoidance>[];
 
 export interface PodSpecInput {
   sm: ShareManager;
@@ -103,7 +105,7 @@ export interface PodSpecInput {
   agentPort: number;
   /** ServiceAccount when the ShareManager names none; undefined = the namespace's default. */
   agentServiceAccount?: string | undefined;
-  avoid: NodeAvoidance;
+  avoid: NodeAvoidance | NodeAvoidances;
   /** Annotations that tie the pod to its creation (pod request id, replaced pod). */
   annotations?: Record<string, string>;
 }
@@ -121,7 +123,7 @@ export type PodSettings = Pick<
 export function sharePodFor(
   sm: ShareManager,
   settings: PodSettings,
-  avoid: NodeAvoidance,
+  avoid: NodeAvoidance | NodeAvoidances,
   annotations: Record<string, string>,
 ): { ok: true; pod: V1Pod } | { ok: false; message: string } {
   const resolved = resolveSpec(sm.spec, settings.defaults);
@@ -300,15 +302,38 @@ function agentEnv(
   return env;
 }
 
-function antiAffinity(avoid: NodeAvoidance): V1Affinity | undefined {
-  if (!avoid) return undefined;
-  const term = { matchFields: [{ key: 'metadata.name', operator: 'NotIn', values: [avoid.node] }] };
-  if (avoid.mode === 'required') {
-    return {
-      nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: [term] } },
-    };
-  }
+/**
+ * NB: a `metadata.name` field selector takes exactly one value (the API rejects NotIn with
+ * two), so each node is its own requirement: ANDed in the one required term, one
+ * preferred term each (a node avoiding all of them scores best).
+ */
+function antiAffinity(avoid: NodeAvoidance | NodeAvoidances): V1Affinity | undefined {
+  const all: NodeAvoidances =
+    avoid === undefined ? [] : Array.isArray(avoid) ? avoid : [avoid as NonNullable<NodeAvoidance>];
+  const nodes = (mode: 'required' | 'preferred') => [
+    ...new Set(all.filter((a) => a.mode === mode).map((a) => a.node)),
+  ];
+  const notOn = (node: string) => ({ key: 'metadata.name', operator: 'NotIn', values: [node] });
+  const required = nodes('required');
+  const preferred = nodes('preferred').filter((n) => !required.includes(n));
+  if (required.length === 0 && preferred.length === 0) return undefined;
   return {
-    nodeAffinity: { preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 100, preference: term }] },
+    nodeAffinity: {
+      ...(required.length > 0
+        ? {
+            requiredDuringSchedulingIgnoredDuringExecution: {
+              nodeSelectorTerms: [{ matchFields: required.map(notOn) }],
+            },
+          }
+        : {}),
+      ...(preferred.length > 0
+        ? {
+            preferredDuringSchedulingIgnoredDuringExecution: preferred.map((node) => ({
+              weight: 100,
+              preference: { matchFields: [notOn(node)] },
+            })),
+          }
+        : {}),
+    },
   };
 }

@@ -7,14 +7,41 @@
  * the server, by the kubelet's liveness backstop.
  * Each asserts that the serving windows never overlap and that no acknowledged record is
  * lost, and prints when the old server stopped and the new one started.
+ * Last, on the same cluster (its nodes all healed by then): the share's node crashes and
+ * its replacement is bound to a node whose kubelet starts no new pod (SimNode
+ * holdNewPods), and that node crashes too before the replacement's agent could acquire;
+ * the managers must fail over again (ReplacementLost) onto the third node, never two
+ * servers at once. The replacement's node is chosen as the one whose manager does not own
+ * the failover (every node cordoned until then), so the owner survives and the time does
+ * not include the 30 s takeover timeout (that path, the owner dying with the
+ * replacement's node, is the takeover already tested plus the follower rule in
+ * failover-driver.ts; it is not run here).
  * NB: kube-controller-manager runs with --attach-detach-reconcile-sync-period=2s, so the
  * times measure leasehold, not that controller's 1 min default sync.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createShare, pvName, waitServing } from '../../dev/system/shares.ts';
+import {
+  createShare,
+  deleteShare,
+  pvName,
+  sharePods,
+  shareStatus,
+  waitServing,
+} from '../../dev/system/shares.ts';
 import { sleep } from '../../lib/clock.ts';
-import { assertNoOverlap, assertRecordsKept, faultAndWaitForReplacement, useSystem } from './e2e-support.ts';
+import { k8s, withDeadline } from '../../lib/kube-client.ts';
+import { ANNOTATION_FAILOVER_BY } from '../../lib/lease-record.ts';
+import { eventually } from '../support/cluster.ts';
+import {
+  ackedSeq,
+  assertNoOverlap,
+  assertRecordsKept,
+  eventsOf,
+  faultAndWaitForReplacement,
+  leaseOf,
+  useSystem,
+} from './e2e-support.ts';
 
 const system = useSystem({ nodes: 3, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
 
@@ -87,4 +114,85 @@ test('a server that ignores SIGTERM: the pod fence SIGKILLs it after the grace, 
     /exit observed by the kubelet \(SIGKILL\)/,
     'no stop line: closed at the kill',
   );
+});
+
+test("the replacement's node crashes before its agent acquired: failed over again onto the third node; never two servers", {
+  timeout: 240_000,
+}, async () => {
+  const sys = system();
+  const share = 'nofence-a';
+  // Lean: only this share fails over.
+  await deleteShare(sys, 'miss-b');
+  await deleteShare(sys, 'stubborn-c');
+  const before = await waitServing(sys, share, 60_000);
+  const cordon = (node: string, unschedulable: boolean) =>
+    sys.core.patchNode(
+      { name: node, body: { spec: { unschedulable } } },
+      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000)),
+    );
+  const names = sys.sim.nodes.map((n) => n.name);
+  // Deterministic: no replacement is bound until we choose y (the node whose manager does
+  // not own the failover, so the owner survives y's crash), and it never starts there.
+  for (const node of names) await cordon(node, true);
+  let y = '';
+  try {
+    const acked = await ackedSeq(before);
+    await sys.sim.node(before.node).crash();
+    const owner = await eventually(
+      `a manager marks the lease of ${share}`,
+      async () => (await leaseOf(sys, share)).metadata?.annotations?.[ANNOTATION_FAILOVER_BY],
+      60_000,
+    );
+    const managers = await sys.managerPods();
+    const z = [...managers].find(([, pod]) => pod === owner)?.[0] ?? '';
+    y = names.find((n) => n !== before.node && n !== z) ?? '';
+    assert.ok(z !== before.node && y !== '', `the owner ${owner} runs on a surviving node (${z})`);
+    sys.sim.node(y).holdNewPods();
+    await cordon(y, false);
+    const first = await eventually(
+      `the first replacement of ${share} is bound to ${y}`,
+      async () =>
+        (await sharePods(sys, share)).find((p) => p.metadata?.name !== before.pod && p.spec?.nodeName === y),
+      60_000,
+    );
+    const firstPod = first.metadata?.name ?? '';
+    await cordon(z, false);
+    const lostAt = Date.now();
+    await sys.sim.node(y).crash();
+    const after = await waitServing(sys, share, 120_000, before.pod).catch(async (err: unknown) => {
+      const pods = (await sharePods(sys, share).catch(() => [])).map(
+        (p) => `${p.metadata?.name}@${p.spec?.nodeName || '-'}:${p.status?.phase}`,
+      );
+      throw new Error(`${String(err)}; pods of ${share}: ${pods.join(', ')}`, { cause: err });
+    });
+    const window = sys.sim.servingWindows(pvName(share)).find((w) => w.id === after.pod);
+    assert.ok(window, `a serving window of ${after.pod}`);
+    const toServingS = (new Date(window.startWall).getTime() - lostAt) / 1000;
+    const status = await shareStatus(sys, share);
+    const lf = status.lastFailover ?? {};
+    process.stderr.write(
+      `replacement lost: ${firstPod} on ${y} crashed before acquiring; ${after.pod} serves on ${after.node} ${toServingS.toFixed(2)} s after that crash (failover by ${lf.by})\n`,
+    );
+    assert.equal(after.node, z, 'the third node serves');
+    assert.equal(lf.by, owner, 'the surviving owner went round again (no takeover)');
+    assert.notEqual(after.pod, firstPod);
+    // Expected ~D + the 2 s heartbeat + a normal failover step chain (~12 s); generous.
+    assert.ok(toServingS < 45, `lost replacement's node crash to serving ${toServingS.toFixed(2)} s < 45 s`);
+    assert.equal(lf.reason, 'ReplacementLost');
+    assert.equal(lf.lostPod, firstPod);
+    assert.equal(lf.lostNode, y);
+    const lost = (await eventsOf(sys, 'ReplacementLost')).filter((e) => e.startsWith(`${share}:`));
+    assert.ok(lost.length >= 1, 'a ReplacementLost event');
+    assert.match(lost[0] ?? '', new RegExp(`${firstPod} on node ${y}`));
+    assert.equal((await leaseOf(sys, share)).spec?.holderIdentity, after.pod);
+    assert.equal(
+      sys.sim.servingWindows(pvName(share)).filter((w) => w.id === firstPod).length,
+      0,
+      'the lost replacement never served',
+    );
+    assertNoOverlap(sys, share);
+    await assertRecordsKept(after, acked);
+  } finally {
+    for (const node of names) await cordon(node, false).catch(() => undefined);
+  }
 });

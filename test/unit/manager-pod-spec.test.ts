@@ -3,6 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { describe, it, test } from 'node:test';
 import { avoidanceFor, nodeHealth } from '../../manager/detection/node-health.ts';
 import { exportStatus, NFS_MOUNT_OPTIONS } from '../../manager/reconciliation/nfs-server-preset.ts';
+import type { NodeAvoidance, NodeAvoidances } from '../../manager/reconciliation/pod-spec.ts';
 import { AGENT_RUNTIME_ENV, buildSharePod, sharePodFor } from '../../manager/reconciliation/pod-spec.ts';
 import type { ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
 import { resolveSpec } from '../../manager/reconciliation/share-manager-spec.ts';
@@ -24,7 +25,7 @@ const sm: ShareManager = {
   },
 };
 
-function build(avoid?: { node: string; mode: 'required' | 'preferred' }) {
+function build(avoid?: NodeAvoidance | NodeAvoidances) {
   const resolved = resolveSpec(sm.spec, defaults);
   assert.ok(resolved.ok);
   return buildSharePod({
@@ -404,4 +405,30 @@ test('the pod is a Service endpoint soon after the agent holds the lease: agent 
   const agent = pod.spec?.initContainers?.find((c) => c.name === 'agent');
   assert.deepEqual(agent?.readinessProbe?.httpGet?.path, '/readyz');
   assert.equal(agent?.readinessProbe?.periodSeconds, 1);
+});
+
+test('after a lost replacement the next pod avoids every lost node, each with its own mode', () => {
+  const affinity = build([
+    { node: 'sim-2', mode: 'required' },
+    { node: 'sim-1', mode: 'required' },
+    { node: 'sim-3', mode: 'preferred' },
+    { node: 'sim-1', mode: 'preferred' },
+  ]).spec?.affinity?.nodeAffinity;
+  // One value per metadata.name requirement (the API rejects more): ANDed in one term.
+  assert.deepEqual(affinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms, [
+    {
+      matchFields: [
+        { key: 'metadata.name', operator: 'NotIn', values: ['sim-2'] },
+        { key: 'metadata.name', operator: 'NotIn', values: ['sim-1'] },
+      ],
+    },
+  ]);
+  // A node required once is not also preferred.
+  assert.deepEqual(affinity?.preferredDuringSchedulingIgnoredDuringExecution, [
+    {
+      weight: 100,
+      preference: { matchFields: [{ key: 'metadata.name', operator: 'NotIn', values: ['sim-3'] }] },
+    },
+  ]);
+  assert.equal(build([]).spec?.affinity, undefined);
 });

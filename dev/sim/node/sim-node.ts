@@ -14,6 +14,12 @@
  *   freeze()     SIGSTOP every pod process, stop heartbeats and kubelet (its probes too). heal(): SIGCONT.
  *   partition(m) proxy mode `close` (connections reset) or `stall` (bytes held), and
  *                heartbeats and kubelet stop. heal(): proxy `pass`, kubelet re-lists.
+ * Not a fault (the node stays `running`, any fault may follow):
+ *   holdNewPods() the kubelet stops watching: pods bound to the node from now on never
+ *                start (and no pod status is written), while heartbeats go on and running
+ *                pods run (and are probed): a node whose pod starts are slow, made
+ *                deterministic. releaseNewPods(): the kubelet re-lists and starts them.
+ *                Not modelled: what makes a real kubelet slow (image pulls, mounts).
  */
 
 import { randomUUID } from 'node:crypto';
@@ -184,6 +190,18 @@ export class SimNode {
     this.record('crash');
     this.heartbeat.pause();
     await this.kubelet.crash();
+  }
+
+  holdNewPods(): void {
+    this.requireRunning('hold new pods');
+    this.kubelet.pause();
+    this.log('new pods held (kubelet not watching; heartbeats go on)');
+  }
+
+  releaseNewPods(): void {
+    if (this.nodeState !== 'running') return;
+    this.kubelet.resume();
+    this.log('new pods released');
   }
 
   freeze(): void {
