@@ -24,4 +24,12 @@ fi
 # Each test file starts its own control plane where it needs one; two at a time keeps
 # a 2-core machine responsive.
 # No single test may hang CI: each gets at most 10 minutes.
-exec node --import tsx --test --test-timeout=600000 --test-concurrency="${LEASEHOLD_TEST_CONCURRENCY:-2}" "${globs[@]}"
+# LEASEHOLD_TEST_JUNIT=FILE also writes a JUnit report there: it names each test's file
+# and start time, which the console output does not (to find where the suite's time goes).
+reporters=()
+if [ -n "${LEASEHOLD_TEST_JUNIT:-}" ]; then
+  reporters=(--test-reporter=spec --test-reporter-destination=stdout
+    --test-reporter=junit --test-reporter-destination="$LEASEHOLD_TEST_JUNIT")
+fi
+exec node --import tsx --test --test-timeout=600000 --test-concurrency="${LEASEHOLD_TEST_CONCURRENCY:-2}" \
+  "${reporters[@]}" "${globs[@]}"
