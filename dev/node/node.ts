@@ -53,7 +53,7 @@ import { Component, ComponentError, onAbruptExit } from '../cluster/component.ts
 import { writeKubeconfig } from '../cluster/kubeconfig.ts';
 import type { Cluster } from '../cluster/types.ts';
 import { freePort } from '../net/free-port.ts';
-import { startApiLink } from './api-link.ts';
+import { type ApiLink, startApiLink } from './api-link.ts';
 import { nodeBinaries } from './binaries.ts';
 import { createCgroupRoot, removeCgroupRoot } from './cgroups.ts';
 import { issueKubeletClientCert, issueKubeProxyClientCert } from './client-cert.ts';
@@ -112,6 +112,8 @@ export interface RealNode {
   /** https://127.0.0.1:<port>: the kubelet's API through the relay (x509 with the cluster CA, webhook authz). */
   readonly kubeletUrl: string;
   readonly state: RealNodeState;
+  /** The node's wire to the API server (api-link.ts): its mode and connection counts. */
+  readonly apiLink: Pick<ApiLink, 'mode' | 'connections'>;
   /** Every fault and heal so far, in order. */
   readonly faults: readonly RealNodeFault[];
   /** Runs ctr against the node's containerd (namespace k8s.io); resolves with stdout. */
@@ -529,6 +531,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     get state() {
       return state;
     },
+    apiLink: link,
     faults,
     ctr,
     importImage,

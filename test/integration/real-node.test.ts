@@ -239,8 +239,16 @@ async function crashAndReboot(node: RealNode): Promise<void> {
   const core = cluster().kubeConfig.makeApiClient(CoreV1Api);
   const before = await runningPause(node, 'crash-me');
   const t0 = performance.now();
+  const open = node.apiLink.connections().open;
+  assert.ok(open > 0, 'the kubelet and kube-proxy hold connections to the API server');
   await node.crash();
   assert.equal(node.state, 'crashed');
+  assert.equal(node.apiLink.mode, 'down');
+  assert.equal(
+    node.apiLink.connections().open,
+    open,
+    'the dead node’s connections stay open at the API server: no FIN, no RST from a dead machine',
+  );
   assert.deepEqual(podProcesses(node, before.uid, '/pause'), [], 'the pod’s processes died with the node');
   assert.deepEqual(node.leftovers(), [], 'no process, cgroup or mount of the node is left while it is down');
   await eventually(
@@ -283,20 +291,20 @@ async function crashAndReboot(node: RealNode): Promise<void> {
   await core.deleteNamespacedPod({ namespace: 'default', name: 'crash-me', gracePeriodSeconds: 0 });
 }
 
-/** renewTime of the node's Lease in kube-node-lease. */
-const leaseRenewed = async (name: string) =>
-  String(
-    (
-      await cluster().kubeConfig.makeApiClient(CoordinationV1Api).readNamespacedLease({
-        namespace: 'kube-node-lease',
-        name,
-      })
-    ).spec?.renewTime,
-  );
+/** renewTime of the node's Lease in kube-node-lease, in ms (the client parses the MicroTime to a Date). */
+const leaseRenewed = async (name: string) => {
+  const lease = await cluster().kubeConfig.makeApiClient(CoordinationV1Api).readNamespacedLease({
+    namespace: 'kube-node-lease',
+    name,
+  });
+  const at = lease.spec?.renewTime;
+  assert.ok(at, `${name}'s lease has a renewTime`);
+  return new Date(at).getTime();
+};
 
-/** The lease does not move for `ms` (two renew periods and more) from 1 s after the fault. */
+/** The lease does not move for `ms` (two renew periods) from 0.5 s after the fault. */
 async function leaseStands(name: string, ms: number): Promise<void> {
-  await sleep(1_000); // a renewal in flight when the fault came may still land
+  await sleep(500); // a renewal in flight when the fault came may still land
   const at = await leaseRenewed(name);
   await sleep(ms);
   assert.equal(await leaseRenewed(name), at, `${name}'s lease is not renewed during the fault`);
@@ -323,7 +331,8 @@ async function freezeAndStall(node: RealNode): Promise<void> {
     (p) => p.cmdline.includes(node.layout.kubeletConfig) && !p.cmdline.startsWith('nsenter'),
   );
   assert.ok(kubelet, 'the kubelet process');
-  await leaseMoves(node.name);
+  // NB: no check that the lease moves before the fault: leaseMoves after each heal
+  // proves the kubelet renews, so a lease that never moved cannot pass.
 
   node.freeze();
   await eventually(
@@ -340,7 +349,7 @@ async function freezeAndStall(node: RealNode): Promise<void> {
   console.log(
     `real node: frozen: container ${processState(container)}, kubelet ${processState(kubelet.pid)}`,
   );
-  await leaseStands(node.name, 4_500);
+  await leaseStands(node.name, 4_000);
   const t0 = performance.now();
   await node.heal();
   assert.equal(readFileSync(`${freezerDirOf(container)}/freezer.state`, 'utf8').trim(), 'THAWED');
@@ -348,7 +357,7 @@ async function freezeAndStall(node: RealNode): Promise<void> {
   console.log(`real node: thaw to lease renewed ${Math.round(performance.now() - t0)} ms`);
 
   node.partition('stall');
-  await leaseStands(node.name, 4_500);
+  await leaseStands(node.name, 4_000);
   assert.match(
     processState(container) ?? '',
     /^S /,
