@@ -9,7 +9,12 @@
  * `kubernetes` Service's ClusterIP through kube-proxy, its projected service-account
  * token) and is told who it is; the API server reaches real-2's kubelet through its
  * egress proxy into real-2's namespace to read that pod's log, exec the call again in
- * it and port-forward to it. stop()
+ * it and port-forward to it. Then the faults of dev/sim's API, on both nodes at once:
+ * real-1 crashes with a pod (its processes gone, its API connections left open and
+ * silent, NotReady by the real node-lifecycle controller) and heal reboots it (Ready,
+ * the kubelet restarts the old pod); real-2 is frozen (freezer cgroups FROZEN, its
+ * Lease stops) and thawed (renews), then partitioned with `stall` (Lease stops, the
+ * container runs on) and healed (renews). stop(), also of a frozen node,
  * leaves nothing behind (its leftover check throws otherwise;
  * test/unit/node-leftovers.test.ts proves the check fails on a stray cgroup and
  * process), and no host sysctl the kubelet cares about, host link or host nftables
