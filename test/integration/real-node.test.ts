@@ -116,7 +116,7 @@ describe('real nodes', () => {
     await Promise.all([node?.stop(), node2?.stop()]);
   });
 
-  it('register, run a pod of the local pause image and an in-cluster API client whose log the API server reads, and leave nothing', {
+  it('register, run a pod of the local pause image and an in-cluster API client whose log the API server reads', {
     timeout: 180_000,
   }, async () => {
     assert.ok(node, 'the node started');
