@@ -47,7 +47,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { CoreV1Api } from '@kubernetes/client-node';
-import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { sleep } from '../../lib/clock.ts';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { Component, ComponentError, onAbruptExit } from '../cluster/component.ts';
 import { writeKubeconfig } from '../cluster/kubeconfig.ts';
@@ -77,6 +77,7 @@ import {
   namespacesOf,
 } from './leftovers.ts';
 import { childOf, nsenterArgs, sysctlFile, unshareArgs } from './namespaces.ts';
+import { NodeFaults, type RealNodeFault, type RealNodeState } from './node-faults.ts';
 import { NODE_DIR_PREFIX, OWNER_FILE, ownerText, processStart, sweepStaleNodes } from './stale-nodes.ts';
 
 const run = promisify(execFile);
@@ -94,17 +95,8 @@ export interface RealNodeOptions {
   onProgress?: (line: string) => void;
 }
 
-/** As dev/sim's SimNodeState: `crashed` until heal() has booted the node again. */
-export type RealNodeState = 'running' | 'crashed' | 'frozen' | 'partitioned' | 'stopped';
-
-/** One fault or heal, as dev/sim's FaultRecord. */
-export interface RealNodeFault {
-  node: string;
-  fault: 'crash' | 'freeze' | 'partition' | 'heal';
-  detail?: string;
-  monoMs: number;
-  wall: Date;
-}
+export type { RealNodeFault, RealNodeState } from './node-faults.ts';
+export { NodeFaultError } from './node-faults.ts';
 
 export interface RealNode {
   readonly name: string;
@@ -166,12 +158,6 @@ export class NodeLeftoverError extends LeaseholdError {
   }
 }
 
-export class NodeFaultError extends LeaseholdError {
-  constructor(node: string, fault: string, state: RealNodeState) {
-    super('E_NODE_FAULT', `real node ${node}: cannot ${fault} while ${state}; heal() first`);
-  }
-}
-
 /** One boot of the machine: its namespaces and the processes in and around them. */
 interface Boot {
   readonly components: Component[];
@@ -213,8 +199,6 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
   };
   let boot: Boot = { components: [] };
   let cgroupsMade = false;
-  let state: RealNodeState = 'running';
-  const faults: RealNodeFault[] = [];
   const routeFile = join(net.routesDir, layout.nodeIp);
   const killNow = () => {
     rmSync(routeFile, { force: true });
@@ -242,14 +226,28 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     return n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
   };
 
+  const faults = new NodeFaults({
+    name: opts.name,
+    cgroupRoot: layout.cgroupRoot,
+    link,
+    pidNs: () => (boot.pid1 ? readlinkSync(`/proc/${boot.pid1}/ns/pid`) : undefined),
+    route: async (on) => {
+      if (on) await writeFile(routeFile, `/proc/${boot.pid1}/ns/net\n`);
+      else await rm(routeFile, { force: true });
+    },
+    powerOff,
+    boot: () => bootNode(false),
+    progress,
+  });
+
   let stopped = false;
   const stop = async () => {
     if (stopped) return;
     stopped = true;
     forgetAbrupt();
     await rm(routeFile, { force: true });
+    faults.stopped();
     if (cgroupsMade) thawNode(layout.cgroupRoot);
-    state = 'stopped';
     // The kubelet first, so it does not restart what goes next; then PID 1 of the
     // node's pid namespace takes containerd, the shims and the containers with it.
     for (const c of [...boot.components].reverse()) await c.stop(c.name.endsWith('kubelet') ? 5_000 : 1_000);
@@ -438,31 +436,11 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     }
   }
 
-  const record = (fault: RealNodeFault['fault'], detail?: string) => {
-    faults.push({
-      node: opts.name,
-      fault,
-      ...(detail ? { detail } : {}),
-      monoMs: monotonicMs(),
-      wall: new Date(),
-    });
-    progress(`${opts.name}: fault ${fault}${detail ? ` (${detail})` : ''}`);
-  };
-  const requireRunning = (fault: string) => {
-    if (state !== 'running') throw new NodeFaultError(opts.name, fault, state);
-  };
-  const pidNs = () => (boot.pid1 ? readlinkSync(`/proc/${boot.pid1}/ns/pid`) : undefined);
-
-  const crash = async () => {
-    requireRunning('crash');
-    state = 'crashed';
-    // NB: recorded first: timelines measured from the fault must not start late by the reaping.
-    record('crash');
-    link.setMode('down');
-    rmSync(routeFile, { force: true });
-    const ns = pidNs();
+  /** The crash: every process of the boot dies at one instant; what a reboot loses goes. */
+  async function powerOff(): Promise<void> {
+    const ns = boot.pid1 ? readlinkSync(`/proc/${boot.pid1}/ns/pid`) : undefined;
     // Frozen first, so that no process of the node sees another die (containerd a shim,
-    // the kubelet containerd) and acts on it: they all die at one instant.
+    // the kubelet containerd) and acts on it.
     if (ns && hasFreezer()) freezeNode(ns, layout.cgroupRoot);
     for (const pid of ns ? processesInPidNs(ns) : []) signal(pid, 'SIGKILL');
     for (const pid of identity.pids) signal(pid, 'SIGKILL');
@@ -488,57 +466,23 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     identity.pids.length = 0;
     identity.namespaces.length = 0;
     boot = { components: [] };
-  };
-
-  const freeze = () => {
-    requireRunning('freeze');
-    const ns = pidNs();
-    if (!ns) throw new LeaseholdError('E_NODE_FREEZE', `real node ${opts.name} has no PID 1 to freeze`);
-    state = 'frozen';
-    freezeNode(ns, layout.cgroupRoot);
-    record('freeze');
-  };
-
-  const partition = (mode: 'close' | 'stall' = 'close') => {
-    requireRunning('partition');
-    if (mode !== 'close' && mode !== 'stall')
-      throw new LeaseholdError('E_NODE_FAULT', `partition mode '${String(mode)}' must be 'close' or 'stall'`);
-    state = 'partitioned';
-    link.setMode(mode);
-    rmSync(routeFile, { force: true });
-    record('partition', mode);
-  };
-
-  const heal = async () => {
-    if (state === 'running' || state === 'stopped') return;
-    record('heal');
-    if (state === 'frozen') thawNode(layout.cgroupRoot);
-    if (state === 'partitioned') {
-      await writeFile(routeFile, `/proc/${boot.pid1}/ns/net\n`);
-      link.setMode('pass');
-    }
-    if (state === 'crashed') {
-      link.setMode('pass'); // resets what the dead machine left open
-      await bootNode(false);
-    }
-    state = 'running';
-  };
+  }
 
   return {
     name: opts.name,
     layout,
     kubeletUrl,
     get state() {
-      return state;
+      return faults.state;
     },
     apiLink: link,
-    faults,
+    faults: faults.faults,
     ctr,
     importImage,
-    crash,
-    freeze,
-    partition,
-    heal,
+    crash: () => faults.crash(),
+    freeze: () => faults.freeze(),
+    partition: (mode) => faults.partition(mode),
+    heal: () => faults.heal(),
     leftovers: () => findLeftovers(node, hostSnapshot(node)),
     stop,
   };
