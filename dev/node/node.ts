@@ -9,8 +9,9 @@
  * How the node and the API server reach each other with no address outside loopback
  * and the node's namespace (dev/cluster/node-network.ts; the cluster must be started
  * with `realNodes: true`): leasehold-netns-relay listens on the control plane's address
- * 10.201.0.254:<API port> inside the node's network namespace and forwards to the API
- * server on the host's loopback; the kubelet's and kube-proxy's kubeconfigs name that
+ * 10.201.0.254:<API port> inside the node's network namespace and forwards to the
+ * node's API link (api-link.ts: a forwarder in this process, on host loopback, the
+ * switch the faults throw), which forwards to the API server; the kubelet's and kube-proxy's kubeconfigs name that
  * address, and so do the `kubernetes` Service's Endpoints, so a pod's in-cluster call
  * (10.0.0.1:443, kube-proxy's nftables DNAT) lands there too. The API server reaches
  * this kubelet through its egress CONNECT proxy, which dials the node IP in this
@@ -18,17 +19,29 @@
  * `kubectl logs`, exec and port-forward work. A second relay makes the kubelet's API
  * reachable at `kubeletUrl` on the host's loopback for tests.
  *
+ * Faults, the API of dev/sim's SimNode so that scenarios move over unchanged (each from
+ * `running`; heal() undoes any; see each method): `await crash()` (the machine dies,
+ * its disk stays; heal() is the reboot), `freeze()` (the cgroup freezer over every
+ * process of the node, its kernel running), `partition('close' | 'stall')` (the API
+ * link resets or holds everything), `heal()` (a promise: after a crash it resolves when
+ * the rebooted node is Ready; an un-awaited heal() works as on the sim).
+ *
  * Guarantees: startRealNode resolves when the Node object is Ready, or rejects with
- * the failing part and its log, leaving nothing behind. stop() is idempotent; it kills
+ * the failing part and its log, leaving nothing behind. stop() is idempotent, from any
+ * state (a frozen node is thawed first: a frozen v1 task ignores SIGKILL); it kills
  * every process of the node (kubelet, kube-proxy, containerd, shims, containers, the relays),
  * removes its cgroups and directory, and then runs the leftover check (leftovers.ts).
  * On SIGINT/SIGTERM of this process the same happens synchronously; on SIGKILL the
  * kernel still ends every process, mount, namespace and interface (pdeathsig and the
  * pid namespace), and the empty cgroup directories and the node's directory that stay
- * are swept by the next startRealNode (stale-nodes.ts).
+ * are swept by the next startRealNode (stale-nodes.ts). A crash leaves only the API
+ * link's connections to the API server (in this process) and the node's directory.
+ * Not modelled: the API server's egress CONNECTs to a crashed or partitioned node fail
+ * at once (no route) instead of timing out, and open ones (exec, logs) are not cut;
+ * a reboot keeps the CNI plugin's IP reservations (on disk, as host-local's are).
  */
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -40,6 +53,7 @@ import { Component, ComponentError, onAbruptExit } from '../cluster/component.ts
 import { writeKubeconfig } from '../cluster/kubeconfig.ts';
 import type { Cluster } from '../cluster/types.ts';
 import { freePort } from '../net/free-port.ts';
+import { type ApiLink, startApiLink } from './api-link.ts';
 import { nodeBinaries } from './binaries.ts';
 import { createCgroupRoot, removeCgroupRoot } from './cgroups.ts';
 import { issueKubeletClientCert, issueKubeProxyClientCert } from './client-cert.ts';
@@ -52,6 +66,7 @@ import {
   kubeProxyArgs,
   kubeProxyConfiguration,
 } from './config.ts';
+import { freezeNode, freezerMountIn, processesInPidNs, thawNode } from './freezer.ts';
 import { type NodeLayout, nodeLayout } from './layout.ts';
 import {
   describeLeftovers,
@@ -62,6 +77,7 @@ import {
   namespacesOf,
 } from './leftovers.ts';
 import { childOf, nsenterArgs, sysctlFile, unshareArgs } from './namespaces.ts';
+import { NodeFaults, type RealNodeFault, type RealNodeState } from './node-faults.ts';
 import { NODE_DIR_PREFIX, OWNER_FILE, ownerText, processStart, sweepStaleNodes } from './stale-nodes.ts';
 
 const run = promisify(execFile);
@@ -74,23 +90,63 @@ export interface RealNodeOptions {
   name: string;
   /** 1..250: picks the node IP (10.201.0.<index+1>) and pod range (10.244.<index>.0/24). Default 1. */
   index?: number;
-  /** How long to wait for the Node to be Ready (default 120 s). */
+  /** How long to wait for the Node to be Ready, at start and at the boot after a crash (default 120 s). */
   readyTimeoutMs?: number;
   onProgress?: (line: string) => void;
 }
+
+export type { RealNodeFault, RealNodeState } from './node-faults.ts';
+export { NodeFaultError } from './node-faults.ts';
 
 export interface RealNode {
   readonly name: string;
   readonly layout: NodeLayout;
   /** https://127.0.0.1:<port>: the kubelet's API through the relay (x509 with the cluster CA, webhook authz). */
   readonly kubeletUrl: string;
+  readonly state: RealNodeState;
+  /** The node's wire to the API server (api-link.ts): its mode and connection counts. */
+  readonly apiLink: Pick<ApiLink, 'mode' | 'connections'>;
+  /** Every fault and heal so far, in order. */
+  readonly faults: readonly RealNodeFault[];
   /** Runs ctr against the node's containerd (namespace k8s.io); resolves with stdout. */
   ctr(args: readonly string[]): Promise<string>;
   /** Imports an OCI/Docker image tarball into the node's containerd for the kubelet to use. */
   importImage(tarPath: string): Promise<void>;
+  /**
+   * The machine dies: every process of the node's pid namespace (containers, shims,
+   * containerd, the kubelet, kube-proxy) frozen, SIGKILLed and thawed so that none acts
+   * after another died; its relays killed; its API link `down` (the API server's
+   * connections stay open and silent: no FIN, no RST); the API server's route to it
+   * removed. What a reboot loses goes too (its cgroups, containerd's state dir and
+   * /run); its disk stays (containerd's root, the kubelet's root, /var/lib, /var/log).
+   * Resolves when every process is gone. From `running` only.
+   */
+  crash(): Promise<void>;
+  /**
+   * Every process of the node's pid namespace stopped by the cgroup freezer
+   * (freezer.ts): no heartbeat, no status, no probe, containers stopped. Its kernel
+   * is not frozen (as dev/sim's SIGSTOP): TCP still ACKs and buffers up to the
+   * windows, nothing is answered. From `running` only.
+   */
+  freeze(): void;
+  /**
+   * The node loses the API server: its API link `close` (every connection reset, new
+   * ones too) or `stall` (held, flowing on at heal); the API server's route to the
+   * node removed (its CONNECTs to the kubelet fail at once). Pods keep running.
+   * From `running` only.
+   */
+  partition(mode?: 'close' | 'stall'): void;
+  /**
+   * Undoes the fault. After freeze (thaw) and partition the effect is immediate and
+   * the promise resolved. After a crash it is the reboot: new namespaces, containerd,
+   * the kubelet and kube-proxy on the same root dirs, so the kubelet finds its old
+   * pods (their containers gone, as after a power cut) and reconciles them; resolves
+   * when the Node is Ready again. No-op when running or stopped.
+   */
+  heal(): Promise<void>;
   /** What stop would find if it ran the leftover check now. */
   leftovers(): Leftover[];
-  /** Stops everything, removes what the node made, then fails if anything is left. */
+  /** Stops everything (thawing a frozen node first), removes what the node made, then fails if anything is left. */
   stop(): Promise<void>;
 }
 
@@ -100,6 +156,12 @@ export class NodeLeftoverError extends LeaseholdError {
     super('E_NODE_LEFTOVERS', describeLeftovers(node, leftovers));
     this.leftovers = leftovers;
   }
+}
+
+/** One boot of the machine: its namespaces and the processes in and around them. */
+interface Boot {
+  readonly components: Component[];
+  pid1?: number;
 }
 
 export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Promise<RealNode> {
@@ -135,11 +197,13 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
       return identity.pids;
     },
   };
-  const components: Component[] = [];
+  let boot: Boot = { components: [] };
   let cgroupsMade = false;
   const routeFile = join(net.routesDir, layout.nodeIp);
   const killNow = () => {
     rmSync(routeFile, { force: true });
+    // NB: a frozen v1 task ignores SIGKILL until thawed.
+    if (cgroupsMade) thawNode(layout.cgroupRoot);
     for (const pid of identity.pids) signal(pid, 'SIGKILL');
     waitGoneSync(node, 10_000);
     if (cgroupsMade) removeCgroupRoot(layout.cgroupRoot);
@@ -147,24 +211,49 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
   };
   const forgetAbrupt = onAbruptExit(killNow);
 
-  const apiPort = Number(new URL(cluster.server).port);
+  const apiUrl = new URL(cluster.server);
+  // Outlives every boot: the API server's connections from a crashed node stay open on it.
+  const link = await startApiLink({ host: apiUrl.hostname, port: Number(apiUrl.port) });
+  const kubeletPort = await freePort();
+  const kubeletUrl = `https://127.0.0.1:${kubeletPort}`;
   const ctrArgs = ['--address', layout.containerdSocket, '--namespace', 'k8s.io'];
   const ctr = async (args: readonly string[]) =>
     (await run(join(bins.dir, 'ctr'), [...ctrArgs, ...args], { timeout: 120_000, maxBuffer: 16 << 20 }))
       .stdout;
+  const core = cluster.kubeConfig.makeApiClient(CoreV1Api);
+  const nodeReady = async () => {
+    const n = await core.readNode({ name: opts.name });
+    return n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+  };
+
+  const faults = new NodeFaults({
+    name: opts.name,
+    cgroupRoot: layout.cgroupRoot,
+    link,
+    pidNs: () => (boot.pid1 ? readlinkSync(`/proc/${boot.pid1}/ns/pid`) : undefined),
+    route: async (on) => {
+      if (on) await writeFile(routeFile, `/proc/${boot.pid1}/ns/net\n`);
+      else await rm(routeFile, { force: true });
+    },
+    powerOff,
+    boot: () => bootNode(false),
+    progress,
+  });
 
   let stopped = false;
-  let kubeletUrl = '';
   const stop = async () => {
     if (stopped) return;
     stopped = true;
     forgetAbrupt();
     await rm(routeFile, { force: true });
+    faults.stopped();
+    if (cgroupsMade) thawNode(layout.cgroupRoot);
     // The kubelet first, so it does not restart what goes next; then PID 1 of the
     // node's pid namespace takes containerd, the shims and the containers with it.
-    for (const c of [...components].reverse()) await c.stop(c.name.endsWith('kubelet') ? 5_000 : 1_000);
+    for (const c of [...boot.components].reverse()) await c.stop(c.name.endsWith('kubelet') ? 5_000 : 1_000);
     for (const pid of identity.pids) signal(pid, 'SIGKILL');
     await waitGone(node, 15_000);
+    await link.close();
     const cgroupProblems = cgroupsMade ? removeCgroupRoot(layout.cgroupRoot) : [];
     const left = findLeftovers(node, hostSnapshot(node));
     if (left.length > 0 || cgroupProblems.length > 0) {
@@ -173,8 +262,115 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     if (process.env.LEASEHOLD_KEEP_NODE !== '1') await rm(dir, { recursive: true, force: true });
   };
 
-  try {
+  /** Brings the machine up: namespaces, relays, containerd, kubelet, kube-proxy; resolves when Ready. */
+  const bootNode = async (first: boolean, beforeKubelet?: () => Promise<void>) => {
     const t0 = performance.now();
+    const components = boot.components;
+    createCgroupRoot(layout.cgroupRoot);
+    cgroupsMade = true;
+
+    const holder = new Component(
+      `${opts.name}/namespaces`,
+      'unshare',
+      unshareArgs(layout, join(bins.dir, 'pause')),
+      join(layout.logDir, 'namespaces.log'),
+    );
+    components.push(holder);
+    holder.start();
+    if (holder.pid) identity.pids.push(holder.pid);
+    let pid1: number | undefined;
+    await holder.waitReady(async () => {
+      pid1 ??= holder.pid ? childOf(holder.pid) : undefined;
+      return pid1 !== undefined && existsSync(layout.readyFile);
+    }, 20_000);
+    if (pid1 === undefined) throw new ComponentError(holder.name, 'has no PID 1', holder.logPath);
+    boot.pid1 = pid1;
+    identity.pids.push(pid1);
+    identity.namespaces.push(...namespacesOf(pid1));
+    await writeFile(routeFile, `/proc/${pid1}/ns/net\n`);
+    const inNode = (what: string, bin: string, args: string[], env: string[] = []) =>
+      new Component(
+        `${opts.name}/${what}`,
+        'nsenter',
+        [...nsenterArgs(pid1 as number), 'env', ...env, bin, ...args],
+        join(layout.logDir, `${what}.log`),
+      );
+    const startRelay = async (what: string, args: string[]) => {
+      const relay = new Component(
+        `${opts.name}/${what}`,
+        join(bins.dir, 'leasehold-netns-relay'),
+        args,
+        join(layout.logDir, `${what}.log`),
+      );
+      const logged = existsSync(relay.logPath) ? readFileSync(relay.logPath, 'utf8').length : 0;
+      components.push(relay);
+      relay.start();
+      if (relay.pid) identity.pids.push(relay.pid);
+      await relay.waitReady(
+        async () => readFileSync(relay.logPath, 'utf8').slice(logged).includes('relay: listening'),
+        10_000,
+      );
+    };
+    await startRelay('api-relay', [
+      `-listen=${net.apiAddress}`,
+      `-listen-netns=/proc/${pid1}/ns/net`,
+      `-dial=127.0.0.1:${link.port}`,
+    ]);
+    await startRelay('kubelet-relay', [
+      `-listen=127.0.0.1:${kubeletPort}`,
+      `-dial=${layout.nodeIp}:10250`,
+      `-dial-netns=/proc/${pid1}/ns/net`,
+    ]);
+
+    const containerd = inNode(
+      'containerd',
+      join(bins.dir, 'containerd'),
+      ['--config', layout.containerdConfig],
+      [`PATH=${bins.dir}:/usr/sbin:/usr/bin:/sbin:/bin`],
+    );
+    components.push(containerd);
+    containerd.start();
+    await containerd.waitReady(async () => {
+      await ctr(['version']);
+      return true;
+    }, 30_000);
+    // After a reboot the image is still in containerd's root (its disk).
+    if (first) await importImage(bins.pauseTar);
+    progress(`${opts.name}: namespaces, relay and containerd up in ${ms(t0)}`);
+    await beforeKubelet?.();
+
+    const kubelet = inNode('kubelet', join(bins.dir, 'kubelet'), kubeletArgs(layout));
+    components.push(kubelet);
+    kubelet.start();
+    // knftables runs the nft CLI.
+    const kubeProxy = inNode('kube-proxy', join(bins.dir, 'kube-proxy'), kubeProxyArgs(layout), [
+      'PATH=/usr/sbin:/usr/bin:/sbin:/bin',
+    ]);
+    components.push(kubeProxy);
+    kubeProxy.start();
+    await Promise.all([
+      kubelet.waitReady(nodeReady, opts.readyTimeoutMs ?? 120_000),
+      // Ready once its table carries the `kubernetes` Service (pods may call the API).
+      kubeProxy.waitReady(async () => {
+        const { stdout } = await run('nsenter', [
+          '--target',
+          String(pid1),
+          '--net',
+          '--',
+          'nft',
+          'list',
+          'map',
+          'ip',
+          'kube-proxy',
+          'service-ips',
+        ]);
+        return stdout.includes(`${KUBERNETES_SERVICE_IP} . tcp . 443`);
+      }, 60_000),
+    ]);
+    progress(`${opts.name}: Ready ${ms(t0)} after ${first ? 'start' : 'boot'}`);
+  };
+
+  try {
     await Promise.all(
       [
         layout.logDir,
@@ -195,7 +391,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     await writeFile(layout.kubeletConfig, kubeletConfiguration(layout, { caPath: cluster.caPath }));
     await writeFile(layout.kubeProxyConfig, kubeProxyConfiguration(layout));
     // Issued while the namespaces and containerd come up; a failure is kept, not left
-    // unhandled, until it is awaited below.
+    // unhandled, until it is awaited before the kubelet starts.
     const kept = <T>(p: Promise<T>) =>
       p.then(
         (value) => ({ value }),
@@ -205,131 +401,22 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
       kept(issueKubeletClientCert(cluster.kubeConfig, opts.name, layout.kubeletCertDir)),
       kept(issueKubeProxyClientCert(cluster.kubeConfig, opts.name, layout.kubeletCertDir)),
     ]);
-
-    createCgroupRoot(layout.cgroupRoot);
-    cgroupsMade = true;
-
-    const holder = new Component(
-      `${opts.name}/namespaces`,
-      'unshare',
-      unshareArgs(layout, join(bins.dir, 'pause')),
-      join(layout.logDir, 'namespaces.log'),
-    );
-    components.push(holder);
-    holder.start();
-    if (holder.pid) identity.pids.push(holder.pid);
-    let pid1: number | undefined;
-    await holder.waitReady(async () => {
-      pid1 ??= holder.pid ? childOf(holder.pid) : undefined;
-      return pid1 !== undefined && existsSync(layout.readyFile);
-    }, 20_000);
-    if (pid1 === undefined) throw new ComponentError(holder.name, 'has no PID 1', holder.logPath);
-    identity.pids.push(pid1);
-    identity.namespaces.push(...namespacesOf(pid1));
-    await writeFile(routeFile, `/proc/${pid1}/ns/net\n`);
-    const inNode = (what: string, bin: string, args: string[], env: string[] = []) =>
-      new Component(
-        `${opts.name}/${what}`,
-        'nsenter',
-        [...nsenterArgs(pid1 as number), 'env', ...env, bin, ...args],
-        join(layout.logDir, `${what}.log`),
-      );
-
-    const relay = new Component(
-      `${opts.name}/api-relay`,
-      join(bins.dir, 'leasehold-netns-relay'),
-      [`-listen=${net.apiAddress}`, `-listen-netns=/proc/${pid1}/ns/net`, `-dial=127.0.0.1:${apiPort}`],
-      join(layout.logDir, 'api-relay.log'),
-    );
-    components.push(relay);
-    relay.start();
-    if (relay.pid) identity.pids.push(relay.pid);
-    await relay.waitReady(
-      async () => readFileSync(relay.logPath, 'utf8').includes('relay: listening'),
-      10_000,
-    );
-
-    const kubeletPort = await freePort();
-    kubeletUrl = `https://127.0.0.1:${kubeletPort}`;
-    const kubeletRelay = new Component(
-      `${opts.name}/kubelet-relay`,
-      join(bins.dir, 'leasehold-netns-relay'),
-      [
-        `-listen=127.0.0.1:${kubeletPort}`,
-        `-dial=${layout.nodeIp}:10250`,
-        `-dial-netns=/proc/${pid1}/ns/net`,
-      ],
-      join(layout.logDir, 'kubelet-relay.log'),
-    );
-    components.push(kubeletRelay);
-    kubeletRelay.start();
-    if (kubeletRelay.pid) identity.pids.push(kubeletRelay.pid);
-    await kubeletRelay.waitReady(
-      async () => readFileSync(kubeletRelay.logPath, 'utf8').includes('relay: listening'),
-      10_000,
-    );
-
-    const containerd = inNode(
-      'containerd',
-      join(bins.dir, 'containerd'),
-      ['--config', layout.containerdConfig],
-      [`PATH=${bins.dir}:/usr/sbin:/usr/bin:/sbin:/bin`],
-    );
-    components.push(containerd);
-    containerd.start();
-    await containerd.waitReady(async () => {
-      await ctr(['version']);
-      return true;
-    }, 30_000);
-    await importImage(bins.pauseTar);
-    progress(`${opts.name}: namespaces, relay and containerd up in ${ms(t0)}; pause image imported`);
-
-    const [kubeletCert, proxyCert] = (await certPromises).map((issued) => {
-      if ('error' in issued) throw issued.error;
-      return issued.value;
-    }) as [{ cert: string; key: string }, { cert: string; key: string }];
-    const server = `https://${net.apiAddress}`;
-    await writeKubeconfig(layout.kubeletKubeconfig, server, cluster.caPath, {
-      clientCert: kubeletCert.cert,
-      clientKey: kubeletCert.key,
-    });
-    await writeKubeconfig(layout.kubeProxyKubeconfig, server, cluster.caPath, {
-      clientCert: proxyCert.cert,
-      clientKey: proxyCert.key,
-    });
-    const kubelet = inNode('kubelet', join(bins.dir, 'kubelet'), kubeletArgs(layout));
-    components.push(kubelet);
-    kubelet.start();
-    // knftables runs the nft CLI.
-    const kubeProxy = inNode('kube-proxy', join(bins.dir, 'kube-proxy'), kubeProxyArgs(layout), [
-      'PATH=/usr/sbin:/usr/bin:/sbin:/bin',
-    ]);
-    components.push(kubeProxy);
-    kubeProxy.start();
-    const core = cluster.kubeConfig.makeApiClient(CoreV1Api);
-    await Promise.all([
-      kubelet.waitReady(async () => {
-        const n = await core.readNode({ name: opts.name });
-        return n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
-      }, opts.readyTimeoutMs ?? 120_000),
-      // Ready once its table carries the `kubernetes` Service (pods may call the API).
-      kubeProxy.waitReady(async () => {
-        const { stdout } = await run('nsenter', [
-          '--target',
-          String(pid1),
-          '--net',
-          '--',
-          'nft',
-          'list',
-          'map',
-          'ip',
-          'kube-proxy',
-          'service-ips',
-        ]);
-        return stdout.includes(`${KUBERNETES_SERVICE_IP} . tcp . 443`);
-      }, 60_000),
-    ]);
-    progress(`${opts.name}: Ready ${ms(t0)} after start`);
+    const writeKubeconfigs = async () => {
+      const [kubeletCert, proxyCert] = (await certPromises).map((issued) => {
+        if ('error' in issued) throw issued.error;
+        return issued.value;
+      }) as [{ cert: string; key: string }, { cert: string; key: string }];
+      const server = `https://${net.apiAddress}`;
+      await writeKubeconfig(layout.kubeletKubeconfig, server, cluster.caPath, {
+        clientCert: kubeletCert.cert,
+        clientKey: kubeletCert.key,
+      });
+      await writeKubeconfig(layout.kubeProxyKubeconfig, server, cluster.caPath, {
+        clientCert: proxyCert.cert,
+        clientKey: proxyCert.key,
+      });
+    };
+    await bootNode(true, writeKubeconfigs);
   } catch (err) {
     await stop().catch((stopErr) => {
       throw new LeaseholdError('E_NODE_START', `real node ${opts.name} failed to start and to clean up`, {
@@ -349,16 +436,59 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     }
   }
 
+  /** The crash: every process of the boot dies at one instant; what a reboot loses goes. */
+  async function powerOff(): Promise<void> {
+    const ns = boot.pid1 ? readlinkSync(`/proc/${boot.pid1}/ns/pid`) : undefined;
+    // Frozen first, so that no process of the node sees another die (containerd a shim,
+    // the kubelet containerd) and acts on it.
+    if (ns && hasFreezer()) freezeNode(ns, layout.cgroupRoot);
+    for (const pid of ns ? processesInPidNs(ns) : []) signal(pid, 'SIGKILL');
+    for (const pid of identity.pids) signal(pid, 'SIGKILL');
+    thawNode(layout.cgroupRoot);
+    await waitGone(node, 15_000);
+    const left = findLeftovers(node, { ...hostSnapshot(node), cgroups: [] });
+    if (left.length > 0) throw new NodeLeftoverError(opts.name, left);
+    // What a reboot loses: every cgroup, and the tmpfs dirs (/run, containerd's state).
+    const problems = removeCgroupRoot(layout.cgroupRoot);
+    if (problems.length > 0)
+      throw new LeaseholdError(
+        'E_NODE_CRASH',
+        `removing ${opts.name}'s cgroups after the crash: ${problems.join('; ')}`,
+      );
+    await Promise.all(
+      [layout.containerdState, layout.hostDirs.run].map(async (d) => {
+        await rm(d, { recursive: true, force: true });
+        await mkdir(d, { recursive: true });
+      }),
+    );
+    await rm(layout.readyFile, { force: true });
+    // The dead boot's pids and namespace ids may be reused by the kernel from now on.
+    identity.pids.length = 0;
+    identity.namespaces.length = 0;
+    boot = { components: [] };
+  }
+
   return {
     name: opts.name,
     layout,
     kubeletUrl,
+    get state() {
+      return faults.state;
+    },
+    apiLink: link,
+    faults: faults.faults,
     ctr,
     importImage,
+    crash: () => faults.crash(),
+    freeze: () => faults.freeze(),
+    partition: (mode) => faults.partition(mode),
+    heal: () => faults.heal(),
     leftovers: () => findLeftovers(node, hostSnapshot(node)),
     stop,
   };
 }
+
+const hasFreezer = () => freezerMountIn(readFileSync('/proc/self/mountinfo', 'utf8')) !== undefined;
 
 function signal(pid: number, sig: NodeJS.Signals): void {
   try {

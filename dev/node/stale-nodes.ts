@@ -8,12 +8,15 @@
  * it). A node is stale when its directory is gone but its cgroups are not, or its owner
  * is no longer running (a pid reused by another process counts as gone: the start time
  * differs). A node whose owner runs is never touched, so concurrent test files are safe.
+ * A node killed while frozen (freezer.ts) keeps its processes, frozen with their SIGKILL
+ * pending: the sweep thaws its root first, so they die and its cgroups can go.
  * Not guaranteed: sweeping a node made by another user's temp dir ($TMPDIR differs).
  */
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { hostCgroupHierarchies, removeCgroupRoot } from './cgroups.ts';
+import { thawNode } from './freezer.ts';
 
 export const NODE_DIR_PREFIX = 'leasehold-node-';
 export const OWNER_FILE = 'owner';
@@ -77,7 +80,14 @@ export function sweepStaleNodes(): { removed: string[]; problems: string[] } {
       state = { dirExists: true, owner, ownerStartNow: owner ? processStart(owner.pid) : undefined };
     }
     if (!isStale(state)) continue;
-    const left = removeCgroupRoot(`/${name}`);
+    thawNode(`/${name}`);
+    let left = removeCgroupRoot(`/${name}`);
+    // Thawed tasks take a moment to act on their pending SIGKILL.
+    const pause = new Int32Array(new SharedArrayBuffer(4));
+    for (let i = 0; i < 40 && left.length > 0; i++) {
+      Atomics.wait(pause, 0, 0, 50);
+      left = removeCgroupRoot(`/${name}`);
+    }
     if (left.length > 0) {
       problems.push(...left);
       continue;

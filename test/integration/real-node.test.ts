@@ -9,7 +9,12 @@
  * `kubernetes` Service's ClusterIP through kube-proxy, its projected service-account
  * token) and is told who it is; the API server reaches real-2's kubelet through its
  * egress proxy into real-2's namespace to read that pod's log, exec the call again in
- * it and port-forward to it. stop()
+ * it and port-forward to it. Then the faults of dev/sim's API, on both nodes at once:
+ * real-1 crashes with a pod (its processes gone, its API connections left open and
+ * silent, NotReady by the real node-lifecycle controller) and heal reboots it (Ready,
+ * the kubelet restarts the old pod); real-2 is frozen (freezer cgroups FROZEN, its
+ * Lease stops) and thawed (renews), then partitioned with `stall` (Lease stops, the
+ * container runs on) and healed (renews). stop(), also of a frozen node,
  * leaves nothing behind (its leftover check throws otherwise;
  * test/unit/node-leftovers.test.ts proves the check fails on a stray cgroup and
  * process), and no host sysctl the kubelet cares about, host link or host nftables
@@ -22,14 +27,30 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
-import { CoreV1Api } from '@kubernetes/client-node';
+import { CoordinationV1Api, CoreV1Api } from '@kubernetes/client-node';
 import { nodeBinaries } from '../../dev/node/binaries.ts';
 import { KUBELET_SYSCTLS } from '../../dev/node/config.ts';
+import { freezerCgroupOf, freezerMount } from '../../dev/node/freezer.ts';
 import { hostProcesses } from '../../dev/node/leftovers.ts';
 import { type RealNode, startRealNode } from '../../dev/node/node.ts';
+import type { SimNode } from '../../dev/sim/node/sim-node.ts';
+import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
 
 const cluster = useCluster({ realNodes: true });
+
+/**
+ * The e2e scenarios' fault API (dev/sim's SimNode): a RealNode must fit it, so that a
+ * scenario moves over unchanged. heal() may return a promise (a reboot takes time).
+ */
+type NodeFaultApi = Pick<SimNode, 'crash' | 'freeze' | 'partition' | 'state'> & {
+  heal(): void | Promise<void>;
+  readonly faults: readonly Pick<
+    SimNode['faults'][number],
+    'node' | 'fault' | 'detail' | 'monoMs' | 'wall'
+  >[];
+};
+const _realNodeFitsTheSimFaultApi = (n: RealNode): NodeFaultApi => n;
 const run = promisify(execFile);
 
 const hostSysctls = () =>
@@ -95,7 +116,7 @@ describe('real nodes', () => {
     await Promise.all([node?.stop(), node2?.stop()]);
   });
 
-  it('register, run a pod of the local pause image and an in-cluster API client whose log the API server reads, and leave nothing', {
+  it('register, run a pod of the local pause image and an in-cluster API client whose log the API server reads', {
     timeout: 180_000,
   }, async () => {
     assert.ok(node, 'the node started');
@@ -163,7 +184,19 @@ describe('real nodes', () => {
         `the probe sees ${part.trim()} while the node runs`,
       );
     assert.ok(live.some((l) => l.kind === 'cgroup' && l.path.endsWith('/kubepods')));
+  });
 
+  it('faults as on dev/sim: crash (NotReady, processes gone) and heal (the reboot reconciles the pod); freeze and partition stall stop the lease, heal renews it', {
+    timeout: 120_000,
+  }, async () => {
+    assert.ok(node && node2, 'both nodes started');
+    const [crashed, frozen] = await Promise.allSettled([crashAndReboot(node), freezeAndStall(node2)]);
+    for (const r of [crashed, frozen]) if (r.status === 'rejected') throw r.reason;
+  });
+
+  it('stop leaves nothing, also of a frozen node', { timeout: 60_000 }, async () => {
+    assert.ok(node && node2, 'both nodes started');
+    node2.freeze();
     await Promise.all([node.stop(), node2.stop()]);
     assert.deepEqual(node.leftovers(), [], 'nothing of real-1 is left on the host');
     assert.deepEqual(node2.leftovers(), [], 'nothing of real-2 is left on the host');
@@ -171,6 +204,183 @@ describe('real nodes', () => {
     assert.deepEqual(hostNetwork(), networkBefore, 'no host link or nftables rule added');
   });
 });
+
+/** A pause pod on the node, Running: its uid and the host pids of its two pause processes. */
+async function runningPause(node: RealNode, name: string): Promise<{ uid: string; pids: number[] }> {
+  const core = cluster().kubeConfig.makeApiClient(CoreV1Api);
+  const { pauseImage } = await nodeBinaries();
+  await core.createNamespacedPod({
+    namespace: 'default',
+    body: {
+      metadata: { name },
+      spec: {
+        nodeSelector: { 'kubernetes.io/hostname': node.name },
+        containers: [{ name: 'pause', image: pauseImage, imagePullPolicy: 'Never' }],
+        terminationGracePeriodSeconds: 1,
+      },
+    },
+  });
+  return eventually(
+    `pod ${name} Running on ${node.name}`,
+    async () => {
+      const pod = await core.readNamespacedPod({ namespace: 'default', name });
+      if (pod.status?.phase !== 'Running' || !pod.status.containerStatuses?.[0]?.ready) return undefined;
+      const uid = pod.metadata?.uid ?? '';
+      const pids = podProcesses(node, uid, '/pause');
+      return pids.length === 2 ? { uid, pids } : undefined;
+    },
+    60_000,
+    200,
+  );
+}
+
+const readyStatus = async (name: string) =>
+  (await cluster().kubeConfig.makeApiClient(CoreV1Api).readNode({ name })).status?.conditions?.find(
+    (c) => c.type === 'Ready',
+  )?.status;
+
+/** Crash real-1 running a pod: the node-lifecycle controller marks it NotReady; heal reboots it. */
+async function crashAndReboot(node: RealNode): Promise<void> {
+  const core = cluster().kubeConfig.makeApiClient(CoreV1Api);
+  const before = await runningPause(node, 'crash-me');
+  const t0 = performance.now();
+  const open = node.apiLink.connections().open;
+  assert.ok(open > 0, 'the kubelet and kube-proxy hold connections to the API server');
+  await node.crash();
+  assert.equal(node.state, 'crashed');
+  assert.equal(node.apiLink.mode, 'down');
+  assert.equal(
+    node.apiLink.connections().open,
+    open,
+    'the dead node’s connections stay open at the API server: no FIN, no RST from a dead machine',
+  );
+  assert.deepEqual(podProcesses(node, before.uid, '/pause'), [], 'the pod’s processes died with the node');
+  assert.deepEqual(node.leftovers(), [], 'no process, cgroup or mount of the node is left while it is down');
+  await eventually(
+    'real-1 NotReady (Unknown) by the node-lifecycle controller',
+    async () => ((await readyStatus(node.name)) === 'Unknown' ? true : undefined),
+    60_000,
+    250,
+  );
+  console.log(`real node: crash to NotReady ${Math.round(performance.now() - t0)} ms`);
+  const t1 = performance.now();
+  await node.heal();
+  assert.equal(await readyStatus(node.name), 'True', 'heal resolves when the rebooted node is Ready');
+  console.log(`real node: heal (reboot) to Ready ${Math.round(performance.now() - t1)} ms`);
+  const after = await eventually(
+    'the kubelet restarted the old pod’s containers after the reboot',
+    async () => {
+      const pod = await core.readNamespacedPod({ namespace: 'default', name: 'crash-me' });
+      const status = pod.status?.containerStatuses?.[0];
+      const pids = podProcesses(node, before.uid, '/pause');
+      return pod.status?.phase === 'Running' && status?.ready && pids.length === 2
+        ? { restarts: status.restartCount, pids }
+        : undefined;
+    },
+    60_000,
+    250,
+  );
+  console.log(`real node: heal to the old pod running again ${Math.round(performance.now() - t1)} ms`);
+  assert.ok(
+    after.restarts >= 1,
+    `the kubelet counts the reboot as a restart (restartCount ${after.restarts})`,
+  );
+  assert.ok(
+    after.pids.every((p) => !before.pids.includes(p)),
+    'new processes, not the ones before the crash',
+  );
+  assert.deepEqual(
+    node.faults.map((f) => f.fault),
+    ['crash', 'heal'],
+  );
+  await core.deleteNamespacedPod({ namespace: 'default', name: 'crash-me', gracePeriodSeconds: 0 });
+}
+
+/** renewTime of the node's Lease in kube-node-lease, in ms (the client parses the MicroTime to a Date). */
+const leaseRenewed = async (name: string) => {
+  const lease = await cluster().kubeConfig.makeApiClient(CoordinationV1Api).readNamespacedLease({
+    namespace: 'kube-node-lease',
+    name,
+  });
+  const at = lease.spec?.renewTime;
+  assert.ok(at, `${name}'s lease has a renewTime`);
+  return new Date(at).getTime();
+};
+
+/** The lease does not move for `ms` (two renew periods) from 0.5 s after the fault. */
+async function leaseStands(name: string, ms: number): Promise<void> {
+  await sleep(500); // a renewal in flight when the fault came may still land
+  const at = await leaseRenewed(name);
+  await sleep(ms);
+  assert.equal(await leaseRenewed(name), at, `${name}'s lease is not renewed during the fault`);
+}
+
+async function leaseMoves(name: string): Promise<void> {
+  const at = await leaseRenewed(name);
+  await eventually(
+    `${name}'s lease renewed after heal`,
+    async () => ((await leaseRenewed(name)) !== at ? true : undefined),
+    20_000,
+    200,
+  );
+}
+
+const processState = (pid: number) =>
+  /^State:\s+(.*)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+
+/** Freeze real-2 running a pod, heal, partition it (stall), heal. */
+async function freezeAndStall(node: RealNode): Promise<void> {
+  const pod = await runningPause(node, 'freeze-me');
+  const [container] = pod.pids as [number];
+  const kubelet = hostProcesses().find(
+    (p) => p.cmdline.includes(node.layout.kubeletConfig) && !p.cmdline.startsWith('nsenter'),
+  );
+  assert.ok(kubelet, 'the kubelet process');
+  // NB: no check that the lease moves before the fault: leaseMoves after each heal
+  // proves the kubelet renews, so a lease that never moved cannot pass.
+
+  node.freeze();
+  await eventually(
+    'the pod’s and the kubelet’s freezer cgroups FROZEN',
+    async () =>
+      [container, kubelet.pid].every(
+        (p) => readFileSync(`${freezerDirOf(p)}/freezer.state`, 'utf8').trim() === 'FROZEN',
+      )
+        ? true
+        : undefined,
+    10_000,
+    100,
+  );
+  console.log(
+    `real node: frozen: container ${processState(container)}, kubelet ${processState(kubelet.pid)}`,
+  );
+  await leaseStands(node.name, 4_000);
+  const t0 = performance.now();
+  await node.heal();
+  assert.equal(readFileSync(`${freezerDirOf(container)}/freezer.state`, 'utf8').trim(), 'THAWED');
+  await leaseMoves(node.name);
+  console.log(`real node: thaw to lease renewed ${Math.round(performance.now() - t0)} ms`);
+
+  node.partition('stall');
+  await leaseStands(node.name, 4_000);
+  assert.match(
+    processState(container) ?? '',
+    /^S /,
+    'the container runs on (sleeping, not frozen) in the partition',
+  );
+  assert.deepEqual(podProcesses(node, pod.uid, '/pause').sort(), [...pod.pids].sort(), 'the same processes');
+  const t1 = performance.now();
+  await node.heal();
+  await leaseMoves(node.name);
+  console.log(`real node: partition heal to lease renewed ${Math.round(performance.now() - t1)} ms`);
+  assert.deepEqual(
+    node.faults.map((f) => `${f.fault}${f.detail ? `:${f.detail}` : ''}`),
+    ['freeze', 'heal', 'partition:stall', 'heal'],
+  );
+}
+
+/** /sys/fs/cgroup/freezer/<the process's freezer cgroup>. */
+const freezerDirOf = (pid: number) => `${freezerMount()}${freezerCgroupOf(pid)}`;
 
 const PROBE_LINE = /^api-probe: authenticated as system:serviceaccount:default:default via 10\.0\.0\.1:443$/m;
 

@@ -1,0 +1,128 @@
+/**
+ * The fault switches of one real node, with dev/sim's SimNode API (crash, freeze,
+ * partition, heal, state, faults) so that an e2e scenario moves over unchanged: the
+ * state machine and the order of each fault's steps. The machine-level work (killing
+ * a boot, booting again) is the node's (node.ts), reached through FaultTarget.
+ *
+ * Invariants: every fault starts from `running` (else NodeFaultError naming the
+ * state); heal() undoes any and is a no-op when running or stopped; a fault is recorded
+ * before its effects so that timelines measured from it do not start late; a crash
+ * silences the API link before any process dies, so no FIN or RST of the dying node
+ * reaches the API server. Not guaranteed: a heal after a crash whose boot fails leaves
+ * the node `crashed` (the error is the boot's; stop() still cleans up).
+ */
+import { monotonicMs } from '../../lib/clock.ts';
+import { LeaseholdError } from '../../lib/errors.ts';
+import type { ApiLink } from './api-link.ts';
+import { freezeNode, thawNode } from './freezer.ts';
+
+/** As dev/sim's SimNodeState: `crashed` until heal() has booted the node again. */
+export type RealNodeState = 'running' | 'crashed' | 'frozen' | 'partitioned' | 'stopped';
+
+/** One fault or heal, as dev/sim's FaultRecord. */
+export interface RealNodeFault {
+  node: string;
+  fault: 'crash' | 'freeze' | 'partition' | 'heal';
+  detail?: string;
+  monoMs: number;
+  wall: Date;
+}
+
+export class NodeFaultError extends LeaseholdError {
+  constructor(node: string, fault: string, state: RealNodeState) {
+    super('E_NODE_FAULT', `real node ${node}: cannot ${fault} while ${state}; heal() first`);
+  }
+}
+
+/** What the faults need of the node. */
+export interface FaultTarget {
+  readonly name: string;
+  readonly cgroupRoot: string;
+  readonly link: ApiLink;
+  /** The pid namespace of the running boot (/proc/PID/ns/pid), if any. */
+  pidNs(): string | undefined;
+  /** Adds (true) or removes the API server's egress route to the node. */
+  route(on: boolean): Promise<void>;
+  /** Kills every process of the boot at one instant and drops what a reboot loses. */
+  powerOff(): Promise<void>;
+  /** Boots the machine again on its dirs; resolves when the Node is Ready. */
+  boot(): Promise<void>;
+  progress(line: string): void;
+}
+
+export class NodeFaults {
+  private current: RealNodeState = 'running';
+  readonly faults: RealNodeFault[] = [];
+
+  constructor(private readonly node: FaultTarget) {}
+
+  get state(): RealNodeState {
+    return this.current;
+  }
+
+  /** stop() has begun: every fault is refused from now on, heal() is a no-op. */
+  stopped(): void {
+    this.current = 'stopped';
+  }
+
+  async crash(): Promise<void> {
+    this.requireRunning('crash');
+    this.current = 'crashed';
+    this.record('crash');
+    this.node.link.setMode('down');
+    await this.node.route(false);
+    await this.node.powerOff();
+  }
+
+  freeze(): void {
+    this.requireRunning('freeze');
+    const ns = this.node.pidNs();
+    if (!ns) throw new LeaseholdError('E_NODE_FREEZE', `real node ${this.node.name} has no PID 1 to freeze`);
+    this.current = 'frozen';
+    this.record('freeze');
+    freezeNode(ns, this.node.cgroupRoot);
+  }
+
+  partition(mode: 'close' | 'stall' = 'close'): void {
+    this.requireRunning('partition');
+    if (mode !== 'close' && mode !== 'stall')
+      throw new LeaseholdError('E_NODE_FAULT', `partition mode '${String(mode)}' must be 'close' or 'stall'`);
+    this.current = 'partitioned';
+    this.record('partition', mode);
+    this.node.link.setMode(mode);
+    // NB: not awaited, so that partition() stays synchronous as on the sim; removing a
+    // file does not fail but for a missing one, which rm's force ignores.
+    void this.node.route(false);
+  }
+
+  async heal(): Promise<void> {
+    const was = this.current;
+    if (was === 'running' || was === 'stopped') return;
+    this.record('heal');
+    if (was === 'frozen') thawNode(this.node.cgroupRoot);
+    if (was === 'partitioned') {
+      await this.node.route(true);
+      this.node.link.setMode('pass');
+    }
+    if (was === 'crashed') {
+      this.node.link.setMode('pass'); // resets what the dead machine left open
+      await this.node.boot();
+    }
+    if (this.current === was) this.current = 'running';
+  }
+
+  private record(fault: RealNodeFault['fault'], detail?: string): void {
+    this.faults.push({
+      node: this.node.name,
+      fault,
+      ...(detail ? { detail } : {}),
+      monoMs: monotonicMs(),
+      wall: new Date(),
+    });
+    this.node.progress(`${this.node.name}: fault ${fault}${detail ? ` (${detail})` : ''}`);
+  }
+
+  private requireRunning(fault: string): void {
+    if (this.current !== 'running') throw new NodeFaultError(this.node.name, fault, this.current);
+  }
+}
