@@ -3,7 +3,7 @@
  * written as data so that test/unit/image-dockerfile-step.test.ts can hold each recipe
  * against its Dockerfile (dockerfile.ts) and fail when the two part ways.
  *
- * Each image is uncompressed layers in the order the Dockerfile's final stage makes them:
+ * Each image is layers (zstd tar) in the order the Dockerfile's final stage makes them:
  *   base          the Dockerfile's FROM, rebuilt from Debian 12 packages with mmdebstrap
  *                 (for nfs-ganesha with the final stage's apt-get packages in it);
  *   node          the Node 24 binary where that base image has it;
