@@ -8,7 +8,9 @@
 #   one per NFSv3 ganesha in the tests: dev/nfs-client/private-rpcbind.ts), and prometheus
 #   for promtool (checks the agent's /metrics text; installed without recommends, so no
 #   exporter daemon comes along), libseccomp-dev (runc's seccomp, built by dev/node/build.sh)
-#   and iproute2 (`ip`: the real node's links inside its own network namespace).
+#   and iproute2 (`ip`: the real node's links inside its own network namespace), and
+#   mmdebstrap (the images' Debian base layers, dev/image/build.ts; without recommends:
+#   it runs in root mode and needs none of them) and zstd (their layers' compression).
 # Needs root for apt-get; without it, prints the command to run and exits 1.
 set -euo pipefail
 say() { echo "leasehold: $*" >&2; }
@@ -31,6 +33,8 @@ dpkg -s libseccomp-dev >/dev/null 2>&1 || missing+=(libseccomp-dev)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 lean=()
 command -v promtool >/dev/null 2>&1 || lean+=(prometheus)
+command -v mmdebstrap >/dev/null 2>&1 || lean+=(mmdebstrap)
+command -v zstd >/dev/null 2>&1 || missing+=(zstd)
 
 [ ${#missing[@]} -eq 0 ] && [ ${#lean[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then

@@ -11,16 +11,18 @@
 #     the fencing storage's volume view), exported as LEASEHOLD_FENCEFS_BIN (without it
 #     the simulator builds it on first use of a fencing volume); with --node, the real
 #     node's components (dev/node/build.sh: kubelet, containerd, runc, CNI plugins, the
-#     pause image), exported as LEASEHOLD_NODE_BIN.
+#     pause image), exported as LEASEHOLD_NODE_BIN; with --image, the project's images
+#     (dev/image/build.ts: leasehold and nfs-ganesha as OCI layout tarballs, built from
+#     Debian packages without a registry or a Docker daemon), exported as LEASEHOLD_IMAGE_DIR.
 #
-#   bash dev/toolchain.sh [--debs] [--kube] [--helm] [--fuse] [--node] COMMAND [ARGS...]
+#   bash dev/toolchain.sh [--debs] [--kube] [--helm] [--fuse] [--node] [--image] COMMAND [ARGS...]
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache_root="${LEASEHOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold}"
 say() { echo "leasehold: $*" >&2; }
 
-need_kube=0 need_helm=0 need_debs=0 need_fuse=0 need_node=0
+need_kube=0 need_helm=0 need_debs=0 need_fuse=0 need_node=0 need_image=0
 while :; do
   case "${1:-}" in
     --debs) need_debs=1; shift ;;
@@ -28,6 +30,7 @@ while :; do
     --helm) need_helm=1; shift ;;
     --fuse) need_fuse=1; shift ;;
     --node) need_node=1; shift ;;
+    --image) need_image=1; shift ;;
     *) break ;;
   esac
 done
@@ -74,6 +77,11 @@ fi
 if [ "$need_node" = 1 ]; then
   LEASEHOLD_NODE_BIN="$(bash "$root/dev/node/build.sh")"
   export LEASEHOLD_NODE_BIN
+fi
+
+if [ "$need_image" = 1 ]; then
+  LEASEHOLD_IMAGE_DIR="$(node --import tsx "$root/dev/image/build.ts")"
+  export LEASEHOLD_IMAGE_DIR
 fi
 
 exec "$@"
