@@ -13,15 +13,29 @@
  * Interfaces, routes and nftables rules live only in the node's network namespace:
  * they are gone when no process and no mount holds that namespace any more, which the
  * rules above check. Not checked: files under the node's directory (stop removes it).
+ *
+ * NB: the kernel reuses a namespace's id (its nsfs inode number) as soon as the
+ * namespace is freed, and hands out the lowest free one: a node that starts right
+ * after another stops (in this process or another test process) gets the stopped
+ * node's ids, and its processes would look like the stopped node's leftovers. So a
+ * node's namespace ids are only valid while a `NamespaceHold` keeps an fd open on each
+ * namespace (from boot until the leftover check is done): a held namespace is not
+ * freed, so no other namespace can carry its id. The hold itself is not a leftover
+ * (it is this process, which the snapshot leaves out, and not a mount); a process in
+ * the held namespaces still is. Not guarded the same way: the node's pids (the kernel
+ * hands pids out in a cycle, so one is reused only after pid_max others).
  */
 
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { existingCgroups } from './cgroups.ts';
 
 export interface NodeIdentity {
   dir: string;
   cgroupRoot: string;
-  /** `net:[4026532…]`-style ids of the node's namespaces, as /proc/PID/ns/* links read. */
+  /**
+   * `net:[4026532…]`-style ids of the node's namespaces, as /proc/PID/ns/* links read;
+   * only those a NamespaceHold keeps (an id of a freed namespace names a stranger's).
+   */
   namespaces: readonly string[];
   /** Pids of the processes the node started (holder, relay, containerd, kubelet). */
   pids: readonly number[];
@@ -114,7 +128,29 @@ export function hostSnapshot(node: NodeIdentity): HostSnapshot {
   };
 }
 
-/** The namespaces of a running process, as /proc/PID/ns/{pid,net,mnt} read. */
-export function namespacesOf(pid: number): string[] {
-  return NS_KINDS.map((k) => readlinkSync(`/proc/${pid}/ns/${k}`));
+/**
+ * Open fds on a process's pid, net and mnt namespaces: while held, those namespaces
+ * live on (empty, once their processes are gone) and their ids cannot be given to
+ * another. `ids` are read from the fds (fstat), so they name the namespaces held, even
+ * if the process exited meanwhile. Node opens with O_CLOEXEC: no child inherits them.
+ * `release()` closes them (idempotent); the process's exit closes them too.
+ */
+export interface NamespaceHold {
+  readonly ids: readonly string[];
+  release(): void;
+}
+
+export function holdNamespaces(pid: number): NamespaceHold {
+  const fds: number[] = [];
+  const release = () => {
+    for (const fd of fds.splice(0)) closeSync(fd);
+  };
+  try {
+    for (const k of NS_KINDS) fds.push(openSync(`/proc/${pid}/ns/${k}`, 'r'));
+  } catch (err) {
+    release();
+    throw err;
+  }
+  const ids = NS_KINDS.map((k, i) => `${k}:[${fstatSync(fds[i] as number).ino}]`);
+  return { ids, release };
 }

@@ -71,10 +71,11 @@ import { type NodeLayout, nodeLayout } from './layout.ts';
 import {
   describeLeftovers,
   findLeftovers,
+  holdNamespaces,
   hostSnapshot,
   type Leftover,
+  type NamespaceHold,
   type NodeIdentity,
-  namespacesOf,
 } from './leftovers.ts';
 import { childOf, nsenterArgs, sysctlFile, unshareArgs } from './namespaces.ts';
 import { NodeFaults, type RealNodeFault, type RealNodeState } from './node-faults.ts';
@@ -186,12 +187,16 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     ownerText({ pid: process.pid, start: processStart(process.pid) ?? '?' }),
   );
   const layout = nodeLayout(dir, opts.name, opts.index ?? 1);
-  const identity: { namespaces: string[]; pids: number[] } = { namespaces: [], pids: [] };
+  // The holds keep the namespace ids this node's alone until its leftover check is done.
+  const identity: { holds: NamespaceHold[]; pids: number[] } = { holds: [], pids: [] };
+  const releaseNamespaces = () => {
+    for (const h of identity.holds.splice(0)) h.release();
+  };
   const node: NodeIdentity = {
     dir,
     cgroupRoot: layout.cgroupRoot,
     get namespaces() {
-      return identity.namespaces;
+      return identity.holds.flatMap((h) => h.ids);
     },
     get pids() {
       return identity.pids;
@@ -206,6 +211,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     if (cgroupsMade) thawNode(layout.cgroupRoot);
     for (const pid of identity.pids) signal(pid, 'SIGKILL');
     waitGoneSync(node, 10_000);
+    releaseNamespaces();
     if (cgroupsMade) removeCgroupRoot(layout.cgroupRoot);
     rmSync(dir, { recursive: true, force: true });
   };
@@ -256,6 +262,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     await link.close();
     const cgroupProblems = cgroupsMade ? removeCgroupRoot(layout.cgroupRoot) : [];
     const left = findLeftovers(node, hostSnapshot(node));
+    releaseNamespaces();
     if (left.length > 0 || cgroupProblems.length > 0) {
       throw new NodeLeftoverError(opts.name, left);
     }
@@ -286,7 +293,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     if (pid1 === undefined) throw new ComponentError(holder.name, 'has no PID 1', holder.logPath);
     boot.pid1 = pid1;
     identity.pids.push(pid1);
-    identity.namespaces.push(...namespacesOf(pid1));
+    identity.holds.push(holdNamespaces(pid1));
     await writeFile(routeFile, `/proc/${pid1}/ns/net\n`);
     const inNode = (what: string, bin: string, args: string[], env: string[] = []) =>
       new Component(
@@ -464,7 +471,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     await rm(layout.readyFile, { force: true });
     // The dead boot's pids and namespace ids may be reused by the kernel from now on.
     identity.pids.length = 0;
-    identity.namespaces.length = 0;
+    releaseNamespaces();
     boot = { components: [] };
   }
 

@@ -2,7 +2,9 @@
  * The real node's leftover check (dev/node/leftovers.ts) fails on each kind of
  * leftover: the pure judge on hand-made snapshots, then the host probe on a real stray
  * cgroup directory and a real stray process (as root, like the node itself), and it
- * passes once they are gone. The sweep of what a killed run left removes a dead
+ * passes once they are gone; a process in namespaces that reuse a stopped node's ids
+ * (the kernel recycles them at once) is not that node's while the node holds them,
+ * and one in the held namespaces is. The sweep of what a killed run left removes a dead
  * owner's node and keeps a live one. Also: the layout rejects bad names and indexes, the
  * rendered configs keep the node off the host's settings, and the node network's
  * addresses and the API server's egress configuration agree.
@@ -20,10 +22,12 @@ import { nodeLayout } from '../../dev/node/layout.ts';
 import {
   findLeftovers,
   type HostSnapshot,
+  holdNamespaces,
+  hostProcesses,
   hostSnapshot,
   type NodeIdentity,
 } from '../../dev/node/leftovers.ts';
-import { namespaceSetupScript } from '../../dev/node/namespaces.ts';
+import { childOf, namespaceSetupScript } from '../../dev/node/namespaces.ts';
 import {
   isStale,
   NODE_DIR_PREFIX,
@@ -153,6 +157,73 @@ test('the host probe finds a real stray cgroup directory and a real stray proces
   }
   assert.deepEqual(existingCgroups(identity.cgroupRoot), []);
   assert.deepEqual(findLeftovers(identity, hostSnapshot(identity)), []);
+});
+
+/** `unshare` with a child (PID 1 of new pid, net and mnt namespaces) sleeping in them. */
+async function namespacedSleeper() {
+  const parent = spawn(
+    'unshare',
+    ['--pid', '--fork', '--net', '--mount', '--propagation', 'private', 'sleep', '60'],
+    {
+      stdio: 'ignore',
+    },
+  );
+  const exited = new Promise((r) => parent.once('exit', r));
+  let child: number | undefined;
+  for (let i = 0; i < 100 && child === undefined; i++) {
+    child = parent.pid ? childOf(parent.pid) : undefined;
+    if (child === undefined) await sleep(20);
+  }
+  assert.ok(parent.pid && child, 'unshare forked its child');
+  const kill = async () => {
+    for (const pid of [child, parent.pid]) {
+      try {
+        process.kill(pid as number, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+    await exited;
+  };
+  return { parent: parent.pid, child, kill };
+}
+
+test('a stranger in namespaces made after the node stopped is not its leftover; its own still is', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'leasehold-leftover-test-'));
+  const first = await namespacedSleeper();
+  const hold = holdNamespaces(first.child);
+  const stranger: Awaited<ReturnType<typeof namespacedSleeper>>[] = [];
+  try {
+    const identity: NodeIdentity = { dir, cgroupRoot: `/${basename(dir)}`, namespaces: hold.ids, pids: [] };
+    const own = findLeftovers(identity, hostSnapshot(identity));
+    assert.ok(
+      own.some(
+        (l) => l.kind === 'process' && l.pid === first.child && l.why === 'in a namespace of the node',
+      ),
+      `the node's own process is a leftover: ${JSON.stringify(own)}`,
+    );
+    // The node's processes end; its namespaces are held, as startRealNode holds them
+    // until its leftover check is done. Other namespaces made now (by another node,
+    // maybe another test process) would get the freed ids if nothing held them.
+    await first.kill();
+    assert.deepEqual(findLeftovers(identity, hostSnapshot(identity)), [], 'nothing left once they are gone');
+    for (let i = 0; i < 3; i++) stranger.push(await namespacedSleeper());
+    const procs = hostProcesses();
+    const strangers = procs.filter((p) => stranger.some((s) => p.pid === s.child));
+    assert.equal(strangers.length, 3, 'the strangers run in their namespaces');
+    for (const p of strangers)
+      assert.deepEqual(
+        p.namespaces.filter((ns) => hold.ids.includes(ns)),
+        [],
+        `a held namespace id is not given to another (${p.namespaces.join(', ')})`,
+      );
+    assert.deepEqual(findLeftovers(identity, { ...hostSnapshot(identity), processes: procs }), []);
+  } finally {
+    hold.release();
+    await first.kill();
+    for (const s of stranger) await s.kill();
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('the layout rejects a bad name or index, naming it', () => {
