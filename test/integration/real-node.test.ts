@@ -9,7 +9,9 @@
  * `kubernetes` Service's ClusterIP through kube-proxy, its projected service-account
  * token) and is told who it is; the API server reaches real-2's kubelet through its
  * egress proxy into real-2's namespace to read that pod's log, exec the call again in
- * it and port-forward to it. Then the faults of dev/sim's API, on both nodes at once:
+ * it and port-forward to it. The project's images (dev/image), imported into real-2's
+ * containerd meanwhile, run there under the project's securityContexts
+ * (real-node-images.ts says what is checked). Then the faults of dev/sim's API, on both nodes at once:
  * real-1 crashes with a pod (its processes gone, its API connections left open and
  * silent, NotReady by the real node-lifecycle controller) and heal reboots it (Ready,
  * the kubelet restarts the old pod); real-2 is frozen (freezer cgroups FROZEN, its
@@ -18,7 +20,9 @@
  * leaves nothing behind (its leftover check throws otherwise;
  * test/unit/node-leftovers.test.ts proves the check fails on a stray cgroup and
  * process), and no host sysctl the kubelet cares about, host link or host nftables
- * rule changed. Bring the components with `bash dev/toolchain.sh --node ...`.
+ * rule changed. Bring the components and the images with
+ * `bash dev/toolchain.sh --node --image ...` (without --image the first run here builds
+ * the images, about 3 minutes).
  */
 import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn } from 'node:child_process';
@@ -28,6 +32,7 @@ import { request } from 'node:https';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { CoordinationV1Api, CoreV1Api } from '@kubernetes/client-node';
+import { type LocalImage, localImages } from '../../dev/image/images.ts';
 import { nodeBinaries } from '../../dev/node/binaries.ts';
 import { KUBELET_SYSCTLS } from '../../dev/node/config.ts';
 import { freezerCgroupOf, freezerMount } from '../../dev/node/freezer.ts';
@@ -36,6 +41,7 @@ import { type RealNode, startRealNode } from '../../dev/node/node.ts';
 import type { SimNode } from '../../dev/sim/node/sim-node.ts';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
+import { projectImagesRun } from './real-node-images.ts';
 
 const cluster = useCluster({ realNodes: true });
 
@@ -96,9 +102,13 @@ describe('real nodes', () => {
   let node2: RealNode | undefined;
   const sysctlsBefore = hostSysctls();
   const networkBefore = hostNetwork();
+  let images: Record<string, LocalImage> = {};
+  /** The images' import into real-2, under way while the first test runs; kept, not left unhandled. */
+  let imported: Promise<{ ms: number } | { error: unknown }> | undefined;
 
   before(
     async () => {
+      images = await localImages();
       const t0 = performance.now();
       // Both at once; allSettled so that one failing still lets the other be stopped.
       const [one, two] = await Promise.allSettled([
@@ -109,6 +119,12 @@ describe('real nodes', () => {
       if (two.status === 'fulfilled') node2 = two.value;
       for (const r of [one, two]) if (r.status === 'rejected') throw r.reason;
       console.log(`real node: two nodes start to Ready ${Math.round(performance.now() - t0)} ms`);
+      const t1 = performance.now();
+      const into = node2 as RealNode;
+      imported = Promise.all(Object.values(images).map(({ tar }) => into.importImage(tar))).then(
+        () => ({ ms: performance.now() - t1 }),
+        (error: unknown) => ({ error }),
+      );
     },
     { timeout: 180_000 },
   );
@@ -186,13 +202,31 @@ describe('real nodes', () => {
     assert.ok(live.some((l) => l.kind === 'cgroup' && l.path.endsWith('/kubepods')));
   });
 
-  it('faults as on dev/sim: crash (NotReady, processes gone) and heal (the reboot reconciles the pod); freeze and partition stall stop the lease, heal renews it', {
+  it("faults as on dev/sim, while real-2 runs the project's images: real-1 crashes (NotReady, processes gone) and heal reboots it (the kubelet reconciles the pod)", {
+    timeout: 240_000,
+  }, async () => {
+    assert.ok(node && node2 && imported, 'both nodes started and the import began');
+    const [crashed, ran] = await Promise.allSettled([crashAndReboot(node), imagesRun(node2)]);
+    for (const r of [crashed, ran]) if (r.status === 'rejected') throw r.reason;
+  });
+
+  it('faults as on dev/sim: freeze and partition stall stop real-2 renewing its lease, heal renews it', {
     timeout: 120_000,
   }, async () => {
-    assert.ok(node && node2, 'both nodes started');
-    const [crashed, frozen] = await Promise.allSettled([crashAndReboot(node), freezeAndStall(node2)]);
-    for (const r of [crashed, frozen]) if (r.status === 'rejected') throw r.reason;
+    assert.ok(node2, 'the second node started');
+    await freezeAndStall(node2);
   });
+
+  /** The import (begun in before) done, the images run on real-2 (real-node-images.ts). */
+  async function imagesRun(into: RealNode): Promise<void> {
+    const t0 = performance.now();
+    const done = await imported;
+    if (!done || 'error' in done) throw done?.error ?? new Error('the import never began');
+    console.log(
+      `real node: images imported ${Math.round(done.ms)} ms after Ready (waited ${Math.round(performance.now() - t0)} ms for it)`,
+    );
+    await projectImagesRun(cluster(), into, images);
+  }
 
   it('stop leaves nothing, also of a frozen node', { timeout: 60_000 }, async () => {
     assert.ok(node && node2, 'both nodes started');

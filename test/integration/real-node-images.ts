@@ -1,0 +1,269 @@
+/**
+ * The project's locally built images (dev/image: no registry, no Docker daemon) on a
+ * real node (dev/node), for real-node.test.ts: both are imported into the node's
+ * containerd (startRealNode's `images`) and run under the real kubelet with the
+ * securityContexts the project gives them.
+ *  - leasehold (agent + manager): the manager container with the chart's pod
+ *    securityContext (runAsNonRoot, no runAsUser: the kubelet must find the image's
+ *    numeric USER) runs as 65532:65532 with no capability, in /app; the agent container
+ *    with the manager's AGENT_SECURITY_CONTEXT runs as root with CAP_KILL alone and
+ *    no_new_privs. Both ran the image's entrypoint (node dist/bin/leasehold.js), logged
+ *    their start and reached the API server the in-cluster way (kube-proxy's
+ *    `kubernetes` Service, the projected token of `default/default`, which has no role):
+ *    the agent is refused its Lease (HTTP 403) and retries every retry period, the
+ *    manager is refused its first call (HTTP 403), and both run on.
+ *  - nfs-ganesha: the shipped server's entrypoint with NFS_SERVER_SECURITY_CONTEXT, an
+ *    emptyDir as its export and on /run, starts ganesha.nfsd (root, exactly the preset's
+ *    capabilities) and logs `serving`: ganesha answered its NFS NULL probe.
+ * The pods are deleted at the end (no grace) so that the faults that follow meet only
+ * their own pods.
+ */
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { join } from 'node:path';
+import { CoreV1Api, type V1Container, type V1Pod } from '@kubernetes/client-node';
+import type { Cluster } from '../../dev/cluster/types.ts';
+import type { LocalImage } from '../../dev/image/images.ts';
+import { hostProcesses } from '../../dev/node/leftovers.ts';
+import type { RealNode } from '../../dev/node/node.ts';
+import { NFS_SERVER_SECURITY_CONTEXT } from '../../manager/reconciliation/nfs-server-preset.ts';
+import { AGENT_RUNTIME_ENV, AGENT_SECURITY_CONTEXT } from '../../manager/reconciliation/pod-spec.ts';
+import { eventually } from '../support/cluster.ts';
+
+const CAP = {
+  CHOWN: 0,
+  DAC_OVERRIDE: 1,
+  DAC_READ_SEARCH: 2,
+  FOWNER: 3,
+  FSETID: 4,
+  KILL: 5,
+  SETGID: 6,
+  SETUID: 7,
+};
+const capMask = (caps: readonly string[]) =>
+  caps.reduce((m, c) => m | (1n << BigInt(CAP[c as keyof typeof CAP])), 0n);
+
+/** /proc facts of the pod's process whose command line starts with `cmd`, once it runs. */
+function podProcess(node: RealNode, podUid: string, cmd: string) {
+  const p = hostProcesses().find(
+    (p) =>
+      p.cmdline.startsWith(cmd) &&
+      p.cgroup.includes(`${node.layout.cgroupRoot}/`) &&
+      p.cgroup.includes(`pod${podUid}`),
+  );
+  if (!p) return undefined;
+  const status = readFileSync(`/proc/${p.pid}/status`, 'utf8');
+  const field = (k: string) => new RegExp(`^${k}:\\s*(.*)$`, 'm').exec(status)?.[1]?.trim() ?? '';
+  return {
+    uid: field('Uid').split(/\s+/),
+    gid: field('Gid').split(/\s+/),
+    capEff: BigInt(`0x${field('CapEff')}`),
+    noNewPrivs: field('NoNewPrivs'),
+    cwd: readlinkSync(`/proc/${p.pid}/cwd`),
+  };
+}
+
+/** A container's log, as the kubelet writes it under the node's /var/log/pods. */
+function containerLog(node: RealNode, pod: V1Pod, container: string): string {
+  const dir = join(
+    node.layout.kubeletRoot,
+    'pod-logs', // the kubelet's podLogsDir (dev/node/config.ts)
+    `${pod.metadata?.namespace}_${pod.metadata?.name}_${pod.metadata?.uid}`,
+    container,
+  );
+  try {
+    return readdirSync(dir)
+      .sort()
+      .map((f) => readFileSync(join(dir, f), 'utf8'))
+      .join('');
+  } catch {
+    return '';
+  }
+}
+
+const downward: V1Container['env'] = [
+  { name: 'LEASEHOLD_POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
+  { name: 'LEASEHOLD_NODE_NAME', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } },
+];
+
+/** The images (already imported into `n`'s containerd) run there under the project's securityContexts. */
+export async function projectImagesRun(
+  cluster: Cluster,
+  n: RealNode,
+  images: Record<string, LocalImage>,
+): Promise<void> {
+  const leasehold = images.leasehold as LocalImage;
+  const nfs = images['nfs-ganesha'] as LocalImage;
+  const listed = await n.ctr(['images', 'ls', '-q']);
+  for (const ref of [leasehold.ref, nfs.ref]) assert.ok(listed.includes(ref), `${ref} imported: ${listed}`);
+
+  const core = cluster.kubeConfig.makeApiClient(CoreV1Api);
+  const t0 = performance.now();
+  await core.createNamespacedPod({
+    namespace: 'default',
+    body: {
+      metadata: { name: 'leasehold' },
+      spec: {
+        nodeSelector: { 'kubernetes.io/hostname': n.name },
+        securityContext: { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
+        // As the share pods have it: the agent's default fence (pod) needs it.
+        shareProcessNamespace: true,
+        restartPolicy: 'Never',
+        terminationGracePeriodSeconds: 5,
+        containers: [
+          {
+            name: 'manager',
+            image: leasehold.ref,
+            imagePullPolicy: 'Never',
+            args: ['manager'],
+            env: downward,
+          },
+          {
+            name: 'agent',
+            image: leasehold.ref,
+            imagePullPolicy: 'Never',
+            args: ['agent'],
+            env: [
+              ...(downward ?? []),
+              { name: 'LEASEHOLD_LEASE_NAMESPACE', value: 'default' },
+              { name: 'LEASEHOLD_LEASE_NAME', value: 'img-share' },
+              ...AGENT_RUNTIME_ENV,
+            ],
+            securityContext: AGENT_SECURITY_CONTEXT,
+          },
+        ],
+      },
+    },
+  });
+  await core.createNamespacedPod({
+    namespace: 'default',
+    body: {
+      metadata: { name: 'nfs' },
+      spec: {
+        nodeSelector: { 'kubernetes.io/hostname': n.name },
+        restartPolicy: 'Never',
+        terminationGracePeriodSeconds: 10,
+        volumes: [
+          { name: 'share', emptyDir: {} },
+          { name: 'run', emptyDir: {} },
+        ],
+        containers: [
+          {
+            name: 'server',
+            image: nfs.ref,
+            imagePullPolicy: 'Never',
+            securityContext: NFS_SERVER_SECURITY_CONTEXT,
+            volumeMounts: [
+              { name: 'share', mountPath: '/export' },
+              { name: 'run', mountPath: '/run' },
+            ],
+          },
+        ],
+      },
+    },
+  });
+
+  const started = await eventually(
+    `both pods Running on ${n.name}`,
+    async () => {
+      const pods = await Promise.all(
+        ['leasehold', 'nfs'].map((name) => core.readNamespacedPod({ namespace: 'default', name })),
+      );
+      return pods.every((p) => p.status?.containerStatuses?.every((c) => c.state?.running))
+        ? pods
+        : undefined;
+    },
+    120_000,
+    200,
+  );
+  console.log(`real node: image pods create to Running ${Math.round(performance.now() - t0)} ms`);
+  const [lpod, npod] = started as [V1Pod, V1Pod];
+  assert.equal(lpod.spec?.nodeName, n.name);
+
+  const entry = '/nodejs/bin/node dist/bin/leasehold.js';
+  const manager = await eventually('the manager process', async () =>
+    podProcess(n, lpod.metadata?.uid ?? '', `${entry} manager`),
+  );
+  assert.deepEqual(
+    manager.uid,
+    ['65532', '65532', '65532', '65532'],
+    'the image USER, as runAsNonRoot required',
+  );
+  assert.deepEqual(manager.gid, ['65532', '65532', '65532', '65532']);
+  assert.equal(manager.capEff, 0n, 'a non-root process holds no capability');
+  assert.equal(manager.cwd, '/app', 'the image WORKDIR');
+  const agent = await eventually('the agent process', async () =>
+    podProcess(n, lpod.metadata?.uid ?? '', `${entry} agent`),
+  );
+  assert.deepEqual(agent.uid, ['0', '0', '0', '0'], 'AGENT_SECURITY_CONTEXT runs it as root');
+  assert.equal(agent.capEff, capMask(['KILL']), 'CAP_KILL alone');
+  assert.equal(agent.noNewPrivs, '1', 'allowPrivilegeEscalation: false');
+
+  const ganesha = await eventually('ganesha.nfsd in the nfs pod', async () =>
+    podProcess(n, npod.metadata?.uid ?? '', 'ganesha.nfsd'),
+  );
+  assert.deepEqual(ganesha.uid, ['0', '0', '0', '0']);
+  assert.equal(
+    ganesha.capEff,
+    capMask(NFS_SERVER_SECURITY_CONTEXT.capabilities?.add ?? []),
+    "exactly the preset's capabilities",
+  );
+  const serving = await eventually(
+    "the server's `serving` line",
+    async () => {
+      const log = containerLog(n, npod, 'server');
+      return /"msg":"serving"/.test(log) ? log : undefined;
+    },
+    60_000,
+    200,
+  ).catch((err: Error) => {
+    throw new Error(`${err.message}; the server's log:\n${containerLog(n, npod, 'server')}`);
+  });
+  assert.match(serving, /"msg":"ganesha started"/);
+  // After the start line: what each does once it has called the API in-cluster.
+  const startLine = (c: string, line: RegExp) =>
+    eventually(`the ${c}'s start line`, async () => {
+      const log = containerLog(n, lpod, c);
+      return line.test(log) ? log : undefined;
+    });
+  const managerLog = await startLine('manager', /"msg":"manager started"/);
+  const agentLog = await startLine('agent', /"api":"in-cluster service account".*"msg":"agent started"/);
+  // Both reach the API server the in-cluster way (kube-proxy's `kubernetes` Service,
+  // the projected token) and are authenticated as default/default, which has no role:
+  // the API server's authorization refuses them, and they retry (neither exits).
+  const refused = (c: string, line: RegExp) =>
+    eventually(
+      `the ${c} refused by the API server's authorization (not failing to reach it)`,
+      async () =>
+        containerLog(n, lpod, c)
+          .split('\n')
+          .find((l) => line.test(l)),
+      30_000,
+      200,
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}; its log:\n${containerLog(n, lpod, c)}`);
+    });
+  const agentRefused = await refused(
+    'agent',
+    /reading lease default\/img-share failed: HTTP 403 .*User \\"system:serviceaccount:default:default\\" cannot get resource \\"leases\\".*retrying every retry period/,
+  );
+  const managerRefused = await refused(
+    'manager',
+    /403.*User \\"system:serviceaccount:default:default\\" cannot/,
+  );
+  console.log(
+    `real node: after the start line, agent: ${agentRefused.slice(0, 300)}\nmanager: ${managerRefused.slice(0, 300)}`,
+  );
+  assert.ok(managerLog.length > 0 && agentLog.length > 0);
+  const later = await core.readNamespacedPod({ namespace: 'default', name: 'leasehold' });
+  for (const c of later.status?.containerStatuses ?? [])
+    assert.ok(
+      c.state?.running && c.restartCount === 0,
+      `${c.name} runs on after the refusal: ${JSON.stringify(c.state)}`,
+    );
+  await Promise.all(
+    ['leasehold', 'nfs'].map((name) =>
+      core.deleteNamespacedPod({ namespace: 'default', name, gracePeriodSeconds: 0 }),
+    ),
+  );
+}
