@@ -11,7 +11,8 @@
  *    their start and reached the API server the in-cluster way (kube-proxy's
  *    `kubernetes` Service, the projected token of `default/default`, which has no role):
  *    the agent is refused its Lease (HTTP 403) and retries every retry period, the
- *    manager is refused its first call (HTTP 403), and both run on.
+ *    manager is refused its first list of ShareManagers (HTTP 403) and re-watches with
+ *    backoff, and both run on.
  *  - nfs-ganesha: the shipped server's entrypoint with NFS_SERVER_SECURITY_CONTEXT, an
  *    emptyDir as its export and on /run, starts ganesha.nfsd (root, exactly the preset's
  *    capabilities) and logs `serving`: ganesha answered its NFS NULL probe.
@@ -249,10 +250,10 @@ export async function projectImagesRun(
   );
   const managerRefused = await refused(
     'manager',
-    /403.*User \\"system:serviceaccount:default:default\\" cannot/,
+    /listing sharemanagers failed: HTTP 403 .*User \\"system:serviceaccount:default:default\\" cannot list resource \\"sharemanagers\\".*"msg":"watch broken; re-watching with backoff"/,
   );
   console.log(
-    `real node: after the start line, agent: ${agentRefused.slice(0, 300)}\nmanager: ${managerRefused.slice(0, 300)}`,
+    `real node: after the start line, agent: ${agentRefused.slice(0, 600)}\nmanager: ${managerRefused.slice(0, 900)}`,
   );
   assert.ok(managerLog.length > 0 && agentLog.length > 0);
   const later = await core.readNamespacedPod({ namespace: 'default', name: 'leasehold' });
