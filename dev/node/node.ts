@@ -2,6 +2,8 @@
  * One real Kubernetes node for the testbed: the real kubelet and containerd (with runc
  * and the bridge CNI network) in the node's own pid, network and mount namespaces
  * (namespaces.ts), registered with the project's real control plane (dev/cluster).
+ * This file holds the machine (start, stop, power-off, the leftover check); the boot
+ * sequence is node-boot.ts, the fault state machine node-faults.ts.
  *
  *   const node = await startRealNode(cluster, { name: 'node-1' });
  *   await node.stop();   // throws NodeLeftoverError if anything is left on the host
@@ -41,7 +43,7 @@
  * a reboot keeps the CNI plugin's IP reservations (on disk, as host-local's are).
  */
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -49,42 +51,27 @@ import { promisify } from 'node:util';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { sleep } from '../../lib/clock.ts';
 import { LeaseholdError } from '../../lib/errors.ts';
-import { Component, ComponentError, onAbruptExit } from '../cluster/component.ts';
-import { writeKubeconfig } from '../cluster/kubeconfig.ts';
+import { onAbruptExit } from '../cluster/component.ts';
 import type { Cluster } from '../cluster/types.ts';
 import { freePort } from '../net/free-port.ts';
 import { type ApiLink, startApiLink } from './api-link.ts';
 import { nodeBinaries } from './binaries.ts';
-import { createCgroupRoot, removeCgroupRoot } from './cgroups.ts';
-import { issueKubeletClientCert, issueKubeProxyClientCert } from './client-cert.ts';
-import {
-  cniConfList,
-  containerdConfig,
-  KUBELET_SYSCTLS,
-  kubeletArgs,
-  kubeletConfiguration,
-  kubeProxyArgs,
-  kubeProxyConfiguration,
-} from './config.ts';
+import { removeCgroupRoot } from './cgroups.ts';
 import { freezeNode, freezerMountIn, processesInPidNs, thawNode } from './freezer.ts';
 import { type NodeLayout, nodeLayout } from './layout.ts';
 import {
   describeLeftovers,
   findLeftovers,
-  holdNamespaces,
   hostSnapshot,
   type Leftover,
   type NamespaceHold,
   type NodeIdentity,
 } from './leftovers.ts';
-import { childOf, nsenterArgs, sysctlFile, unshareArgs } from './namespaces.ts';
+import { type Boot, bootMachine, clientKubeconfigs, writeNodeFiles } from './node-boot.ts';
 import { NodeFaults, type RealNodeFault, type RealNodeState } from './node-faults.ts';
 import { NODE_DIR_PREFIX, OWNER_FILE, ownerText, processStart, sweepStaleNodes } from './stale-nodes.ts';
 
 const run = promisify(execFile);
-
-/** The `kubernetes` Service's ClusterIP (the first of dev/cluster's service range). */
-const KUBERNETES_SERVICE_IP = '10.0.0.1';
 
 export interface RealNodeOptions {
   /** The Node object's name (a DNS label). */
@@ -157,12 +144,6 @@ export class NodeLeftoverError extends LeaseholdError {
     super('E_NODE_LEFTOVERS', describeLeftovers(node, leftovers));
     this.leftovers = leftovers;
   }
-}
-
-/** One boot of the machine: its namespaces and the processes in and around them. */
-interface Boot {
-  readonly components: Component[];
-  pid1?: number;
 }
 
 export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Promise<RealNode> {
@@ -269,160 +250,36 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     if (process.env.LEASEHOLD_KEEP_NODE !== '1') await rm(dir, { recursive: true, force: true });
   };
 
-  /** Brings the machine up: namespaces, relays, containerd, kubelet, kube-proxy; resolves when Ready. */
-  const bootNode = async (first: boolean, beforeKubelet?: () => Promise<void>) => {
-    const t0 = performance.now();
-    const components = boot.components;
-    createCgroupRoot(layout.cgroupRoot);
-    cgroupsMade = true;
-
-    const holder = new Component(
-      `${opts.name}/namespaces`,
-      'unshare',
-      unshareArgs(layout, join(bins.dir, 'pause')),
-      join(layout.logDir, 'namespaces.log'),
+  const bootNode = (first: boolean, beforeKubelet?: () => Promise<void>) =>
+    bootMachine(
+      {
+        name: opts.name,
+        layout,
+        bins,
+        apiAddress: net.apiAddress,
+        linkPort: link.port,
+        kubeletPort,
+        readyTimeoutMs: opts.readyTimeoutMs ?? 120_000,
+        boot,
+        cgroupsMade: () => {
+          cgroupsMade = true;
+        },
+        started: (pid) => identity.pids.push(pid),
+        held: (hold) => identity.holds.push(hold),
+        routeFile,
+        ctr,
+        nodeReady,
+        importImage,
+        progress,
+      },
+      first,
+      beforeKubelet,
     );
-    components.push(holder);
-    holder.start();
-    if (holder.pid) identity.pids.push(holder.pid);
-    let pid1: number | undefined;
-    await holder.waitReady(async () => {
-      pid1 ??= holder.pid ? childOf(holder.pid) : undefined;
-      return pid1 !== undefined && existsSync(layout.readyFile);
-    }, 20_000);
-    if (pid1 === undefined) throw new ComponentError(holder.name, 'has no PID 1', holder.logPath);
-    boot.pid1 = pid1;
-    identity.pids.push(pid1);
-    identity.holds.push(holdNamespaces(pid1));
-    await writeFile(routeFile, `/proc/${pid1}/ns/net\n`);
-    const inNode = (what: string, bin: string, args: string[], env: string[] = []) =>
-      new Component(
-        `${opts.name}/${what}`,
-        'nsenter',
-        [...nsenterArgs(pid1 as number), 'env', ...env, bin, ...args],
-        join(layout.logDir, `${what}.log`),
-      );
-    const startRelay = async (what: string, args: string[]) => {
-      const relay = new Component(
-        `${opts.name}/${what}`,
-        join(bins.dir, 'leasehold-netns-relay'),
-        args,
-        join(layout.logDir, `${what}.log`),
-      );
-      const logged = existsSync(relay.logPath) ? readFileSync(relay.logPath, 'utf8').length : 0;
-      components.push(relay);
-      relay.start();
-      if (relay.pid) identity.pids.push(relay.pid);
-      await relay.waitReady(
-        async () => readFileSync(relay.logPath, 'utf8').slice(logged).includes('relay: listening'),
-        10_000,
-      );
-    };
-    await startRelay('api-relay', [
-      `-listen=${net.apiAddress}`,
-      `-listen-netns=/proc/${pid1}/ns/net`,
-      `-dial=127.0.0.1:${link.port}`,
-    ]);
-    await startRelay('kubelet-relay', [
-      `-listen=127.0.0.1:${kubeletPort}`,
-      `-dial=${layout.nodeIp}:10250`,
-      `-dial-netns=/proc/${pid1}/ns/net`,
-    ]);
-
-    const containerd = inNode(
-      'containerd',
-      join(bins.dir, 'containerd'),
-      ['--config', layout.containerdConfig],
-      [`PATH=${bins.dir}:/usr/sbin:/usr/bin:/sbin:/bin`],
-    );
-    components.push(containerd);
-    containerd.start();
-    await containerd.waitReady(async () => {
-      await ctr(['version']);
-      return true;
-    }, 30_000);
-    // After a reboot the image is still in containerd's root (its disk).
-    if (first) await importImage(bins.pauseTar);
-    progress(`${opts.name}: namespaces, relay and containerd up in ${ms(t0)}`);
-    await beforeKubelet?.();
-
-    const kubelet = inNode('kubelet', join(bins.dir, 'kubelet'), kubeletArgs(layout));
-    components.push(kubelet);
-    kubelet.start();
-    // knftables runs the nft CLI.
-    const kubeProxy = inNode('kube-proxy', join(bins.dir, 'kube-proxy'), kubeProxyArgs(layout), [
-      'PATH=/usr/sbin:/usr/bin:/sbin:/bin',
-    ]);
-    components.push(kubeProxy);
-    kubeProxy.start();
-    await Promise.all([
-      kubelet.waitReady(nodeReady, opts.readyTimeoutMs ?? 120_000),
-      // Ready once its table carries the `kubernetes` Service (pods may call the API).
-      kubeProxy.waitReady(async () => {
-        const { stdout } = await run('nsenter', [
-          '--target',
-          String(pid1),
-          '--net',
-          '--',
-          'nft',
-          'list',
-          'map',
-          'ip',
-          'kube-proxy',
-          'service-ips',
-        ]);
-        return stdout.includes(`${KUBERNETES_SERVICE_IP} . tcp . 443`);
-      }, 60_000),
-    ]);
-    progress(`${opts.name}: Ready ${ms(t0)} after ${first ? 'start' : 'boot'}`);
-  };
 
   try {
-    await Promise.all(
-      [
-        layout.logDir,
-        layout.containerdRoot,
-        layout.containerdState,
-        layout.kubeletRoot,
-        layout.kubeletCertDir,
-        layout.cniConfDir,
-        layout.cniDataDir,
-        layout.sysctlDir,
-        ...Object.values(layout.hostDirs),
-      ].map((d) => mkdir(d, { recursive: true })),
-    );
-    for (const [key, value] of Object.entries(KUBELET_SYSCTLS))
-      await writeFile(join(layout.sysctlDir, sysctlFile(key)), `${value}\n`);
-    await writeFile(layout.containerdConfig, containerdConfig(layout, bins.dir, bins.pauseImage));
-    await writeFile(join(layout.cniConfDir, '10-leasehold.conflist'), cniConfList(layout));
-    await writeFile(layout.kubeletConfig, kubeletConfiguration(layout, { caPath: cluster.caPath }));
-    await writeFile(layout.kubeProxyConfig, kubeProxyConfiguration(layout));
-    // Issued while the namespaces and containerd come up; a failure is kept, not left
-    // unhandled, until it is awaited before the kubelet starts.
-    const kept = <T>(p: Promise<T>) =>
-      p.then(
-        (value) => ({ value }),
-        (error: unknown) => ({ error }),
-      );
-    const certPromises = Promise.all([
-      kept(issueKubeletClientCert(cluster.kubeConfig, opts.name, layout.kubeletCertDir)),
-      kept(issueKubeProxyClientCert(cluster.kubeConfig, opts.name, layout.kubeletCertDir)),
-    ]);
-    const writeKubeconfigs = async () => {
-      const [kubeletCert, proxyCert] = (await certPromises).map((issued) => {
-        if ('error' in issued) throw issued.error;
-        return issued.value;
-      }) as [{ cert: string; key: string }, { cert: string; key: string }];
-      const server = `https://${net.apiAddress}`;
-      await writeKubeconfig(layout.kubeletKubeconfig, server, cluster.caPath, {
-        clientCert: kubeletCert.cert,
-        clientKey: kubeletCert.key,
-      });
-      await writeKubeconfig(layout.kubeProxyKubeconfig, server, cluster.caPath, {
-        clientCert: proxyCert.cert,
-        clientKey: proxyCert.key,
-      });
-    };
+    await writeNodeFiles(layout, bins, cluster.caPath);
+    // Issued while the namespaces and containerd come up, written before the kubelet starts.
+    const writeKubeconfigs = clientKubeconfigs(cluster, opts.name, layout, net.apiAddress);
     await bootNode(true, writeKubeconfigs);
   } catch (err) {
     await stop().catch((stopErr) => {
@@ -519,5 +376,3 @@ function waitGoneSync(node: NodeIdentity, timeoutMs: number): void {
   const pause = new Int32Array(new SharedArrayBuffer(4));
   while (processesLeft(node) && performance.now() < deadline) Atomics.wait(pause, 0, 0, 50);
 }
-
-const ms = (t0: number) => `${((performance.now() - t0) / 1000).toFixed(1)}s`;
