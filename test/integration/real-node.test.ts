@@ -9,17 +9,18 @@
  * `kubernetes` Service's ClusterIP through kube-proxy, its projected service-account
  * token) and is told who it is; the API server reaches real-2's kubelet through its
  * egress proxy into real-2's namespace to read that pod's log, exec the call again in
- * it and port-forward to it. The project's images (dev/image), imported into real-2's
- * containerd meanwhile, run there under the project's securityContexts
- * (real-node-images.ts says what is checked). Then the faults of dev/sim's API, on both nodes at once:
- * real-1 crashes with a pod (its processes gone, its API connections left open and
- * silent, NotReady by the real node-lifecycle controller) and heal reboots it (Ready,
- * the kubelet restarts the old pod); real-2 is frozen (freezer cgroups FROZEN, its
+ * it and port-forward to it. Then the faults of dev/sim's API: real-1 crashes with a
+ * pod (its processes gone, its API connections left open and silent, NotReady by the
+ * real node-lifecycle controller) and heal reboots it (Ready, the kubelet restarts the
+ * old pod) while real-2 runs the project's images (dev/image; their import began when
+ * the nodes were Ready) under the project's securityContexts (real-node-images.ts says
+ * what is checked: it is the longer branch, the import most of it); then real-2 is
+ * frozen (freezer cgroups FROZEN, its
  * Lease stops) and thawed (renews), then partitioned with `stall` (Lease stops, the
  * container runs on) and healed (renews). stop(), also of a frozen node,
  * leaves nothing behind (its leftover check throws otherwise;
  * test/unit/node-leftovers.test.ts proves the check fails on a stray cgroup and
- * process), and no host sysctl the kubelet cares about, host link or host nftables
+ * process and does not take a stranger in recycled namespace ids for one), and no host sysctl the kubelet cares about, host link or host nftables
  * rule changed. Bring the components and the images with
  * `bash dev/toolchain.sh --node --image ...` (without --image the first run here builds
  * the images, about 3 minutes).
@@ -121,11 +122,9 @@ describe('real nodes', () => {
       console.log(`real node: two nodes start to Ready ${Math.round(performance.now() - t0)} ms`);
       const t1 = performance.now();
       const into = node2 as RealNode;
-      // One after the other: the second finds the layers both share (Node, node_modules)
-      // unpacked, where two at once may both unpack them.
-      imported = (async () => {
-        for (const { tar } of Object.values(images)) await into.importImage(tar);
-      })().then(
+      // Both at once: 16.0 and 19.7 s against 17.2 and 26.5 s one after the other (two
+      // fresh nodes in turn, both orders, on the busy 2 cores).
+      imported = Promise.all(Object.values(images).map(({ tar }) => into.importImage(tar))).then(
         () => ({ ms: performance.now() - t1 }),
         (error: unknown) => ({ error }),
       );
