@@ -205,9 +205,11 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
           // The shipped NFS server gates itself (see the header); a user's server image
           // is gated by this probe.
           ...(spec.server ? { startupProbe: leaseStartupProbe(agentPort, AGENT_GATE_FAILURES) } : {}),
-          // 1 s, like the server's: the pod becomes a Service endpoint only when every
-          // container is Ready, so this period adds up to its length to every failover as
-          // clients see it (a local HTTP GET per second costs the agent nothing measurable).
+          // 1 s, like the server's: a user server's pod becomes a Service endpoint only when
+          // every container is Ready, so this period adds up to its length to every failover
+          // as clients see it (a local HTTP GET per second costs the agent nothing
+          // measurable). The shipped NFS server's Service lists its pods before they are
+          // Ready (serviceSpec in execute-reconcile.ts).
           readinessProbe: { httpGet: { path: '/readyz', port: agentPort }, periodSeconds: 1 },
         },
       ],
