@@ -1,8 +1,10 @@
 /**
  * What /readyz and /healthz report, from the loop's own state (STYLE rule 11):
  *  - /readyz: 200 only while the lease is held AND its last successful renewal was sent
- *    at most the renew deadline T ago. It is the proof the server may serve: the pod's
- *    startup probe gates the server container on it, and the server container's
+ *    at most the renew deadline T ago. It is the proof the server may serve: the server
+ *    starts only on it (the agent's startup probe gates a user's server container; the
+ *    shipped NFS server's entrypoint asks it itself and insists on exactly 200 `ok:
+ *    lease held`, server/nfs-ganesha/lease-gate.ts), and the server container's
  *    liveness probe is this endpoint too, so the kubelet stops the server once the
  *    proof lapses even when the agent cannot (hung, dead, unable to signal) and even
  *    while the node is cut off from the API server (manager/reconciliation/pod-spec.ts).

@@ -53,7 +53,14 @@ export interface NfsCrashSample {
   detectS?: number;
   replacementCreatedS?: number;
   attachedS?: number;
+  /** The server container started (with the entrypoint's lease gate: before the lease is held). */
   serverStartedS?: number;
+  /** The entrypoint is up and asks the agent for the lease (its first line of the gate; not before this change). */
+  gateBeganS?: number;
+  /** The replacement's agent logged `lease acquired`. */
+  agentAcquiredS?: number;
+  /** The entrypoint started ganesha.nfsd (its `ganesha started` log line). */
+  ganeshaStartedS?: number;
   serverReadyS?: number;
   writesResumedS?: number;
   clientWriteGapS?: number;
@@ -79,6 +86,10 @@ export interface NfsClientResult {
   clientWriteGap: Summary;
   detection: Summary;
   crashToServerReady: Summary;
+  /** Crash to the server container's start, and to ganesha's (samples' serverStartedS, ganeshaStartedS). */
+  crashToServerContainerStarted: Summary;
+  crashToGaneshaStarted: Summary;
+  crashToAgentAcquired: Summary;
   ackedWritesLost: number;
   acked: number;
   duplicates: number;
@@ -167,6 +178,14 @@ export async function nfsClientCrashRuns(
       setIf('attachedS', sinceS(attach?.doneWall.getTime(), crashWall));
       const started = tracker.windows().find((x) => x.startMonoMs > crashMono);
       setIf('serverStartedS', started ? round((started.startMonoMs - crashMono) / 1000) : undefined);
+      const logged = (msg: string) =>
+        started ? sinceS(tracker.logLineWall(started.id, msg), crashWall) : undefined;
+      setIf('gateBeganS', logged('waiting for the agent to hold the lease'));
+      setIf(
+        'agentAcquiredS',
+        started ? sinceS(tracker.logLineWall(started.id, 'lease acquired', 'agent'), crashWall) : undefined,
+      );
+      setIf('ganeshaStartedS', logged('ganesha started'));
       setIf('serverReadyS', sinceS(readyAt, crashWall));
       const gap = analyzeShareWriter(sys, SHARE, w, [crashMono]).clientWriteGaps[0];
       setIf(
@@ -186,7 +205,7 @@ export async function nfsClientCrashRuns(
       );
       samples.push(sample);
       say(
-        `run ${run}/${opts.runs}: crashed ${before.node}: detected ${sample.detectS ?? '?'} s, replacement ${sample.replacementCreatedS ?? '?'} s, attached ${sample.attachedS ?? '?'} s, server started ${sample.serverStartedS ?? '?'} s, Ready ${sample.serverReadyS ?? '?'} s, writes resumed ${sample.writesResumedS ?? '?'} s; clientWriteGap ${sample.clientWriteGapS ?? '?'} s${sample.note ? ` (${sample.note})` : ''}`,
+        `run ${run}/${opts.runs}: crashed ${before.node}: detected ${sample.detectS ?? '?'} s, replacement ${sample.replacementCreatedS ?? '?'} s, attached ${sample.attachedS ?? '?'} s, server container started ${sample.serverStartedS ?? '?'} s, gate began ${sample.gateBeganS ?? '-'} s, agent acquired ${sample.agentAcquiredS ?? '?'} s, ganesha started ${sample.ganeshaStartedS ?? '?'} s, Ready ${sample.serverReadyS ?? '?'} s, writes resumed ${sample.writesResumedS ?? '?'} s; clientWriteGap ${sample.clientWriteGapS ?? '?'} s${sample.note ? ` (${sample.note})` : ''}`,
       );
       sys.sim.node(before.node).heal();
       const readyDeadline = performance.now() + 60_000;
@@ -219,6 +238,9 @@ export async function nfsClientCrashRuns(
     clientWriteGap: summarize(samples.map((s) => s.clientWriteGapS ?? Number.NaN)),
     detection: summarize(samples.map((s) => s.detectS ?? Number.NaN)),
     crashToServerReady: summarize(samples.map((s) => s.serverReadyS ?? Number.NaN)),
+    crashToServerContainerStarted: summarize(samples.map((s) => s.serverStartedS ?? Number.NaN)),
+    crashToGaneshaStarted: summarize(samples.map((s) => s.ganeshaStartedS ?? Number.NaN)),
+    crashToAgentAcquired: summarize(samples.map((s) => s.agentAcquiredS ?? Number.NaN)),
     ackedWritesLost: report.ackedWritesLost,
     acked: report.acked,
     duplicates: report.duplicates.length,
@@ -237,6 +259,7 @@ export function nfsResultLines(r: NfsClientResult): string[] {
     `nfs (${r.timings.client}, versions ${r.timings.nfs.versions.join(',')}, grace ${r.timings.nfs.gracePeriod}, lease ${r.timings.nfs.leaseLifetime}; ADC sync ${r.timings.adcSync}): ${r.samples.length} crashes`,
     `  clientWriteGap ${f(r.clientWriteGap)}`,
     `  detection ${f(r.detection)}; crash to server Ready ${f(r.crashToServerReady)}`,
+    `  crash to server container started ${f(r.crashToServerContainerStarted)}; to the agent's acquisition ${f(r.crashToAgentAcquired)}; to ganesha started ${f(r.crashToGaneshaStarted)}`,
     `  ackedWritesLost ${r.ackedWritesLost} of ${r.acked} acknowledged; duplicates ${r.duplicates}; staleHandles ${r.staleHandles}; serverOverlaps ${r.serverOverlaps}`,
     ...r.violations.map((v) => `  VIOLATION: ${v}`),
     ...r.notes.map((n) => `  ${n}`),

@@ -11,7 +11,10 @@
  *    acknowledged-writes check (write-analysis.ts);
  *  - ServerProcessTracker: the NFS server containers of a share the simulated kubelets
  *    ran, sampled every `periodMs`, turned into serving windows by the pure
- *    server-process-windows.ts (ganesha keeps no window log of its own).
+ *    server-process-windows.ts (ganesha keeps no window log of its own); NB: a window
+ *    is the container's life, which with the entrypoint's lease gate begins before
+ *    ganesha does (so an overlap check on them is stricter, never looser);
+ *    `logLineWall` reads when the entrypoint logged a line (e.g. `ganesha started`).
  *
  * Not guaranteed: that the tracker sees the start of a container that lived shorter
  * than its sampling period (its window then starts where observation began: longer,
@@ -162,6 +165,8 @@ export function analyzeShareWriter(
  */
 export class ServerProcessTracker {
   private readonly starts = new Map<string, ObservedStart>();
+  /** Pod name -> uid (where its container logs are). */
+  private readonly uids = new Map<string, string>();
   private readonly observedSinceMonoMs = monotonicMs();
   private running = true;
   private readonly done: Promise<void>;
@@ -186,6 +191,7 @@ export class ServerProcessTracker {
       for (const worker of node.pods()) {
         if (!worker.key.startsWith(prefix)) continue;
         const pod = worker.key.slice(SHARES_NAMESPACE.length + 1);
+        this.uids.set(pod, worker.uid);
         for (const c of worker.view.main) {
           if (!c.image.startsWith(`${NFS_SERVER_IMAGE}:`)) continue;
           const phase = c.phase.kind === 'running' || c.phase.kind === 'terminated' ? c.phase : undefined;
@@ -218,6 +224,33 @@ export class ServerProcessTracker {
       observedSinceMonoMs: this.observedSinceMonoMs,
       wallOf: (ms) => new Date(ms + offset).toISOString(),
     });
+  }
+
+  /**
+   * When the entrypoint of `pod`'s server container first logged `msg` (wall ms), from
+   * the container's log; undefined when not (yet) there. E.g. `ganesha started`, or
+   * `waiting for the agent to hold the lease` (the entrypoint is up, its gate begins).
+   */
+  logLineWall(pod: string, msg: string, container = 'server'): number | undefined {
+    const uid = this.uids.get(pod);
+    if (uid === undefined) return undefined;
+    let text: string;
+    try {
+      text = readFileSync(join(this.sys.sim.root, 'pods', uid, 'logs', `${container}.log`), 'utf8');
+    } catch {
+      return undefined;
+    }
+    const quoted = JSON.stringify(msg);
+    for (const line of text.split('\n')) {
+      if (!line.includes(quoted)) continue;
+      try {
+        const entry = JSON.parse(line) as { msg?: string; time?: string | number };
+        if (entry.msg !== msg || entry.time === undefined) continue;
+        const ms = typeof entry.time === 'number' ? entry.time : Date.parse(entry.time);
+        if (Number.isFinite(ms)) return ms;
+      } catch {}
+    }
+    return undefined;
   }
 
   async stop(): Promise<void> {

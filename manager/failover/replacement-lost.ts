@@ -33,9 +33,10 @@
  * written by another clock's judgement); remote timestamps are never compared with ours.
  *
  * Safety (docs/design.md, "A replacement lost before it acquired"):
- *  - A replacement that never acquired never started its server: the server container
- *    starts only after the agent's startup probe (/readyz) passes, i.e. after the agent's
- *    CAS naming its pod succeeded. So there is nothing to fence on its node, and the
+ *  - A replacement that never acquired never started its server: a user's server
+ *    container starts only after the agent's startup probe (/readyz) passes, the shipped
+ *    NFS entrypoint starts ganesha only on /readyz's `ok: lease held`; both come after the
+ *    agent's CAS naming its pod succeeded. So there is nothing to fence on its node, and the
  *    storage-fencing gate (about a server that may still run) has nothing to say there.
  *  - An acquisition racing this verdict (committed but not yet seen by us) is harmless:
  *    the agent's acquisition and every later write are CASes on the Lease, so there is

@@ -119,7 +119,6 @@ export class ReconcileExecutor {
   private async ensureService(sm: ShareManager): Promise<number | undefined> {
     const namespace = sm.metadata.namespace ?? '';
     const name = sm.metadata.name ?? '';
-    const ports = servicePorts(sm);
     let clusterIP: string | undefined;
     try {
       const created = await this.core.createNamespacedService(
@@ -132,11 +131,7 @@ export class ReconcileExecutor {
               labels: { [LABEL_SHARE_MANAGER]: name },
               ownerReferences: [ownerRef(sm)],
             },
-            spec: {
-              selector: { [LABEL_SHARE_MANAGER]: name },
-              // No ports declared: a headless Service (DNS to the pod) needs none.
-              ...(ports.length > 0 ? { ports } : { clusterIP: 'None' }),
-            },
+            spec: serviceSpec(sm),
           },
         },
         withDeadline(this.config.requestTimeoutMs),
@@ -239,6 +234,33 @@ export class ReconcileExecutor {
     }
     return undefined;
   }
+}
+
+/**
+ * The ShareManager's Service spec: its pods by label, servicePorts(sm); no ports declared
+ * gives a headless Service (DNS to the pod needs none).
+ *
+ * The shipped NFS server's Service publishes its pods before they are Ready
+ * (`publishNotReadyAddresses`): the EndpointSlice controller then lists a pod with
+ * ready=true as soon as it has an IP (and keeps a terminating one listed, ready, until
+ * it is gone), so a client reaches the replacement as soon as ganesha listens instead
+ * of a readiness probe tick plus status and EndpointSlice propagation later (about
+ * 1.5 s of every failover as clients saw it). Before ganesha listens a connection is
+ * refused and the client retries, as NFS clients do. It costs no safety: readiness
+ * never decided who serves. Only a pod whose ganesha runs accepts NFS connections, and
+ * ganesha starts only after the lease gate (docs/design.md, Startup order); a failover
+ * force-deletes the lost pod before it creates the replacement. A user's server
+ * (`spec.server`) keeps the default: we do not know that it refuses connections
+ * until it may serve.
+ * NB: set only when the manager creates the Service; an existing one is not changed.
+ */
+export function serviceSpec(sm: ShareManager): k8s.V1ServiceSpec {
+  const ports = servicePorts(sm);
+  return {
+    selector: { [LABEL_SHARE_MANAGER]: sm.metadata.name ?? '' },
+    ...(ports.length > 0 ? { ports } : { clusterIP: 'None' }),
+    ...(sm.spec.server ? {} : { publishNotReadyAddresses: true }),
+  };
 }
 
 /** The Service ports: spec.server's, or the shipped NFS server's (nfs-server-preset.ts). */

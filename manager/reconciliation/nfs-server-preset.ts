@@ -208,7 +208,8 @@ export function nfsServerContainer(image: string, mountPath: string, nfs: NfsSet
     // ganesha listens, the next one a whole period later: bench/failover --modes nfs),
     // while without it a client that connects in the 0.1-0.5 s before ganesha listens
     // is refused and retries, as NFS clients do. The lease, not readiness, decides who
-    // serves, so this costs no safety.
+    // serves, so this costs no safety. Its Service now publishes the pod before it is
+    // Ready at all (serviceSpec in execute-reconcile.ts), so no readiness is waited for.
   };
 }
 

@@ -3,9 +3,20 @@
  *
  * Shape (docs/design.md, "Reconciling a ShareManager"):
  *  - `generateName: <sm>-`: every pod name is one incarnation, the lease holder identity.
- *  - the agent is a native sidecar (init container with restartPolicy Always) whose
- *    startupProbe is the agent's /readyz: the server container starts only once the
- *    agent holds the lease.
+ *  - the agent is a native sidecar (init container with restartPolicy Always). The
+ *    server must not run before the agent holds the lease; how that is enforced:
+ *    - spec.server (a user's image): the agent's startupProbe is its /readyz, so the
+ *      kubelet starts the server container only once the agent holds the lease (the
+ *      probe's 1 s period, the kubelet's minimum, is paid on every start);
+ *    - the shipped NFS server: no startupProbe on the agent, so the kubelet starts the
+ *      server container once the agent container runs (kuberuntime's
+ *      computeInitContainerActions: a running restartable init container without a
+ *      startup probe counts as initialized). Its entrypoint does the gate itself
+ *      (LEASEHOLD_NFS_LEASE_GATE_PORT: it asks the agent's /readyz every 50 ms and
+ *      starts ganesha only on `lease held`, server/nfs-ganesha/lease-gate.ts), so its
+ *      Node start-up and rpcbind overlap the agent's start and acquisition. The server
+ *      container's own startupProbe is the agent's /readyz: it keeps the liveness
+ *      backstop below from killing a server that is still waiting for the lease.
  *  - restartPolicy Never: a fenced or crashed server ends the incarnation; the manager
  *    creates the next pod, which must pass the lease gate again.
  *  - shareProcessNamespace, so the agent can signal the server when it fences.
@@ -21,6 +32,9 @@
  *    the server about 2-3 s after the proof lapses — T + 2-3 s after the last successful
  *    renewal was sent, or 2-3 s after the agent died or hung — even when the agent cannot
  *    (hung, dead, unable to signal) and while the node is cut off from the API.
+ *    NB: for the NFS server it is armed only once the server's startup probe passed, a
+ *    probe period after ganesha may have started; the entrypoint's own watch (the same
+ *    2 s rule, server/nfs-ganesha/lease-gate.ts) covers that gap and the rest of its life.
  *  - env of the agent from the ShareManager (lease timings with the manager's defaults
  *    filled in, fence, server check) + the downward API for pod and node name, and
  *    AGENT_RUNTIME_ENV: Node and glibc settings that keep the agent's memory down.
@@ -190,15 +204,14 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
           env: agentEnv(sm, timings, agentPort, input.fenceAction, input.serverCheck ?? sm.spec.serverCheck),
           securityContext: AGENT_SECURITY_CONTEXT,
           ports: [{ name: 'agent-http', containerPort: agentPort, protocol: 'TCP' }],
-          startupProbe: {
-            httpGet: { path: '/readyz', port: agentPort },
-            periodSeconds: 1,
-            // Acquiring may wait D after a dead holder plus scheduling noise: allow 10 min.
-            failureThreshold: 600,
-          },
-          // 1 s, like the server's: the pod becomes a Service endpoint only when every
-          // container is Ready, so this period adds up to its length to every failover as
-          // clients see it (a local HTTP GET per second costs the agent nothing measurable).
+          // The shipped NFS server gates itself (see the header); a user's server image
+          // is gated by this probe.
+          ...(spec.server ? { startupProbe: leaseStartupProbe(agentPort, AGENT_GATE_FAILURES) } : {}),
+          // 1 s, like the server's: a user server's pod becomes a Service endpoint only when
+          // every container is Ready, so this period adds up to its length to every failover
+          // as clients see it (a local HTTP GET per second costs the agent nothing
+          // measurable). The shipped NFS server's Service lists its pods before they are
+          // Ready (serviceSpec in execute-reconcile.ts).
           readinessProbe: { httpGet: { path: '/readyz', port: agentPort }, periodSeconds: 1 },
         },
       ],
@@ -222,10 +235,13 @@ function serverContainer(input: PodSpecInput): V1Container {
   const volumeMounts = [{ name: VOLUME_NAME, mountPath: input.mountPath }];
   const livenessProbe = leaseBackstopProbe(input.agentPort);
   if (!server) {
+    const nfs = nfsServerContainer(input.nfsServerImage, input.mountPath, input.sm.spec.nfs);
     return {
-      ...nfsServerContainer(input.nfsServerImage, input.mountPath, input.sm.spec.nfs),
+      ...nfs,
       name: SERVER_CONTAINER,
+      env: [...(nfs.env ?? []), ...nfsLeaseGateEnv(input.agentPort)],
       volumeMounts: [...volumeMounts, { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_MOUNT }],
+      startupProbe: leaseStartupProbe(input.agentPort, NFS_STARTUP_FAILURES),
       livenessProbe,
     };
   }
@@ -252,6 +268,29 @@ export const AGENT_SECURITY_CONTEXT: V1SecurityContext = {
   capabilities: { drop: ['ALL'], add: ['KILL'] },
   seccompProfile: { type: 'RuntimeDefault' },
 };
+
+/**
+ * A startup probe on the agent's /readyz every 1 s (the kubelet's minimum period): the
+ * gate of a user's server (on the agent) or what arms the NFS server's liveness backstop
+ * (on the server). NB: acquiring may wait D after a dead holder plus scheduling noise.
+ */
+export function leaseStartupProbe(agentPort: number, failureThreshold: number): V1Probe {
+  return { httpGet: { path: '/readyz', port: agentPort }, periodSeconds: 1, failureThreshold };
+}
+
+/** The agent's startup probe budget (user servers): 10 min. */
+export const AGENT_GATE_FAILURES = 600;
+/**
+ * The NFS server container's startup probe budget: 10.5 min, past the entrypoint's own
+ * LEASEHOLD_NFS_LEASE_GATE_TIMEOUT default (10 min), so the entrypoint's clear error
+ * (exit 3) comes before the kubelet's kill.
+ */
+export const NFS_STARTUP_FAILURES = 630;
+
+/** The env that turns on the NFS entrypoint's lease gate: the agent's port on the pod's loopback. */
+export function nfsLeaseGateEnv(agentPort: number): V1EnvVar[] {
+  return [{ name: 'LEASEHOLD_NFS_LEASE_GATE_PORT', value: String(agentPort) }];
+}
 
 /** The server's liveness probe on the agent's proof of holding the lease (see the header). */
 export function leaseBackstopProbe(agentPort: number): V1Probe {

@@ -74,6 +74,14 @@ export interface NfsServerConfig {
   rpcbindBin: string;
   startTimeoutMs: number;
   stopTimeoutMs: number;
+  /**
+   * The agent's HTTP port on the pod's loopback: ganesha starts only once its /readyz
+   * says the lease is held (lease-gate.ts); undefined: no gate (the server is used
+   * without leasehold's agent, or the pod gates it some other way).
+   */
+  leaseGatePort: number | undefined;
+  /** How long the entrypoint waits for the lease before giving up (exit 3). */
+  leaseGateTimeoutMs: number;
 }
 
 export const DEFAULT_RECOVERY_DIR = '.leasehold-ganesha-recovery';
@@ -147,6 +155,13 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
   });
   const startTimeoutMs = Math.floor(r.duration('LEASEHOLD_NFS_START_TIMEOUT', 30_000, 1_000, 10 * MINUTE));
   const stopTimeoutMs = Math.floor(r.duration('LEASEHOLD_NFS_STOP_TIMEOUT', 10_000, 100, 10 * MINUTE));
+  const leaseGatePort =
+    r.optionalString('LEASEHOLD_NFS_LEASE_GATE_PORT') === undefined
+      ? undefined
+      : r.integer('LEASEHOLD_NFS_LEASE_GATE_PORT', 0, 1, 65535);
+  const leaseGateTimeoutMs = Math.floor(
+    r.duration('LEASEHOLD_NFS_LEASE_GATE_TIMEOUT', 10 * MINUTE, 1_000, 24 * 60 * MINUTE),
+  );
   r.done();
   return {
     exportPath,
@@ -170,6 +185,8 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     rpcbindBin,
     startTimeoutMs,
     stopTimeoutMs,
+    leaseGatePort,
+    leaseGateTimeoutMs,
   };
 }
 

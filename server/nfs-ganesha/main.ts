@@ -1,11 +1,20 @@
 /**
  * Entry point of the shipped NFS server (image leasehold.dev/nfs-ganesha): only wiring.
- * Reads the env (config.ts), checks the volume and writes the rendered config
- * (volume.ts, ganesha-conf.ts), starts rpcbind when NFSv3 needs one and none is there
- * (rpcbind.ts; stopped after ganesha, on every path), runs ganesha.nfsd in the foreground (ganesha-process.ts)
- * and logs `serving` once it answers NFS. SIGTERM or SIGINT is forwarded to ganesha as
- * SIGTERM (its clean stop); the process exits once ganesha is gone, never before.
- * Exit codes: exit-codes.ts. Env vars: config.ts and README.md.
+ * Reads the env (config.ts), starts rpcbind when NFSv3 needs one and none is there
+ * (rpcbind.ts; stopped after ganesha, on every path), waits until leasehold's agent
+ * holds the volume's lease (lease-gate.ts; only with LEASEHOLD_NFS_LEASE_GATE_PORT, as
+ * the manager's preset sets it), then checks the volume and writes the rendered config
+ * (volume.ts, ganesha-conf.ts), runs ganesha.nfsd in the foreground (ganesha-process.ts)
+ * and logs `serving` once it answers NFS. While ganesha runs it watches the lease and
+ * stops ganesha when the proof has been missing for 2 s (lease-gate.ts, the watch).
+ * SIGTERM or SIGINT is forwarded to ganesha as SIGTERM (its clean stop); the process
+ * exits once ganesha is gone, never before. Exit codes: exit-codes.ts. Env vars:
+ * config.ts and README.md.
+ *
+ * Invariant (with the gate): nothing touches the volume, and ganesha does not run,
+ * before the agent reported the lease held: what runs before the gate (reading env,
+ * rpcbind, the Node start-up itself) is what takes time and needs no lease, so it runs
+ * while the agent acquires (docs/design.md, startup order).
  *
  * Our own lines are JSON on stdout (component nfs-server); ganesha's lines pass through
  * in ganesha's format. The agent's signal fence can target `ganesha.nfsd` (stops the
@@ -19,6 +28,7 @@ import { type NfsServerConfig, readNfsServerConfig } from './config.ts';
 import { EXIT_CONFIG, EXIT_ENDED, EXIT_START_FAILED, EXIT_STOPPED, ServerStartError } from './exit-codes.ts';
 import { renderGaneshaConfig } from './ganesha-conf.ts';
 import { describeExit, startGanesha, waitServing } from './ganesha-process.ts';
+import { waitForLease, watchLease } from './lease-gate-loops.ts';
 import {
   decideRpcbind,
   RPCBIND_SOCKET,
@@ -47,24 +57,16 @@ async function main(): Promise<number> {
   // NB: read through a call: TypeScript's narrowing does not see the handler's assignment.
   const stopRequested = () => stopRequest;
   let onStop: () => void = () => {};
+  const stopping = new AbortController();
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     process.on(signal, () => {
       if (stopRequest) return;
       stopRequest = { signal, atMs: clock.now() };
       log.info({ signal }, 'stop requested: forwarding SIGTERM to ganesha');
+      stopping.abort();
       onStop();
     });
   }
-
-  let prepared: ReturnType<typeof prepareServer>;
-  try {
-    prepared = prepareServer(config, (owner) => renderGaneshaConfig(config, owner));
-  } catch (err) {
-    if (!(err instanceof ServerStartError)) throw err;
-    log.fatal({ code: err.code }, `could not start: ${err.message}`);
-    return EXIT_START_FAILED;
-  }
-  if (stopRequested()) return EXIT_STOPPED;
 
   const decision = decideRpcbind(config, config.versions.includes('3') && (await socketAnswers()));
   let rpcbind: RpcbindProcess | undefined;
@@ -81,11 +83,9 @@ async function main(): Promise<number> {
 
   let code: number = EXIT_ENDED;
   try {
-    code = stopRequested()
-      ? EXIT_STOPPED
-      : await runGanesha(config, prepared, log, clock, stopRequested, (f) => {
-          onStop = f;
-        });
+    code = await gateThenRun(config, log, clock, stopping.signal, stopRequested, (f) => {
+      onStop = f;
+    });
   } finally {
     // NB: after ganesha is gone (runGanesha returns only then), also on a throw; a
     // failed stop is a failed stop (exit 1).
@@ -108,18 +108,76 @@ async function stopRpcbind(rpcbind: RpcbindProcess, config: NfsServerConfig, log
   }
 }
 
-/** Runs ganesha until it exits; resolves with the exit code, only once ganesha is gone. */
+type StopRequested = () => { signal: NodeJS.Signals; atMs: number } | undefined;
+
+/**
+ * The lease gate (when configured), then the volume and the config, then ganesha; the
+ * exit code. NB: the volume is touched only after the gate (the header's invariant).
+ */
+async function gateThenRun(
+  config: NfsServerConfig,
+  log: Logger,
+  clock: Clock,
+  stop: AbortSignal,
+  stopRequested: StopRequested,
+  setOnStop: (onStop: () => void) => void,
+): Promise<number> {
+  let gate: { port: number; lastHeldMs: number } | undefined;
+  if (config.leaseGatePort !== undefined) {
+    const port = config.leaseGatePort;
+    const outcome = await waitForLease({ port, clock, log, stop, timeoutMs: config.leaseGateTimeoutMs });
+    if (outcome.kind === 'stopped') return EXIT_STOPPED;
+    if (outcome.kind === 'gave-up') {
+      log.fatal({ code: 'E_NFS_LEASE_GATE' }, `could not start: ${outcome.message}`);
+      return EXIT_START_FAILED;
+    }
+    gate = { port, lastHeldMs: outcome.askedAtMs };
+  } else log.info('no lease gate (LEASEHOLD_NFS_LEASE_GATE_PORT is unset): ganesha starts at once');
+  if (stopRequested()) return EXIT_STOPPED;
+
+  let prepared: PreparedServer;
+  try {
+    prepared = prepareServer(config, (owner) => renderGaneshaConfig(config, owner));
+  } catch (err) {
+    if (!(err instanceof ServerStartError)) throw err;
+    log.fatal({ code: err.code }, `could not start: ${err.message}`);
+    return EXIT_START_FAILED;
+  }
+  if (stopRequested()) return EXIT_STOPPED;
+  return runGanesha(config, prepared, log, clock, stopRequested, setOnStop, gate);
+}
+
+/**
+ * Runs ganesha until it exits; resolves with the exit code, only once ganesha is gone.
+ * With `gate`, the lease is watched meanwhile and ganesha stopped when its proof lapses.
+ */
 async function runGanesha(
   config: NfsServerConfig,
   prepared: PreparedServer,
   log: Logger,
   clock: Clock,
-  stopRequested: () => { signal: NodeJS.Signals; atMs: number } | undefined,
+  stopRequested: StopRequested,
   setOnStop: (onStop: () => void) => void,
+  gate: { port: number; lastHeldMs: number } | undefined,
 ): Promise<number> {
   const startedAtMs = clock.now();
   const ganesha = startGanesha(config, prepared);
   setOnStop(() => ganesha.stop(config.stopTimeoutMs));
+  // NB: read through a call, like stopRequested: set by the watch's callback.
+  let lapse: string | undefined;
+  const lapsed = () => lapse;
+  const watchEnd = new AbortController();
+  if (gate) {
+    void watchLease({ port: gate.port, clock, log, stop: watchEnd.signal, lastHeldMs: gate.lastHeldMs }).then(
+      (message) => {
+        if (message === undefined || stopRequested()) return;
+        lapse = message;
+        log.error({ code: 'E_NFS_LEASE_LAPSED' }, message);
+        ganesha.stop(config.stopTimeoutMs);
+      },
+    );
+    void ganesha.exited.then(() => watchEnd.abort());
+  }
   log.info(
     {
       ganeshaPid: ganesha.pid,
@@ -142,7 +200,7 @@ async function runGanesha(
     log.info({ startMs: Math.round(startMs) }, 'serving');
   } catch (err) {
     if (!(err instanceof ServerStartError)) throw err;
-    if (!stopRequested()) {
+    if (!stopRequested() && !lapsed()) {
       ganesha.stop(config.stopTimeoutMs);
       await ganesha.exited;
       log.fatal({ code: err.code }, `could not start: ${err.message}`);
@@ -162,6 +220,11 @@ async function runGanesha(
         `stop failed: ganesha ${ganesha.killed ? `did not exit within LEASEHOLD_NFS_STOP_TIMEOUT=${config.stopTimeoutMs}ms and was killed` : describeExit(exit)}`,
       );
     return clean ? EXIT_STOPPED : EXIT_ENDED;
+  }
+  const why = lapsed();
+  if (why !== undefined) {
+    log.error({ exit: describeExit(exit) }, `stopped: the lease proof lapsed (${why})`);
+    return EXIT_ENDED;
   }
   log.error({ errors: ganesha.errorLines() }, `ganesha ${describeExit(exit)} while serving`);
   return EXIT_ENDED;

@@ -4,7 +4,9 @@
  * client (NFSv4.0, hence LEASEHOLD_NFS_VERSIONS includes 4.0 where it writes) writes and
  * reads back a file; the recovery state lands on the export and a second incarnation on
  * the same volume reads it (and holds grace for the recorded clients until Grace_Period); SIGTERM
- * stops it cleanly and leaves no ganesha behind; bad starts exit 3 naming the cause.
+ * stops it cleanly and leaves no ganesha behind; bad starts exit 3 naming the cause; with
+ * the lease gate (LEASEHOLD_NFS_LEASE_GATE_PORT at the agent's real endpoints) ganesha
+ * waits for `lease held`, touching nothing on the volume, and is stopped when it lapses.
  * Timings are reported as test diagnostics.
  */
 import assert from 'node:assert/strict';
@@ -22,6 +24,10 @@ import {
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
+import { AgentHealth } from '../../agent/agent-health.ts';
+import { AgentMetrics } from '../../agent/agent-metrics.ts';
+import { systemClock } from '../../lib/clock.ts';
+import { serveEndpoints } from '../../lib/http-endpoints.ts';
 import {
   cleanup,
   freePort,
@@ -186,6 +192,50 @@ describe('nfs-ganesha server (real ganesha.nfsd, libnfs client)', () => {
     t.diagnostic(`SIGTERM without client state: entrypoint exited in ${stop.ms.toFixed(0)} ms`);
     assert.deepEqual([stop.code, stop.signal], [0, null], `stderr: ${server.stderr()}`);
     assertNoGaneshaLeft(server, runDir);
+  });
+
+  it("with the lease gate: waits on the agent's 503 without touching the volume, starts on `lease held`, exits 1 once the proof lapsed 2 s", async (t) => {
+    const { exportPath, runDir } = await volume('gate');
+    // The agent's own endpoints (lib/http-endpoints.ts + agent-health.ts), phases set by hand.
+    const metrics = new AgentMetrics(systemClock);
+    const health = new AgentHealth(metrics, 4_000);
+    health.enter('acquiring');
+    const agent = await serveEndpoints({
+      host: '127.0.0.1',
+      port: 0,
+      registry: metrics.registry,
+      healthz: health.healthz,
+      readyz: health.readyz,
+    });
+    try {
+      const server = spawnNfsServer(
+        serverEnv(exportPath, runDir, await freePort(), {
+          LEASEHOLD_NFS_LEASE_GATE_PORT: String(agent.port),
+        }),
+      );
+      await server.waitForLog('lease not held yet: ganesha waits');
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(server.ganeshaPid(), undefined, 'no ganesha while the agent says 503');
+      assert.deepEqual(readdirSync(exportPath), [], 'nothing written to the volume before the lease');
+      const heldAt = performance.now();
+      metrics.renewed(systemClock.now(), 0, false);
+      health.enter('holding');
+      const serving = await server.waitForLog('serving');
+      t.diagnostic(`serving ${(serving.atMs - heldAt).toFixed(0)} ms after the agent held the lease`);
+      const lapsedAt = performance.now();
+      health.enter('fenced');
+      const exit = await server.exited;
+      t.diagnostic(`exited ${(exit.atMs - lapsedAt).toFixed(0)} ms after the proof lapsed`);
+      assert.deepEqual([exit.code, exit.signal], [1, null], server.lines.map((l) => l.msg).join(' | '));
+      assert.ok(exit.atMs - lapsedAt >= 1_500, 'not before the 2 s tolerance (less one poll)');
+      assert.ok(
+        server.lines.some((l) => String(l.msg).startsWith('stopped: the lease proof lapsed')),
+        server.lines.map((l) => l.msg).join(' | '),
+      );
+      assertNoGaneshaLeft(server, runDir);
+    } finally {
+      await agent.close();
+    }
   });
 
   it('exits 1 when ganesha is killed under it (a fence by process name)', async () => {

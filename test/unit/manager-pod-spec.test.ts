@@ -277,6 +277,30 @@ describe('no spec.server: the shipped NFS server', () => {
   const agentEnvOf = (s: ShareManager) =>
     Object.fromEntries((podOf(s).spec?.initContainers?.[0]?.env ?? []).map((e) => [e.name, e.value]));
 
+  it('the lease gate is the entrypoint: no startup probe on the agent, one on the server that arms its backstop', () => {
+    const pod = podOf(nfsSm);
+    const agent = pod.spec?.initContainers?.[0];
+    assert.equal(agent?.startupProbe, undefined, 'the kubelet starts the server once the agent runs');
+    assert.deepEqual(agent?.readinessProbe?.httpGet, { path: '/readyz', port: 8081 });
+    const server = pod.spec?.containers[0];
+    assert.equal(server?.env?.find((e) => e.name === 'LEASEHOLD_NFS_LEASE_GATE_PORT')?.value, '8081');
+    assert.deepEqual(server?.startupProbe, {
+      httpGet: { path: '/readyz', port: 8081 },
+      periodSeconds: 1,
+      failureThreshold: 630,
+    });
+    assert.deepEqual(server?.livenessProbe?.httpGet, { path: '/readyz', port: 8081 });
+    // A user's server keeps the kubelet's gate on the agent and gets no gate env.
+    const user = build();
+    assert.deepEqual(user.spec?.initContainers?.[0]?.startupProbe, {
+      httpGet: { path: '/readyz', port: 8081 },
+      periodSeconds: 1,
+      failureThreshold: 600,
+    });
+    assert.equal(user.spec?.containers[0]?.startupProbe, undefined);
+    assert.ok(!user.spec?.containers[0]?.env?.some((e) => e.name === 'LEASEHOLD_NFS_LEASE_GATE_PORT'));
+  });
+
   it('the server container: the manager image, 2049/TCP named nfs, the export at the mount path', () => {
     const pod = podOf(nfsSm);
     const server = pod.spec?.containers[0];
@@ -289,6 +313,7 @@ describe('no spec.server: the shipped NFS server', () => {
       { name: 'LEASEHOLD_NFS_PSEUDO_PATH', value: '/srv/share' },
       { name: 'LEASEHOLD_NFS_PORT', value: '2049' },
       { name: 'LEASEHOLD_NFS_RUN_DIR', value: '/run/leasehold-nfs' },
+      { name: 'LEASEHOLD_NFS_LEASE_GATE_PORT', value: '8081' },
     ]);
     assert.deepEqual(server?.volumeMounts, [
       { name: 'share', mountPath: '/srv/share' },

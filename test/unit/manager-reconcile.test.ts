@@ -7,7 +7,7 @@ import {
   fencingCondition,
   type ShareManagerSnapshot,
 } from '../../manager/reconciliation/decide-reconcile.ts';
-import { servicePorts } from '../../manager/reconciliation/execute-reconcile.ts';
+import { servicePorts, serviceSpec } from '../../manager/reconciliation/execute-reconcile.ts';
 import { resolveSpec, type ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
 
 const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };
@@ -340,4 +340,21 @@ test('no pod starts behind the storage-fencing gate: AwaitingNodeDown and a hold
     afterEnd.filter((a) => a.kind === 'releaseLease' || a.kind === 'claimPodCreation').map((a) => a.kind),
     ['releaseLease', 'claimPodCreation'],
   );
+});
+
+test('the Service spec: the NFS default publishes not-ready pods (ganesha gates itself on the lease); a user server does not', () => {
+  const nfs = serviceSpec({ ...sm, spec: { volume: { pvc: 'pvc' } } });
+  assert.equal(nfs.publishNotReadyAddresses, true);
+  assert.deepEqual(nfs.selector, { 'leasehold.dev/share-manager': 'vol' });
+  assert.deepEqual(nfs.ports, [{ name: 'nfs', port: 2049, targetPort: 2049, protocol: 'TCP' }]);
+  assert.equal(nfs.clusterIP, undefined);
+  const own = serviceSpec({
+    ...sm,
+    spec: { ...sm.spec, server: { image: 'img', ports: [{ containerPort: 8080 }] } },
+  });
+  assert.equal(own.publishNotReadyAddresses, undefined);
+  assert.deepEqual(own.ports, [{ name: 'port-0', port: 8080, targetPort: 8080, protocol: 'TCP' }]);
+  const headless = serviceSpec(sm);
+  assert.equal(headless.clusterIP, 'None');
+  assert.equal(headless.publishNotReadyAddresses, undefined);
 });

@@ -52,6 +52,8 @@ describe('nfs-ganesha config', () => {
       rpcbindBin: 'rpcbind',
       startTimeoutMs: 30_000,
       stopTimeoutMs: 10_000,
+      leaseGatePort: undefined,
+      leaseGateTimeoutMs: 600_000,
     });
   });
 

@@ -5,7 +5,8 @@
  *      to the pod) in a per-pod kubeconfig whose server is the node's proxy;
  *   3. its sandbox (own PID namespace and /run; the pod's rpcbind for an NFSv3 server:
  *      ../runtime/pod-rpcbind.ts); init containers in order: a native sidecar
- *      (restartPolicy Always) must pass its startup probe before the next starts, a
+ *      (restartPolicy Always) must pass its startup probe before the next starts
+ *      (without one: once its process runs, as computeInitContainerActions has it), a
  *      plain init container must exit 0;
  *   4. main containers; status reported on every change; with restartPolicy Never the
  *      pod ends when its main containers have, and then its sidecars are stopped.

@@ -6,7 +6,10 @@
  *  - a Service port is matched to the slices' ports by name ('' for an unnamed port) and
  *    protocol; the slice's port number is the resolved targetPort, per slice;
  *  - conditions: `ready` unset counts as true, `serving` unset as `ready`, `terminating`
- *    unset as false (the EndpointSlice API's own rules);
+ *    unset as false (the EndpointSlice API's own rules). NB: for a Service with
+ *    `publishNotReadyAddresses` the real controller writes ready=true for every pod it
+ *    lists, not yet Ready and terminating ones too (podToEndpoint, k8s.io/endpointslice
+ *    1.36), so all of them are candidates here as in kube-proxy;
  *  - the candidates are the ready endpoints; only when there is none, the serving
  *    endpoints that are terminating (kube-proxy's fallback, so a rolling update drops
  *    nothing); none at all: the connection is rejected (kube-proxy's REJECT rule);

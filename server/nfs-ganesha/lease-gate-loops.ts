@@ -1,0 +1,144 @@
+/**
+ * The lease gate's I/O (the decisions and the safety argument: lease-gate.ts): asking the
+ * agent's /readyz on the pod's loopback, waiting for the lease before ganesha starts,
+ * and watching it while ganesha runs.
+ *
+ * Guarantees: `waitForLease` resolves `held` only on an answer decideGate calls `start`;
+ * it never throws (an error of the request is an `unreachable` answer). Each request is
+ * a new connection bounded by REQUEST_TIMEOUT_MS, so a restarted agent is reached at its
+ * new socket and a hung one costs one timeout per poll. The log says when the gate
+ * begins, each change of why it waits (not every poll), and how long it took.
+ */
+import { request } from 'node:http';
+import { type Clock, sleep } from '../../lib/clock.ts';
+import type { Logger } from '../../lib/logger.ts';
+import {
+  type AgentAnswer,
+  decideGate,
+  decideWatch,
+  GATE_POLL_MS,
+  REQUEST_TIMEOUT_MS,
+  WATCH_POLL_MS,
+  type WaitReason,
+} from './lease-gate.ts';
+
+const MAX_BODY = 1024;
+
+/** GET http://127.0.0.1:<port>/readyz; never rejects. */
+export function askAgent(port: number, timeoutMs = REQUEST_TIMEOUT_MS): Promise<AgentAnswer> {
+  return new Promise((resolve) => {
+    let done = false;
+    const finish = (a: AgentAnswer) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      req.destroy();
+      resolve(a);
+    };
+    const req = request({ host: '127.0.0.1', port, path: '/readyz', method: 'GET', agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => {
+        if (body.length < MAX_BODY) body += chunk;
+      });
+      res.on('end', () => finish({ kind: 'answered', status: res.statusCode ?? 0, body }));
+      res.on('error', (err) => finish({ kind: 'unreachable', detail: err.message }));
+    });
+    const timer = setTimeout(
+      () => finish({ kind: 'unreachable', detail: `no answer within ${timeoutMs}ms` }),
+      timeoutMs,
+    );
+    req.on('error', (err: NodeJS.ErrnoException) =>
+      finish({ kind: 'unreachable', detail: err.code ?? err.message }),
+    );
+    req.end();
+  });
+}
+
+export type GateOutcome =
+  /** askedAtMs: when the passing request was sent (monotonic ms), the watch's first proof. */
+  | { kind: 'held'; waitedMs: number; askedAtMs: number }
+  | { kind: 'stopped' }
+  | { kind: 'gave-up'; message: string };
+
+export interface GateDeps {
+  port: number;
+  clock: Clock;
+  log: Logger;
+  /** Aborted when a stop is requested: the wait ends at once with `stopped`. */
+  stop: AbortSignal;
+  /** Test seam: the request (askAgent). */
+  ask?: (port: number) => Promise<AgentAnswer>;
+  pollMs?: number;
+}
+
+/** Polls the agent every GATE_POLL_MS until decideGate says start or give up. */
+export async function waitForLease(deps: GateDeps & { timeoutMs: number }): Promise<GateOutcome> {
+  const { port, clock, log, stop, timeoutMs } = deps;
+  const ask = deps.ask ?? askAgent;
+  const sinceMs = clock.now();
+  let lastReason: WaitReason | undefined;
+  log.info({ agent: `127.0.0.1:${port}`, timeoutMs }, 'waiting for the agent to hold the lease');
+  while (!stop.aborted) {
+    const askedAtMs = clock.now();
+    const answer = await ask(port);
+    if (stop.aborted) break;
+    const decision = decideGate(answer, { port, timeoutMs, sinceMs, nowMs: clock.now() });
+    if (decision.kind === 'start') {
+      const waitedMs = Math.round(clock.now() - sinceMs);
+      log.info({ waitedMs }, 'the agent holds the lease: starting ganesha');
+      return { kind: 'held', waitedMs, askedAtMs };
+    }
+    if (decision.kind === 'give-up') return { kind: 'gave-up', message: decision.message };
+    if (decision.reason !== lastReason) {
+      lastReason = decision.reason;
+      log.info({ reason: decision.reason, detail: decision.detail }, 'lease not held yet: ganesha waits');
+    }
+    await sleepUnless(deps.pollMs ?? GATE_POLL_MS, stop);
+  }
+  return { kind: 'stopped' };
+}
+
+/**
+ * While ganesha runs: asks every WATCH_POLL_MS and resolves with the stop message once
+ * decideWatch says stop; resolves undefined when `stop` is aborted (ganesha ended).
+ */
+export async function watchLease(
+  deps: GateDeps & { lastHeldMs: number; toleranceMs?: number },
+): Promise<string | undefined> {
+  const { port, clock, log, stop } = deps;
+  const ask = deps.ask ?? askAgent;
+  let lastHeldMs = deps.lastHeldMs;
+  let missing = false;
+  while (!stop.aborted) {
+    await sleepUnless(deps.pollMs ?? WATCH_POLL_MS, stop);
+    if (stop.aborted) break;
+    const askedAtMs = clock.now();
+    const answer = await ask(port);
+    if (stop.aborted) break;
+    const decision = decideWatch(answer, {
+      port,
+      lastHeldMs,
+      nowMs: clock.now(),
+      ...(deps.toleranceMs === undefined ? {} : { toleranceMs: deps.toleranceMs }),
+    });
+    if (decision.kind === 'held') {
+      if (missing) log.info('the agent reports the lease held again');
+      missing = false;
+      lastHeldMs = askedAtMs;
+    } else if (decision.kind === 'tolerate') {
+      if (!missing)
+        log.warn(
+          { reason: decision.reason, detail: decision.detail, missingMs: Math.round(decision.missingMs) },
+          'the agent does not report the lease held',
+        );
+      missing = true;
+    } else return decision.message;
+  }
+  return undefined;
+}
+
+/** Sleeps `ms`, or less when `stop` is aborted; never rejects. */
+function sleepUnless(ms: number, stop: AbortSignal): Promise<void> {
+  return sleep(ms, stop).catch(() => {});
+}
