@@ -6,7 +6,7 @@
  *    after a backoff with jitter (exponential from `backoff.initialMs` to `backoff.maxMs`;
  *    reset once a watch has delivered something). It stops only when `stop()` is called.
  *  - 410 Gone (as an HTTP status or an ERROR event) drops the resourceVersion and
- *    re-lists; the re-list is diffed against the cache so handlers see added, modified
+ *    re-lists after the initial backoff (not the grown one: the server answered); the re-list is diffed against the cache so handlers see added, modified
  *    and deleted exactly as if they had watched throughout.
  *  - A watch that delivers nothing (no event, no bookmark) for `quietTimeoutMs` is
  *    aborted and restarted: a half-open connection cannot pass for a quiet resource.
@@ -120,7 +120,10 @@ export class Informer<T extends KubernetesObject> {
       if (this.stopped) break;
       if (wasHealthy || end.reason === 'error') this.opts.onDisconnected?.(end.reason, end.error);
       this.restartCount += 1;
-      delay = end.delivered ? backoff.initialMs : Math.min(delay * 2, backoff.maxMs);
+      // 410 Gone is the server answering, not failing: re-list after the shortest pause.
+      // (After an API-server restart a resumed watch gets it at once; backing off there
+      // as after an error kept the cache stale up to 10 s per round.)
+      delay = end.delivered || end.reason === 'gone' ? backoff.initialMs : Math.min(delay * 2, backoff.maxMs);
       // Full jitter in [delay/2, delay): many managers never re-watch in lockstep.
       await sleep(delay * (0.5 + random() / 2), this.abort.signal).catch(() => undefined);
     }
