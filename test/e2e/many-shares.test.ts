@@ -43,10 +43,21 @@ test('20 share managers serve from sim-1', { timeout: 300_000 }, async () => {
   }
 });
 
-test('one frozen share manager among 20 on a healthy node: only it moves', { timeout: 120_000 }, async () => {
+test('one frozen share manager among 20 on a healthy node: only it moves', {
+  timeout: 120_000,
+}, async (t) => {
   const sys = system();
   const before = new Map<string, string>();
   for (const share of SHARES) before.set(share, (await waitServing(sys, share, 10_000)).pod);
+  // The claim is about the freeze: what failed over before it (20 agents and servers
+  // starting at once on 2 cores can starve one past D — the protocol then fails it over,
+  // as it must) is named here and checked for overlap, and not counted below.
+  const earlier = await failedOver(sys);
+  const expiredEarlier = (await eventsOf(sys, 'LeaseExpired')).length;
+  for (const [share, status] of earlier) {
+    t.diagnostic(`failed over before the freeze: ${share} ${JSON.stringify(status.lastFailover)}`);
+    assertNoOverlap(sys, share);
+  }
   const r = await faultAndWaitForReplacement(
     sys,
     STALE,
@@ -66,14 +77,16 @@ test('one frozen share manager among 20 on a healthy node: only it moves', { tim
     `one stale among 20: freeze to serving ${r.toServingS.toFixed(2)} s on ${r.after.node}\n`,
   );
   assert.equal(r.status.lastFailover?.lostPod, before.get(STALE));
-  const moved = [...(await failedOver(sys)).keys()];
+  const moved = [...(await failedOver(sys))]
+    .filter(([share, st]) => earlier.get(share)?.lastFailover?.detectedAt !== st.lastFailover?.detectedAt)
+    .map(([share]) => share);
   assert.deepEqual(moved, [STALE], 'only the stale share failed over');
   for (const share of SHARES) {
     if (share === STALE) continue;
     assert.equal((await waitServing(sys, share, 10_000)).pod, before.get(share), `${share} kept its pod`);
   }
   const expired = await eventsOf(sys, 'LeaseExpired');
-  assert.equal(expired.length, 1, `one LeaseExpired event: ${expired.join(' | ')}`);
+  assert.equal(expired.length - expiredEarlier, 1, `one LeaseExpired event: ${expired.join(' | ')}`);
   assert.deepEqual(await eventsOf(sys, 'StormGuardActive'), [], 'the storm guard stayed quiet');
   assertNoOverlap(sys, STALE);
 });
