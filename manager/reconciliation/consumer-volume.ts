@@ -50,6 +50,8 @@ export const LABEL_CONSUMER_OF = 'leasehold.dev/consumer-of';
 export const LABEL_CONSUMER_NAMESPACE = 'leasehold.dev/consumer-of-namespace';
 /** The ownership mark: the ShareManager's UID. Only an object carrying it is ever changed. */
 export const ANNOTATION_OWNER_UID = 'leasehold.dev/share-manager-uid';
+/** On the claim, once its PV exists: the PV's UID (writing it wakes the PV controller: execute-consumer.ts). */
+export const ANNOTATION_VOLUME_UID = 'leasehold.dev/volume-uid';
 export const CONDITION_CONSUMER = 'ConsumerClaim';
 /** How long a name found taken is left alone before it is tried again. */
 export const TAKEN_RETRY_MS = 30_000;

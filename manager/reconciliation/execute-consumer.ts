@@ -24,6 +24,7 @@ import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
 import type { Logger } from '../../lib/logger.ts';
 import type { EventRecorder } from '../events.ts';
 import {
+  ANNOTATION_VOLUME_UID,
   type ConsumerAction,
   type ConsumerCondition,
   claimRepair,
@@ -271,8 +272,9 @@ export class ConsumerExecutor {
 
   private async createVolume(sm: ShareManager, volume: V1PersistentVolume): Promise<number | undefined> {
     const name = volume.metadata?.name ?? '';
+    let created: V1PersistentVolume;
     try {
-      await this.core.createPersistentVolume({ body: volume }, withDeadline(this.deadlineMs));
+      created = await this.core.createPersistentVolume({ body: volume }, withDeadline(this.deadlineMs));
     } catch (err) {
       if (statusOf(err) !== 409)
         throw new KubeApiError(
@@ -298,7 +300,50 @@ export class ConsumerExecutor {
       'ConsumerCreated',
       `created PersistentVolume ${name} (nfs ${source}) for claim ${volume.spec?.claimRef?.namespace}/${volume.spec?.claimRef?.name}`,
     );
+    await this.wakeBinder(
+      sm,
+      volume.spec?.claimRef?.namespace ?? '',
+      volume.spec?.claimRef?.name ?? '',
+      created,
+    );
     return undefined;
+  }
+
+  /**
+   * Writes ANNOTATION_VOLUME_UID (the PV's UID) on our claim right after the PV exists.
+   * Why: the PV controller binds a claim when it syncs the claim, and a PV's creation
+   * syncs only the PV; the claim, created first, would wait for the controller's periodic
+   * resync (--pvclaimbinder-sync-period, 15 s by default). Any update of the claim syncs it
+   * at once. A 409 is as good (the claim changed: that synced it too); a failure only
+   * costs the wait, so it is logged, not thrown.
+   */
+  private async wakeBinder(
+    sm: ShareManager,
+    namespace: string,
+    name: string,
+    volume: V1PersistentVolume,
+  ): Promise<void> {
+    try {
+      const claim = await this.core.readNamespacedPersistentVolumeClaim(
+        { namespace, name },
+        withDeadline(this.deadlineMs),
+      );
+      if (!isOurs(sm, claim)) return;
+      const annotations = {
+        ...claim.metadata?.annotations,
+        [ANNOTATION_VOLUME_UID]: volume.metadata?.uid ?? '',
+      };
+      await this.core.replaceNamespacedPersistentVolumeClaim(
+        { namespace, name, body: { ...claim, metadata: { ...claim.metadata, annotations } } },
+        withDeadline(this.deadlineMs),
+      );
+    } catch (err) {
+      if (statusOf(err) === 409) return;
+      this.log.warn(
+        { sm: smKey(sm), claim: `${namespace}/${name}`, err },
+        "annotating the consumer claim after its PV was created failed: it binds at the PV controller's next resync",
+      );
+    }
   }
 
   private markTaken(sm: ShareManager, kind: TakenObject['kind'], object: string, why: string): number {
