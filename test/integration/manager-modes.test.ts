@@ -410,10 +410,11 @@ describe('manager modes', () => {
           ? true
           : undefined,
       );
-      const repairs = (await eventsFor(kc, ns, 'vol-c')).filter((e) => e.reason === 'ConsumerRepaired');
-      assert.ok(
-        repairs.some((e) => /persistentVolumeReclaimPolicy/.test(e.message ?? '')),
-        'an event names the field',
+      // The event is recorded just after the update: wait for it, do not race it.
+      await eventually('a ConsumerRepaired event naming the field', async () =>
+        (await eventsFor(kc, ns, 'vol-c')).find(
+          (e) => e.reason === 'ConsumerRepaired' && /persistentVolumeReclaimPolicy/.test(e.message ?? ''),
+        ),
       );
 
       // Someone else's claim of the requested name: left alone, no PV, a condition naming it.
@@ -449,6 +450,10 @@ describe('manager modes', () => {
         await gone(() => core.readPersistentVolume({ name: 'leasehold.consumer.vol-t' })),
         'no PV for it',
       );
+      const warned = await eventually('a ClaimTaken Warning event', async () =>
+        (await eventsFor(kc, ns, 'vol-t')).find((e) => e.reason === 'ClaimTaken'),
+      );
+      assert.equal(warned.type, 'Warning');
 
       // The field removed: claim and PV deleted, finalizer and condition removed.
       await objects.patchNamespacedCustomObject(
