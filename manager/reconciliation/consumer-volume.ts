@@ -413,15 +413,15 @@ export function decideConsumer(s: ConsumerSnapshot): ConsumerAction[] {
 
   // 5. The claim.
   const claimKey = `${namespace}/${claimName}`;
-  const taken = objects.taken;
-  if (taken && s.now < taken.retryAt) {
-    actions.push({
-      kind: 'requeueAfter',
-      ms: taken.retryAt - s.now,
-      reason: `${taken.kind} ${taken.object} taken`,
-    });
+  // A name found taken is left alone until retryAt (only that name: a new claimName is tried at once).
+  const stillTaken = (kind: ConsumerKind, object: string): ConsumerAction[] | undefined => {
+    const taken = objects.taken;
+    if (!taken || taken.kind !== kind || taken.object !== object || s.now >= taken.retryAt) return undefined;
+    actions.push({ kind: 'requeueAfter', ms: taken.retryAt - s.now, reason: `${kind} ${object} taken` });
     return takenCondition(taken, waiting);
-  }
+  };
+  const claimTaken = stillTaken('PersistentVolumeClaim', claimKey);
+  if (claimTaken) return claimTaken;
   const claim = objects.claims.find((c) => c.metadata?.name === claimName);
   if (claim && !isOurs(sm, claim)) {
     return takenCondition(
@@ -452,6 +452,8 @@ export function decideConsumer(s: ConsumerSnapshot): ConsumerAction[] {
   // 6. The PV, pre-bound to exactly our claim.
   const desired = consumerVolume(sm, s.export, storage, { name: claimName, uid: claim.metadata?.uid ?? '' });
   const volumeName = consumerVolumeName(sm);
+  const volumeTaken = stillTaken('PersistentVolume', volumeName);
+  if (volumeTaken) return volumeTaken;
   const volume = objects.volume;
   if (volume && !isOurs(sm, volume)) {
     return takenCondition(

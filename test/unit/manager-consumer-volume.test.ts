@@ -241,6 +241,9 @@ describe('decideConsumer', () => {
       /carries no leasehold\.dev\/share-manager-uid/,
     );
     assert.deepEqual(kinds(decideConsumer(snap(sm, { taken }, { now: 31_000 }))), ['createConsumerClaim']);
+    // Only that name: after spec.consumer.claimName changed, the new name is tried at once.
+    const renamed = shareManager({ claimName: 'other' });
+    assert.deepEqual(kinds(decideConsumer(snap(renamed, { taken }))), ['createConsumerClaim']);
   });
 
   it("someone else's PV of that name: never written nor deleted, VolumeTaken", () => {
