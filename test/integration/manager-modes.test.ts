@@ -6,15 +6,18 @@
  * `spec.volume` gets the shipped NFS server, a Service with a ClusterIP on 2049 and
  * status.export (and its printer column); `spec.consumer` publishes it as an RWX
  * PersistentVolume + claim that the real PV controller binds, repaired after edits,
- * never taken from someone else, and removed with the field or the ShareManager. The
+ * never taken from someone else, and removed with the field or the ShareManager, by a
+ * manager holding exactly the chart's RBAC. The
  * test plays pods and agents. NB: no test mounts the PV in a pod (no kernel NFS client
  * on these machines).
  */
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
+import { chartDir, helm } from '../support/tools.ts';
 import {
   createNamespace,
   createShareManager,
@@ -308,13 +311,35 @@ describe('manager modes', () => {
     }
   });
 
-  it('spec.consumer: an RWX PV + claim, bound, repaired, never stolen, removed (about 5 s)', async () => {
+  it('spec.consumer: an RWX PV + claim, bound, repaired, never stolen, removed, with the chart RBAC (about 5 s)', async () => {
     const kc = cluster().kubeConfig;
     const core = kc.makeApiClient(k8s.CoreV1Api);
     const objects = kc.makeApiClient(k8s.CustomObjectsApi);
     const ns = 'consumer';
     await createNamespace(kc, ns);
+    // The manager runs as the chart's manager ServiceAccount, with exactly its RBAC.
+    await createNamespace(kc, 'leasehold-system');
+    const rbac = await helm([
+      'template',
+      'leasehold',
+      chartDir,
+      '--namespace',
+      'leasehold-system',
+      '--show-only',
+      'templates/manager-rbac.yaml',
+    ]);
+    assert.equal(rbac.code, 0, rbac.stderr);
+    const applied = await kubectl(cluster(), ['apply', '-f', '-'], rbac.stdout);
+    assert.equal(applied.code, 0, applied.stderr);
+    const token = await core.createNamespacedServiceAccountToken({
+      namespace: 'leasehold-system',
+      name: 'leasehold-manager',
+      body: { spec: { audiences: [], expirationSeconds: 600 } },
+    });
+    const managerKubeconfig = join(cluster().dir, 'consumer-manager.kubeconfig');
+    await cluster().writeTokenKubeconfig(managerKubeconfig, token.status?.token ?? '');
     const manager = startManager(cluster(), 'c1', {
+      KUBECONFIG: managerKubeconfig,
       LEASEHOLD_WATCH_NAMESPACE: ns,
       LEASEHOLD_NFS_SERVER_IMAGE: 'registry.example/nfs-ganesha:it',
     });
