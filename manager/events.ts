@@ -28,7 +28,7 @@ export type EventReason =
   | 'LeaseOnly'
   | 'NodeDown'
   | 'HolderReturned'
-  // spec.consumer's PV and claim (reconciliation/consumer-volume.ts).
+  // spec.consumer's PV and claim (reconciliation/decide-consumer.ts).
   | 'ConsumerCreated'
   | 'ConsumerRepaired'
   | 'ConsumerDeleted'

@@ -32,7 +32,7 @@ import {
   createOutOfServiceMetrics,
   OutOfServiceReconciler,
 } from './node-handling/out-of-service-reconciler.ts';
-import { LABEL_CONSUMER_NAMESPACE, LABEL_CONSUMER_OF } from './reconciliation/consumer-volume.ts';
+import { LABEL_CONSUMER_NAMESPACE, LABEL_CONSUMER_OF } from './reconciliation/consumer-objects.ts';
 import { isLive } from './reconciliation/decide-reconcile.ts';
 import { ConsumerExecutor } from './reconciliation/execute-consumer.ts';
 import { ReconcileExecutor } from './reconciliation/execute-reconcile.ts';

@@ -39,7 +39,7 @@
  *     FenceDisabled, plus a Warning event once per change) for an explicit
  *     `spec.fence.action: none`, whose server keeps running after its agent lost the
  *     lease until the kubelet's liveness backstop stops it.
- * 10. `spec.consumer` -> its PersistentVolume and claim (consumer-volume.ts): created,
+ * 10. `spec.consumer` -> its PersistentVolume and claim (decide-consumer.ts): created,
  *     repaired, or, once the field is removed or the ShareManager is being deleted,
  *     deleted before the finalizer goes (also while deleting, and with a spec in Error
  *     only then: an invalid spec touches nothing).
@@ -49,7 +49,7 @@
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import type { LeaseRecord } from '../../lib/lease-record.ts';
-import { type ConsumerAction, type ConsumerObjects, decideConsumer } from './consumer-volume.ts';
+import { type ConsumerAction, type ConsumerObjects, decideConsumer } from './decide-consumer.ts';
 import { type ExportStatus, exportStatus } from './nfs-server-preset.ts';
 import { ANNOTATION_POD_REQUEST } from './pod-spec.ts';
 import type {
@@ -76,7 +76,7 @@ export interface ShareManagerSnapshot {
   /** A failover machine of this manager is not idle. */
   failoverRunning: boolean;
   newRequestId: string;
-  /** The consumer PV and claims (consumer-volume.ts); undefined: not needed (no spec.consumer, no finalizer). */
+  /** The consumer PV and claims (decide-consumer.ts); undefined: not needed (no spec.consumer, no finalizer). */
   consumer?: ConsumerObjects;
 }
 
@@ -211,7 +211,7 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
   return actions;
 }
 
-/** Step 10 (consumer-volume.ts); nothing without the consumer caches or with a spec in Error. */
+/** Step 10 (decide-consumer.ts); nothing without the consumer caches or with a spec in Error. */
 function consumerActions(s: ShareManagerSnapshot, deleting: boolean): ConsumerAction[] {
   if (!s.consumer || (!deleting && !s.resolved.ok)) return [];
   const ip = s.clusterIP;

@@ -1,5 +1,5 @@
 /**
- * The I/O of the consumer actions (consumer-volume.ts decides them): the PV, the claim,
+ * The I/O of the consumer actions (decide-consumer.ts decides them): the PV, the claim,
  * the ShareManager's finalizer and the backing claim's size. Thin: "already exists" is
  * looked at (ours: repaired; not ours: remembered as taken, never written), "already
  * gone" is done.
@@ -25,20 +25,22 @@ import type { Logger } from '../../lib/logger.ts';
 import type { EventRecorder } from '../events.ts';
 import {
   ANNOTATION_VOLUME_UID,
-  type ConsumerAction,
-  type ConsumerCondition,
   claimRepair,
   consumerVolumeName,
   FINALIZER_CONSUMER,
-  isConsumerWarning,
   isOurs,
   LABEL_CONSUMER_OF,
   notOursBecause,
+  volumeRepair,
+} from './consumer-objects.ts';
+import {
+  type ConsumerAction,
+  type ConsumerCondition,
+  isConsumerWarning,
   TAKEN_RETRY_MS,
   type TakenObject,
   type VolumeSize,
-  volumeRepair,
-} from './consumer-volume.ts';
+} from './decide-consumer.ts';
 import { type ShareManager, SM_GROUP, SM_PLURAL, SM_VERSION } from './share-manager-spec.ts';
 
 /** How long a missing backing claim is left before it is read again. */

@@ -14,12 +14,12 @@ import { fromWire, LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import type { Logger } from '../../lib/logger.ts';
 import type { ManagerConfig } from '../config.ts';
 import {
-  type ConsumerObjects,
   consumerVolumeName,
   FINALIZER_CONSUMER,
   LABEL_CONSUMER_NAMESPACE,
   LABEL_CONSUMER_OF,
-} from './consumer-volume.ts';
+} from './consumer-objects.ts';
+import type { ConsumerObjects } from './decide-consumer.ts';
 import { decideShareManager } from './decide-reconcile.ts';
 import type { ConsumerExecutor } from './execute-consumer.ts';
 import { newRequestId, type ReconcileExecutor } from './execute-reconcile.ts';

@@ -12,7 +12,7 @@
  * Without `spec.server` the shipped NFS server runs (nfs-server-preset.ts): its export
  * path (the mount path) and `spec.nfs` must pass the server's own rules, and without
  * `spec.serverCheck` the agent checks TCP 2049; `spec.nfs` with `spec.server` is an error.
- * `spec.consumer` (the share published as a PV + claim, consumer-volume.ts) likewise needs
+ * `spec.consumer` (the share published as a PV + claim, decide-consumer.ts) likewise needs
  * the shipped server, and its claim must not be the backing claim.
  */
 import type { V1EnvVar, V1ObjectMeta, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
@@ -60,7 +60,7 @@ export interface ShareManagerSpec {
   serverCheck?: { target: string; timeout?: string; failures?: number };
   scheduling?: { nodeSelector?: Record<string, string>; tolerations?: V1Toleration[] };
   serviceAccountName?: string;
-  /** Publish the share as an RWX PV + claim (shipped NFS server only): consumer-volume.ts. */
+  /** Publish the share as an RWX PV + claim (shipped NFS server only): decide-consumer.ts. */
   consumer?: { claimName: string };
 }
 
@@ -121,7 +121,7 @@ export type ResolvedSpec =
       nfsDefault: boolean;
       /** spec.serverCheck, else the NFS preset for the default server, else none. */
       serverCheck: ShareManagerSpec['serverCheck'];
-      /** spec.consumer: the claim to publish the share as (consumer-volume.ts); undefined when unset. */
+      /** spec.consumer: the claim to publish the share as (decide-consumer.ts); undefined when unset. */
       consumer: { claimName: string; backingClaim: string } | undefined;
     }
   | { ok: false; message: string };
@@ -178,7 +178,7 @@ export function resolveSpec(spec: ShareManagerSpec, defaults: LeaseTimings): Res
   return { ok: true, timings, mountPath, fenceAction, nfsDefault, serverCheck, consumer };
 }
 
-/** spec.consumer's rules the schema cannot express (consumer-volume.ts). */
+/** spec.consumer's rules the schema cannot express (decide-consumer.ts). */
 function consumerProblems(spec: ShareManagerSpec, nfsDefault: boolean): string[] {
   const consumer = spec.consumer;
   if (consumer === undefined) return [];

@@ -4,17 +4,19 @@ import type { V1PersistentVolume, V1PersistentVolumeClaim } from '@kubernetes/cl
 import { fromWire } from '../../lib/lease-record.ts';
 import {
   ANNOTATION_OWNER_UID,
-  type ConsumerAction,
-  type ConsumerObjects,
-  type ConsumerSnapshot,
   consumerClaim,
   consumerVolume,
   consumerVolumeName,
-  decideConsumer,
   FINALIZER_CONSUMER,
   LABEL_CONSUMER_NAMESPACE,
   LABEL_CONSUMER_OF,
-} from '../../manager/reconciliation/consumer-volume.ts';
+} from '../../manager/reconciliation/consumer-objects.ts';
+import {
+  type ConsumerAction,
+  type ConsumerObjects,
+  type ConsumerSnapshot,
+  decideConsumer,
+} from '../../manager/reconciliation/decide-consumer.ts';
 import { decideShareManager, fencingCondition } from '../../manager/reconciliation/decide-reconcile.ts';
 import { exportStatus } from '../../manager/reconciliation/nfs-server-preset.ts';
 import { resolveSpec, type ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
