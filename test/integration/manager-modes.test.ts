@@ -311,7 +311,9 @@ describe('manager modes', () => {
     }
   });
 
-  it('spec.consumer: an RWX PV + claim, bound, repaired, never stolen, removed, with the chart RBAC (about 5 s)', async () => {
+  it('spec.consumer: an RWX PV + claim, bound, repaired, never stolen, removed, with the chart RBAC', async () => {
+    // Cost: 5-7 s measured (the helm render and the manager's start about 2 s of it), up
+    // to 18 s while other test runs load the machine. It reuses this file's cluster.
     const kc = cluster().kubeConfig;
     const core = kc.makeApiClient(k8s.CoreV1Api);
     const objects = kc.makeApiClient(k8s.CustomObjectsApi);
