@@ -27,7 +27,14 @@ export type EventReason =
   | 'AwaitingNodeDown'
   | 'LeaseOnly'
   | 'NodeDown'
-  | 'HolderReturned';
+  | 'HolderReturned'
+  // spec.consumer's PV and claim (reconciliation/decide-consumer.ts).
+  | 'ConsumerCreated'
+  | 'ConsumerRepaired'
+  | 'ConsumerDeleted'
+  | 'ClaimTaken'
+  | 'VolumeTaken'
+  | 'ImmutableFieldChanged';
 
 /** The object an event is about. */
 export interface InvolvedObject {

@@ -7,7 +7,7 @@
  * dies silently: restarts are counted); /readyz only while every cache has synced and
  * the Lease watch is open.
  */
-import type { V1Node, V1Pod } from '@kubernetes/client-node';
+import type { V1Node, V1PersistentVolume, V1PersistentVolumeClaim, V1Pod } from '@kubernetes/client-node';
 import { systemClock } from '../lib/clock.ts';
 import { ConfigError } from '../lib/errors.ts';
 import { serveEndpoints } from '../lib/http-endpoints.ts';
@@ -32,7 +32,9 @@ import {
   createOutOfServiceMetrics,
   OutOfServiceReconciler,
 } from './node-handling/out-of-service-reconciler.ts';
+import { LABEL_CONSUMER_NAMESPACE, LABEL_CONSUMER_OF } from './reconciliation/consumer-objects.ts';
 import { isLive } from './reconciliation/decide-reconcile.ts';
+import { ConsumerExecutor } from './reconciliation/execute-consumer.ts';
 import { ReconcileExecutor } from './reconciliation/execute-reconcile.ts';
 import { ShareManagerController } from './reconciliation/share-manager-controller.ts';
 import { type ShareManager, SM_GROUP, SM_PLURAL, SM_VERSION } from './reconciliation/share-manager-spec.ts';
@@ -154,6 +156,21 @@ const nodeLeases = informer<k8s.V1Lease>({
   },
   onConnected: () => nodeObserver?.resetHeartbeats(),
 });
+// spec.consumer's PVs (cluster-scoped: selected by the namespace label) and claims.
+const volumes = informer<V1PersistentVolume>({
+  resource: 'persistentvolumes',
+  path: '/api/v1/persistentvolumes',
+  labelSelector: config.namespace
+    ? `${LABEL_CONSUMER_NAMESPACE}=${config.namespace}`
+    : LABEL_CONSUMER_NAMESPACE,
+  onEvent: (_type, volume) => controller?.enqueueForConsumer(volume),
+});
+const claims = informer<V1PersistentVolumeClaim>({
+  resource: 'persistentvolumeclaims',
+  path: `/api/v1${ns}/persistentvolumeclaims`,
+  labelSelector: LABEL_CONSUMER_OF,
+  onEvent: (_type, claim) => controller?.enqueueForConsumer(claim),
+});
 nodeObserver = new NodeObserver(clock, nodes, config.nodeLeaseGraceMs);
 const observer = nodeObserver;
 outOfService = new OutOfServiceReconciler(
@@ -221,15 +238,33 @@ monitor = new LeaseMonitor(
 );
 driver.monitor = monitor;
 confirmation.monitor = monitor;
+const consumerExecutor = new ConsumerExecutor(
+  kc,
+  clock,
+  events,
+  log,
+  config.requestTimeoutMs,
+  async (sm, conditions) => {
+    await status.patch(sm.metadata.namespace ?? '', sm.metadata.name ?? '', { conditions });
+  },
+);
 controller = new ShareManagerController(
   config,
   clock,
   log,
-  { shareManagers, leases, pods, failoverRunning: (key) => failovers.phaseOf(key) !== 'idle' },
-  new ReconcileExecutor(kc, leaseStore, status, config, events, log),
+  {
+    shareManagers,
+    leases,
+    pods,
+    volumes,
+    claims,
+    failoverRunning: (key) => failovers.phaseOf(key) !== 'idle',
+  },
+  new ReconcileExecutor(kc, leaseStore, status, config, events, log, consumerExecutor),
+  consumerExecutor,
 );
 
-const all = [shareManagers, leases, pods, nodes, nodeLeases];
+const all = [shareManagers, leases, pods, nodes, nodeLeases, volumes, claims];
 const stormTimer = setInterval(() => failovers.refreshStormGauge(), 5000);
 const endpoints = await serveEndpoints({
   port: config.httpPort,

@@ -39,12 +39,17 @@
  *     FenceDisabled, plus a Warning event once per change) for an explicit
  *     `spec.fence.action: none`, whose server keeps running after its agent lost the
  *     lease until the kubelet's liveness backstop stops it.
+ * 10. `spec.consumer` -> its PersistentVolume and claim (decide-consumer.ts): created,
+ *     repaired, or, once the field is removed or the ShareManager is being deleted,
+ *     deleted before the finalizer goes (also while deleting, and with a spec in Error
+ *     only then: an invalid spec touches nothing).
  *
  * Not guaranteed: at most one live pod at every instant (a claim retried after its
  * timeout may race a very slow creator); the lease gate still lets only one serve.
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import type { LeaseRecord } from '../../lib/lease-record.ts';
+import { type ConsumerAction, type ConsumerObjects, decideConsumer } from './decide-consumer.ts';
 import { type ExportStatus, exportStatus } from './nfs-server-preset.ts';
 import { ANNOTATION_POD_REQUEST } from './pod-spec.ts';
 import type {
@@ -71,6 +76,8 @@ export interface ShareManagerSnapshot {
   /** A failover machine of this manager is not idle. */
   failoverRunning: boolean;
   newRequestId: string;
+  /** The consumer PV and claims (decide-consumer.ts); undefined: not needed (no spec.consumer, no finalizer). */
+  consumer?: ConsumerObjects;
 }
 
 export type StatusFields = Pick<
@@ -91,7 +98,8 @@ export type ReconcileAction =
   | { kind: 'claimPodCreation'; requestId: string }
   /** Set the Fencing condition; `warn`: also record a Warning event with its message. */
   | { kind: 'setFencingCondition'; condition: FencingCondition; warn: boolean }
-  | { kind: 'requeueAfter'; ms: number; reason: string };
+  | { kind: 'requeueAfter'; ms: number; reason: string }
+  | ConsumerAction;
 
 export interface FencingCondition {
   type: 'Fencing';
@@ -149,7 +157,10 @@ export function endedByKubelet(pod: V1Pod): boolean {
 export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
   const generation = s.sm.metadata.generation;
   if (s.sm.metadata.deletionTimestamp)
-    return statusIfChanged(s.sm, { state: 'Stopped', observedGeneration: generation });
+    return [
+      ...consumerActions(s, true),
+      ...statusIfChanged(s.sm, { state: 'Stopped', observedGeneration: generation }),
+    ];
   if (!s.resolved.ok) {
     return statusIfChanged(s.sm, {
       state: 'Error',
@@ -196,7 +207,26 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
   ) {
     actions.push({ kind: 'setFencingCondition', condition, warn: condition.status === 'False' });
   }
+  actions.push(...consumerActions(s, false));
   return actions;
+}
+
+/** Step 10 (decide-consumer.ts); nothing without the consumer caches or with a spec in Error. */
+function consumerActions(s: ShareManagerSnapshot, deleting: boolean): ConsumerAction[] {
+  if (!s.consumer || (!deleting && !s.resolved.ok)) return [];
+  const ip = s.clusterIP;
+  const nfs = s.resolved.ok && s.resolved.nfsDefault;
+  return decideConsumer({
+    sm: s.sm,
+    deleting,
+    wanted: s.resolved.ok ? s.resolved.consumer : undefined,
+    export:
+      nfs && s.resolved.ok && ip && ip !== 'None'
+        ? exportStatus(ip, s.resolved.mountPath, s.sm.spec.nfs)
+        : undefined,
+    objects: s.consumer,
+    now: s.now,
+  });
 }
 
 /** Step 7's NB: the storage-fencing gate waits for this share's holder node. */

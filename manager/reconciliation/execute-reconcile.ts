@@ -17,6 +17,7 @@ import type { Logger } from '../../lib/logger.ts';
 import type { ManagerConfig } from '../config.ts';
 import type { EventRecorder } from '../events.ts';
 import type { ReconcileAction } from './decide-reconcile.ts';
+import type { ConsumerExecutor } from './execute-consumer.ts';
 import { nfsPorts } from './nfs-server-preset.ts';
 import { ANNOTATION_POD_REQUEST, sharePodFor } from './pod-spec.ts';
 import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
@@ -38,6 +39,7 @@ export class ReconcileExecutor {
     private readonly config: ManagerConfig,
     private readonly events: EventRecorder,
     private readonly log: Logger,
+    private readonly consumer: ConsumerExecutor,
   ) {
     this.core = kc.makeApiClient(k8s.CoreV1Api);
   }
@@ -48,14 +50,21 @@ export class ReconcileExecutor {
     const want = (ms: number) => {
       requeue = requeue === undefined ? ms : Math.min(requeue, ms);
     };
+    // The conditions as this pass last wrote them: a merge patch replaces the whole list,
+    // so a second condition written in the same pass must not bring the first one back.
+    const conditions = { list: sm.status?.conditions ?? [] };
     for (const action of actions) {
-      const ms = await this.one(sm, action);
+      const ms = await this.one(sm, action, conditions);
       if (ms !== undefined) want(ms);
     }
     return requeue;
   }
 
-  private async one(sm: ShareManager, action: ReconcileAction): Promise<number | undefined> {
+  private async one(
+    sm: ShareManager,
+    action: ReconcileAction,
+    conditions: { list: NonNullable<NonNullable<ShareManager['status']>['conditions']> },
+  ): Promise<number | undefined> {
     const namespace = sm.metadata.namespace ?? '';
     const name = sm.metadata.name ?? '';
     const deadline = withDeadline(this.config.requestTimeoutMs);
@@ -100,15 +109,18 @@ export class ReconcileExecutor {
       case 'claimPodCreation':
         return this.claimAndCreate(sm, action.requestId);
       case 'setFencingCondition': {
-        const others = (sm.status?.conditions ?? []).filter((c) => c.type !== action.condition.type);
+        const others = conditions.list.filter((c) => c.type !== action.condition.type);
         const condition = { ...action.condition, lastTransitionTime: new Date().toISOString() };
         // NB: a merge patch replaces the whole list, so the other conditions go with it.
-        await this.status.patch(namespace, name, { conditions: [...others, condition] });
+        conditions.list = [...others, condition];
+        await this.status.patch(namespace, name, { conditions: conditions.list });
         if (action.warn) await this.events.record(sm, 'Warning', 'FenceDisabled', condition.message);
         return undefined;
       }
       case 'requeueAfter':
         return action.ms;
+      default:
+        return this.consumer.run(sm, action, conditions);
     }
   }
 

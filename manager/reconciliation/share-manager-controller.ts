@@ -2,16 +2,26 @@
  * Glue for reconciling ShareManagers: builds each snapshot from the informer caches
  * (time read once per pass), asks decide-reconcile.ts what to do and hands the
  * actions to the executor. Keys are namespace/name; any change of the ShareManager,
- * its Lease or its pods enqueues the key.
+ * its Lease, its pods or its consumer PV and claim (labelled for it) enqueues the key.
+ * The consumer caches are waited for only by a ShareManager that has spec.consumer or
+ * the consumer finalizer: the others never need them.
  */
-import type { V1Pod } from '@kubernetes/client-node';
+import type { V1PersistentVolume, V1PersistentVolumeClaim, V1Pod } from '@kubernetes/client-node';
 import type { Clock } from '../../lib/clock.ts';
 import type { Informer } from '../../lib/informer.ts';
 import type { k8s } from '../../lib/kube-client.ts';
 import { fromWire, LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import type { Logger } from '../../lib/logger.ts';
 import type { ManagerConfig } from '../config.ts';
+import {
+  consumerVolumeName,
+  FINALIZER_CONSUMER,
+  LABEL_CONSUMER_NAMESPACE,
+  LABEL_CONSUMER_OF,
+} from './consumer-objects.ts';
+import type { ConsumerObjects } from './decide-consumer.ts';
 import { decideShareManager } from './decide-reconcile.ts';
+import type { ConsumerExecutor } from './execute-consumer.ts';
 import { newRequestId, type ReconcileExecutor } from './execute-reconcile.ts';
 import { resolveSpec, type ShareManager } from './share-manager-spec.ts';
 import { WorkQueue } from './work-queue.ts';
@@ -20,12 +30,17 @@ export interface ControllerSources {
   shareManagers: Informer<ShareManager>;
   leases: Informer<k8s.V1Lease>;
   pods: Informer<V1Pod>;
+  /** Consumer PVs and claims, selected by LABEL_CONSUMER_NAMESPACE / LABEL_CONSUMER_OF. */
+  volumes: Informer<V1PersistentVolume>;
+  claims: Informer<V1PersistentVolumeClaim>;
   failoverRunning(key: string): boolean;
 }
 
 export class ShareManagerController {
   readonly queue: WorkQueue;
   private readonly requestSeen = new Map<string, { id: string; at: number }>();
+  /** key -> the UID last reconciled, to forget the consumer executor's memory of it. */
+  private readonly uids = new Map<string, string>();
 
   constructor(
     private readonly config: ManagerConfig,
@@ -33,6 +48,7 @@ export class ShareManagerController {
     private readonly log: Logger,
     private readonly sources: ControllerSources,
     private readonly executor: ReconcileExecutor,
+    private readonly consumer: ConsumerExecutor,
   ) {
     this.queue = new WorkQueue(
       (key) => this.reconcile(key),
@@ -48,13 +64,28 @@ export class ShareManagerController {
     if (name) this.queue.add(`${object.metadata?.namespace ?? ''}/${name}`);
   }
 
+  /** A consumer PV or claim changed: its ShareManager, named by its labels. */
+  enqueueForConsumer(object: { metadata?: { labels?: Record<string, string> } }): void {
+    const labels = object.metadata?.labels ?? {};
+    const name = labels[LABEL_CONSUMER_OF];
+    const namespace = labels[LABEL_CONSUMER_NAMESPACE];
+    if (name && namespace) this.queue.add(`${namespace}/${name}`);
+  }
+
   private async reconcile(key: string): Promise<number | undefined> {
     const [namespace, name] = key.split('/') as [string, string];
     const sm = this.sources.shareManagers.get(namespace, name);
     if (!sm) {
       this.requestSeen.delete(key);
+      const uid = this.uids.get(key);
+      if (uid) this.consumer.forget(uid);
+      this.uids.delete(key);
       return undefined;
     }
+    this.uids.set(key, sm.metadata.uid ?? '');
+    const needsConsumer =
+      sm.spec.consumer !== undefined || (sm.metadata.finalizers ?? []).includes(FINALIZER_CONSUMER);
+    if (needsConsumer && (!this.sources.volumes.synced || !this.sources.claims.synced)) return 500;
     // Before every cache has synced the snapshot could miss a pod: wait.
     if (!this.sources.leases.synced || !this.sources.pods.synced) return 500;
     const now = this.clock.now();
@@ -82,8 +113,26 @@ export class ShareManagerController {
       podCreateTimeoutMs: this.config.podCreateTimeoutMs,
       failoverRunning: this.sources.failoverRunning(key),
       newRequestId: newRequestId(),
+      consumer: needsConsumer ? this.consumerObjects(sm) : undefined,
     });
     if (actions.length > 0) this.log.debug({ sm: key, actions }, 'reconcile');
     return this.executor.run(sm, actions);
+  }
+
+  private consumerObjects(sm: ShareManager): ConsumerObjects {
+    const namespace = sm.metadata.namespace ?? '';
+    const uid = sm.metadata.uid ?? '';
+    return {
+      volume: this.sources.volumes.get('', consumerVolumeName(sm)),
+      claims: this.sources.claims
+        .list()
+        .filter(
+          (c) =>
+            c.metadata?.namespace === namespace &&
+            c.metadata?.labels?.[LABEL_CONSUMER_OF] === sm.metadata.name,
+        ),
+      taken: this.consumer.taken.get(uid),
+      size: this.consumer.sizes.get(uid),
+    };
   }
 }

@@ -12,6 +12,8 @@
  * Without `spec.server` the shipped NFS server runs (nfs-server-preset.ts): its export
  * path (the mount path) and `spec.nfs` must pass the server's own rules, and without
  * `spec.serverCheck` the agent checks TCP 2049; `spec.nfs` with `spec.server` is an error.
+ * `spec.consumer` (the share published as a PV + claim, decide-consumer.ts) likewise needs
+ * the shipped server, and its claim must not be the backing claim.
  */
 import type { V1EnvVar, V1ObjectMeta, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
 import { formatDuration, parseDuration } from '../../lib/env-config.ts';
@@ -58,6 +60,8 @@ export interface ShareManagerSpec {
   serverCheck?: { target: string; timeout?: string; failures?: number };
   scheduling?: { nodeSelector?: Record<string, string>; tolerations?: V1Toleration[] };
   serviceAccountName?: string;
+  /** Publish the share as an RWX PV + claim (shipped NFS server only): decide-consumer.ts. */
+  consumer?: { claimName: string };
 }
 
 export interface LastFailover {
@@ -117,6 +121,8 @@ export type ResolvedSpec =
       nfsDefault: boolean;
       /** spec.serverCheck, else the NFS preset for the default server, else none. */
       serverCheck: ShareManagerSpec['serverCheck'];
+      /** spec.consumer: the claim to publish the share as (decide-consumer.ts); undefined when unset. */
+      consumer: { claimName: string; backingClaim: string } | undefined;
     }
   | { ok: false; message: string };
 
@@ -163,9 +169,28 @@ export function resolveSpec(spec: ShareManagerSpec, defaults: LeaseTimings): Res
     problems.push(
       'spec.nfs: applies only to the shipped NFS server; with spec.server, configure your server through spec.server.env',
     );
+  problems.push(...consumerProblems(spec, nfsDefault));
   if (problems.length > 0) return { ok: false, message: problems.join('; ') };
   const serverCheck = spec.serverCheck ?? (nfsDefault ? nfsServerCheck(timings) : undefined);
-  return { ok: true, timings, mountPath, fenceAction, nfsDefault, serverCheck };
+  const consumer = spec.consumer
+    ? { claimName: spec.consumer.claimName, backingClaim: spec.volume.pvc }
+    : undefined;
+  return { ok: true, timings, mountPath, fenceAction, nfsDefault, serverCheck, consumer };
+}
+
+/** spec.consumer's rules the schema cannot express (decide-consumer.ts). */
+function consumerProblems(spec: ShareManagerSpec, nfsDefault: boolean): string[] {
+  const consumer = spec.consumer;
+  if (consumer === undefined) return [];
+  if (!nfsDefault)
+    return [
+      'spec.consumer: applies only to the shipped NFS server (no spec.server), whose export and mount options the manager knows; with spec.server, create the PersistentVolume and claim yourself',
+    ];
+  if (consumer.claimName === spec.volume.pvc)
+    return [
+      `spec.consumer.claimName=${JSON.stringify(consumer.claimName)}: must differ from spec.volume.pvc, the backing claim the server mounts`,
+    ];
+  return [];
 }
 
 /** spec.fence.grace/timeout (or their defaults) against D - T: lib/fence-timing.ts. */

@@ -4,13 +4,20 @@
  * condition and the FenceDisabled warning of an explicit `fence.action: none`;
  * observe-only records what it would do and touches nothing; a ShareManager with only
  * `spec.volume` gets the shipped NFS server, a Service with a ClusterIP on 2049 and
- * status.export (and its printer column). The test plays pods and agents.
+ * status.export (and its printer column); `spec.consumer` publishes it as an RWX
+ * PersistentVolume + claim that the real PV controller binds, repaired after edits,
+ * never taken from someone else, and removed with the field or the ShareManager, by a
+ * manager holding exactly the chart's RBAC. The
+ * test plays pods and agents. NB: no test mounts the PV in a pod (no kernel NFS client
+ * on these machines).
  */
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
+import { chartDir, helm } from '../support/tools.ts';
 import {
   createNamespace,
   createShareManager,
@@ -299,6 +306,223 @@ describe('manager modes', () => {
       });
       assert.match(refused.status?.message ?? '', /spec\.volume\.mountPath="\/": the shipped NFS server/);
       assert.deepEqual(await podsOf(kc, 'nfs', 'vol-root'), []);
+    } finally {
+      await manager.kill();
+    }
+  });
+
+  it('spec.consumer: an RWX PV + claim, bound, repaired, never stolen, removed, with the chart RBAC', async () => {
+    // Cost: 5-7 s measured (the helm render and the manager's start about 2 s of it), up
+    // to 18 s while other test runs load the machine. It reuses this file's cluster.
+    const kc = cluster().kubeConfig;
+    const core = kc.makeApiClient(k8s.CoreV1Api);
+    const objects = kc.makeApiClient(k8s.CustomObjectsApi);
+    const ns = 'consumer';
+    await createNamespace(kc, ns);
+    // The manager runs as the chart's manager ServiceAccount, with exactly its RBAC.
+    await createNamespace(kc, 'leasehold-system');
+    const rbac = await helm([
+      'template',
+      'leasehold',
+      chartDir,
+      '--namespace',
+      'leasehold-system',
+      '--show-only',
+      'templates/manager-rbac.yaml',
+    ]);
+    assert.equal(rbac.code, 0, rbac.stderr);
+    const applied = await kubectl(cluster(), ['apply', '-f', '-'], rbac.stdout);
+    assert.equal(applied.code, 0, applied.stderr);
+    const token = await core.createNamespacedServiceAccountToken({
+      namespace: 'leasehold-system',
+      name: 'leasehold-manager',
+      body: { spec: { audiences: [], expirationSeconds: 600 } },
+    });
+    const managerKubeconfig = join(cluster().dir, 'consumer-manager.kubeconfig');
+    await cluster().writeTokenKubeconfig(managerKubeconfig, token.status?.token ?? '');
+    const manager = startManager(cluster(), 'c1', {
+      KUBECONFIG: managerKubeconfig,
+      LEASEHOLD_WATCH_NAMESPACE: ns,
+      LEASEHOLD_NFS_SERVER_IMAGE: 'registry.example/nfs-ganesha:it',
+    });
+    const target = { group: 'leasehold.dev', version: 'v1alpha1', namespace: ns, plural: 'sharemanagers' };
+    const mergePatch = k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch);
+    const create = (name: string, spec: Record<string, unknown>) =>
+      objects.createNamespacedCustomObject({
+        ...target,
+        body: {
+          apiVersion: 'leasehold.dev/v1alpha1',
+          kind: 'ShareManager',
+          metadata: { name, namespace: ns },
+          spec,
+        },
+      });
+    const gone = async (read: () => Promise<unknown>) => {
+      try {
+        await read();
+        return undefined;
+      } catch (err) {
+        return (err as { code?: number }).code === 404 ? true : undefined;
+      }
+    };
+    const condition = async (name: string) =>
+      (await getShareManager(kc, ns, name)).status?.conditions?.find((c) => c.type === 'ConsumerClaim');
+    try {
+      // The backing claim (never bound here: no provisioner); its size is the PV's capacity.
+      await core.createNamespacedPersistentVolumeClaim({
+        namespace: ns,
+        body: {
+          metadata: { name: 'data-c' },
+          spec: {
+            accessModes: ['ReadWriteOnce'],
+            storageClassName: 'block',
+            resources: { requests: { storage: '3Gi' } },
+          },
+        },
+      });
+      await create('vol-c', { volume: { pvc: 'data-c' }, lease: LEASE, consumer: { claimName: 'shared' } });
+      const pvName = 'leasehold.consumer.vol-c';
+      const bound = await eventually('claim shared Bound to the PV', async () => {
+        const claim = await core.readNamespacedPersistentVolumeClaim({ namespace: ns, name: 'shared' });
+        return claim.status?.phase === 'Bound' ? claim : undefined;
+      });
+      const clusterIP = (await core.readNamespacedService({ namespace: ns, name: 'vol-c' })).spec?.clusterIP;
+      const pv = await core.readPersistentVolume({ name: pvName });
+      assert.deepEqual({ ...pv.spec?.nfs }, { server: clusterIP, path: '/export' });
+      assert.deepEqual(pv.spec?.accessModes, ['ReadWriteMany']);
+      assert.equal(pv.spec?.persistentVolumeReclaimPolicy, 'Retain');
+      assert.deepEqual(pv.spec?.mountOptions, [
+        'nfsvers=4.2',
+        'proto=tcp',
+        'hard',
+        'timeo=20',
+        'retrans=2',
+        'noresvport',
+      ]);
+      assert.equal(String(pv.spec?.capacity?.storage), '3Gi');
+      assert.equal(pv.spec?.claimRef?.uid, bound.metadata?.uid, 'pre-bound to exactly our claim');
+      assert.equal(pv.status?.phase, 'Bound');
+      assert.equal(bound.spec?.volumeName, pvName);
+      assert.equal(bound.spec?.storageClassName, '');
+      assert.deepEqual(bound.spec?.accessModes, ['ReadWriteMany']);
+      const sm = await getShareManager(kc, ns, 'vol-c');
+      assert.equal(bound.metadata?.ownerReferences?.[0]?.uid, sm.metadata.uid);
+      assert.ok(sm.metadata.finalizers?.includes('leasehold.dev/consumer-volume'));
+      const published = await eventually('ConsumerClaim=True', async () => {
+        const c = await condition('vol-c');
+        return c?.status === 'True' ? c : undefined;
+      });
+      assert.equal(published.reason, 'Published');
+
+      // Drift of fields we own is repaired: the reclaim policy and mount options of the PV,
+      // the labels of the claim (which takes it out of the manager's label-selected cache).
+      await core.patchPersistentVolume(
+        { name: pvName, body: { spec: { persistentVolumeReclaimPolicy: 'Delete', mountOptions: ['soft'] } } },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+      );
+      await core.patchNamespacedPersistentVolumeClaim(
+        { namespace: ns, name: 'shared', body: { metadata: { labels: null } } },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+      );
+      await eventually('the PV repaired', async () => {
+        const now = await core.readPersistentVolume({ name: pvName });
+        return now.spec?.persistentVolumeReclaimPolicy === 'Retain' &&
+          now.spec.mountOptions?.[0] === 'nfsvers=4.2'
+          ? true
+          : undefined;
+      });
+      await eventually('the claim labels repaired', async () =>
+        (await core.readNamespacedPersistentVolumeClaim({ namespace: ns, name: 'shared' })).metadata
+          ?.labels?.['leasehold.dev/consumer-of'] === 'vol-c'
+          ? true
+          : undefined,
+      );
+      // The event is recorded just after the update: wait for it, do not race it.
+      await eventually('a ConsumerRepaired event naming the field', async () =>
+        (await eventsFor(kc, ns, 'vol-c')).find(
+          (e) => e.reason === 'ConsumerRepaired' && /persistentVolumeReclaimPolicy/.test(e.message ?? ''),
+        ),
+      );
+
+      // Someone else's claim of the requested name: left alone, no PV, a condition naming it.
+      await core.createNamespacedPersistentVolumeClaim({
+        namespace: ns,
+        body: {
+          metadata: { name: 'mine' },
+          spec: {
+            accessModes: ['ReadWriteMany'],
+            storageClassName: '',
+            resources: { requests: { storage: '1Gi' } },
+          },
+        },
+      });
+      await create('vol-t', {
+        volume: { pvc: 'data-c', mountPath: '/t' },
+        lease: LEASE,
+        consumer: { claimName: 'mine' },
+      });
+      const taken = await eventually('ConsumerClaim=False ClaimTaken', async () => {
+        const c = await condition('vol-t');
+        return c?.reason === 'ClaimTaken' ? c : undefined;
+      });
+      assert.equal(taken.status, 'False');
+      assert.match(
+        taken.message ?? '',
+        /PersistentVolumeClaim consumer\/mine exists and was not created by this ShareManager/,
+      );
+      const mine = await core.readNamespacedPersistentVolumeClaim({ namespace: ns, name: 'mine' });
+      assert.equal(mine.metadata?.ownerReferences, undefined, 'not adopted');
+      assert.equal(mine.metadata?.annotations?.['leasehold.dev/share-manager-uid'], undefined);
+      assert.ok(
+        await gone(() => core.readPersistentVolume({ name: 'leasehold.consumer.vol-t' })),
+        'no PV for it',
+      );
+      const warned = await eventually('a ClaimTaken Warning event', async () =>
+        (await eventsFor(kc, ns, 'vol-t')).find((e) => e.reason === 'ClaimTaken'),
+      );
+      assert.equal(warned.type, 'Warning');
+
+      // The field removed: claim and PV deleted, finalizer and condition removed.
+      await objects.patchNamespacedCustomObject(
+        { ...target, name: 'vol-c', body: { spec: { consumer: null } } },
+        mergePatch,
+      );
+      await eventually('claim shared gone', () =>
+        gone(() => core.readNamespacedPersistentVolumeClaim({ namespace: ns, name: 'shared' })),
+      );
+      await eventually('PV gone', () => gone(() => core.readPersistentVolume({ name: pvName })));
+      await eventually('finalizer and condition removed', async () => {
+        const s = await getShareManager(kc, ns, 'vol-c');
+        const left = s.metadata.finalizers?.includes('leasehold.dev/consumer-volume');
+        return !left && !s.status?.conditions?.some((c) => c.type === 'ConsumerClaim') ? true : undefined;
+      });
+
+      // The field back, then the ShareManager deleted: claim and PV deleted before it goes.
+      await objects.patchNamespacedCustomObject(
+        { ...target, name: 'vol-c', body: { spec: { consumer: { claimName: 'shared' } } } },
+        mergePatch,
+      );
+      await eventually('the PV again', async () =>
+        (await core.readPersistentVolume({ name: pvName })).status?.phase === 'Bound' ? true : undefined,
+      );
+      await objects.deleteNamespacedCustomObject({ ...target, name: 'vol-c' });
+      await eventually('vol-c gone', () =>
+        gone(() => objects.getNamespacedCustomObject({ ...target, name: 'vol-c' })),
+      );
+      await eventually('its PV gone', () => gone(() => core.readPersistentVolume({ name: pvName })));
+      await eventually('its claim gone', () =>
+        gone(() => core.readNamespacedPersistentVolumeClaim({ namespace: ns, name: 'shared' })),
+      );
+
+      // vol-t (nothing of its own to delete) goes too; the user's claim stays.
+      await objects.deleteNamespacedCustomObject({ ...target, name: 'vol-t' });
+      await eventually('vol-t gone', () =>
+        gone(() => objects.getNamespacedCustomObject({ ...target, name: 'vol-t' })),
+      );
+      assert.equal(
+        (await core.readNamespacedPersistentVolumeClaim({ namespace: ns, name: 'mine' })).metadata?.uid,
+        mine.metadata?.uid,
+      );
     } finally {
       await manager.kill();
     }
