@@ -10,7 +10,9 @@
 #   exporter daemon comes along), libseccomp-dev (runc's seccomp, built by dev/node/build.sh)
 #   and iproute2 (`ip`: the real node's links inside its own network namespace), and
 #   mmdebstrap (the images' Debian base layers, dev/image/build.ts; without recommends:
-#   it runs in root mode and needs none of them) and zstd (their layers' compression).
+#   it runs in root mode and needs none of them) and zstd (their layers' compression),
+#   e2fsprogs (mkfs.ext4, e2fsck, debugfs) and mount (losetup, mount -o loop): the
+#   fencing storage's block kind, an ext4 image per volume (dev/sim/storage/block-image.ts).
 # Needs root for apt-get; without it, prints the command to run and exits 1.
 set -euo pipefail
 say() { echo "leasehold: $*" >&2; }
@@ -35,6 +37,9 @@ lean=()
 command -v promtool >/dev/null 2>&1 || lean+=(prometheus)
 command -v mmdebstrap >/dev/null 2>&1 || lean+=(mmdebstrap)
 command -v zstd >/dev/null 2>&1 || missing+=(zstd)
+command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
+command -v debugfs >/dev/null 2>&1 || missing+=(e2fsprogs)
+command -v losetup >/dev/null 2>&1 || missing+=(mount)
 
 [ ${#missing[@]} -eq 0 ] && [ ${#lean[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
