@@ -4,7 +4,9 @@
  *  - after revoke, a frozen writer that resumes gets EIO from fsync; syncfs fails, the
  *    journal aborts and every later write fails; the next node mounts the image (journal
  *    replay) and finds exactly what was fsynced before the revoke, as does a read of the
- *    image itself (e2fsck -fp clean); stop() leaves nothing (leftover check);
+ *    image itself (e2fsck -fp clean); the views' stats show n1's last write before the
+ *    revoke, n2's first after it, and n1's refused requests; stop() leaves nothing
+ *    (leftover check);
  *  - a killed run (the whole process group SIGKILLed, leasehold-fencefs with it) leaves an
  *    ext4 mount, its loop device and a dead view: the leftover check reports them (so it
  *    fails when something is left), and the next storage's sweep removes them.
@@ -119,6 +121,15 @@ test('ext4 through a revoked view: fsync fails with EIO, then every write; the n
     assert.ok(read.fsckCode <= 1, `e2fsck -fp accepts the image: ${read.fsckOutput}`);
     assert.equal(read.content?.toString(), `${expected}n2\n`);
     assert.equal(readImageFile(imagePath(join(root, 'volumes', 'pv-b')), 'nope').content, undefined);
+
+    // The storage's own record: n1's last write before its revoke, n2's first after; n1 kept trying.
+    const revoke = storage.log.find((e) => e.op === 'revoke');
+    const [old, next] = await storage.viewStats('pv-b');
+    assert.deepEqual([old?.node, next?.node], ['n1', 'n2']);
+    assert.ok(revoke && old?.stats && next?.stats, JSON.stringify({ revoke, old, next }));
+    assert.ok(old.stats.writes > 0 && (old.stats.lastWriteMonoMs ?? 0) < revoke.monoMs, JSON.stringify(old));
+    assert.ok(old.stats.refused > 0, `the revoked view refused the resumed writer: ${JSON.stringify(old)}`);
+    assert.ok((next.stats.firstWriteMonoMs ?? 0) > revoke.monoMs, JSON.stringify(next));
   } finally {
     await storage.stop();
   }

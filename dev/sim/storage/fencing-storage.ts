@@ -43,7 +43,7 @@ import type { AccessLogEntry, AccessOp } from './access-log.ts';
 import { BLOCK_FS, BLOCK_FS_ATTRIBUTE, createImage, IMAGE_FILE } from './block-image.ts';
 import { fencefsBinary } from './fencefs-binary.ts';
 import { claimStorage, sweepDeadStorage } from './storage-leftovers.ts';
-import { VolumeView } from './volume-view.ts';
+import { type ViewStats, VolumeView } from './volume-view.ts';
 
 /** PV csi.volumeAttributes key that selects this storage for a volume of the test driver. */
 export const FENCING_ATTRIBUTE = 'storage.leasehold.dev/fencing';
@@ -73,6 +73,7 @@ export class FencingStorage {
   readonly log: AccessLogEntry[] = [];
   private readonly live = new Map<string, VolumeView>(); // `${pv}\0${node}`
   private readonly all: VolumeView[] = [];
+  private readonly granted: { pv: string; node: string; grantSeq: number; view: VolumeView }[] = [];
   private generation = 0;
   private stopped = false;
 
@@ -122,6 +123,7 @@ export class FencingStorage {
     symlinkSync(name, `${link}.tmp`);
     renameSync(`${link}.tmp`, link);
     this.note('grant', pv, node, mountpoint);
+    this.granted.push({ pv, node, grantSeq: this.log.length, view });
     return mountpoint;
   }
 
@@ -133,6 +135,19 @@ export class FencingStorage {
     await view.revoke();
     this.live.delete(key);
     this.note('revoke', pv, node, view.fsMountpoint ?? view.mountpoint);
+  }
+
+  /**
+   * The stats of every view `pv` had (dev/fuse Stats: data writes served with the time of
+   * the first and last, requests refused after the revoke), in grant order, each with the
+   * node and its `seq` in the log: the storage's own record of who wrote when. Views
+   * whose process has exited report their last stats read (`undefined` if none).
+   */
+  async viewStats(pv: string): Promise<{ node: string; grantSeq: number; stats: ViewStats | undefined }[]> {
+    const out: { node: string; grantSeq: number; stats: ViewStats | undefined }[] = [];
+    for (const { pv: p, node, grantSeq, view } of this.granted)
+      if (p === pv) out.push({ node, grantSeq, stats: await view.stats() });
+    return out;
   }
 
   /** True when `pv` ever had a view here (a fencing volume this storage knows). */

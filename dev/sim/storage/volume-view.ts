@@ -18,7 +18,19 @@ import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from 'node:chil
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 
+/** What a view served and refused (dev/fuse/revocable.go Stats); times CLOCK_MONOTONIC ms. */
+export interface ViewStats {
+  /** Data writes served (write, writev, copy_file_range, fallocate). */
+  writes: number;
+  firstWriteMonoMs: number | undefined;
+  lastWriteMonoMs: number | undefined;
+  /** Requests answered EIO after the revoke. */
+  refused: number;
+  revoked: boolean;
+}
+
 export class VolumeView {
+  private lastStats: ViewStats | undefined;
   private readonly lines: string[] = [];
   private waiter: (() => void) | undefined;
   private stderr = '';
@@ -81,6 +93,35 @@ export class VolumeView {
     await this.expect('revoked', timeoutMs, `revoke the view at ${this.mountpoint}`, true);
   }
 
+  /**
+   * What the view served and refused so far; after its process exited, the last stats
+   * read (undefined when none was).
+   */
+  async stats(timeoutMs = 10_000): Promise<ViewStats | undefined> {
+    if (this.exited) return this.lastStats;
+    this.proc.stdin.write('stats\n');
+    const line = await this.expect(
+      (l) => l.startsWith('stats '),
+      timeoutMs,
+      `read the stats of ${this.mountpoint}`,
+    );
+    const raw = JSON.parse(line.slice('stats '.length)) as {
+      writes: number;
+      firstWriteMonoNs: number;
+      lastWriteMonoNs: number;
+      refused: number;
+      revoked: boolean;
+    };
+    this.lastStats = {
+      writes: raw.writes,
+      firstWriteMonoMs: raw.firstWriteMonoNs > 0 ? raw.firstWriteMonoNs / 1e6 : undefined,
+      lastWriteMonoMs: raw.lastWriteMonoNs > 0 ? raw.lastWriteMonoNs / 1e6 : undefined,
+      refused: raw.refused,
+      revoked: raw.revoked,
+    };
+    return this.lastStats;
+  }
+
   async close(): Promise<void> {
     if (!this.exited) this.proc.stdin.end();
     const timer = setTimeout(() => this.proc.kill('SIGKILL'), 5_000);
@@ -96,19 +137,25 @@ export class VolumeView {
       if (m !== undefined && mounted.has(m)) spawnSync('umount', ['-l', m], { stdio: 'ignore' });
   }
 
-  private async expect(line: string, timeoutMs: number, what: string, exitIsDone = false): Promise<void> {
+  private async expect(
+    line: string | ((l: string) => boolean),
+    timeoutMs: number,
+    what: string,
+    exitIsDone = false,
+  ): Promise<string> {
     const deadline = performance.now() + timeoutMs;
+    const matches = typeof line === 'string' ? (l: string) => l === line : line;
     for (;;) {
-      const i = this.lines.indexOf(line);
-      if (i >= 0) {
-        this.lines.splice(i, 1);
-        return;
-      }
-      if (this.exited && exitIsDone) return;
+      const i = this.lines.findIndex(matches);
+      if (i >= 0) return this.lines.splice(i, 1)[0] as string;
+      if (this.exited && exitIsDone) return '';
       if (this.exited)
         throw new Error(`${what}: leasehold-fencefs exited (${this.proc.exitCode}): ${this.stderr.trim()}`);
       const left = deadline - performance.now();
-      if (left <= 0) throw new Error(`${what}: no "${line}" from leasehold-fencefs within ${timeoutMs} ms`);
+      if (left <= 0)
+        throw new Error(
+          `${what}: no ${typeof line === 'string' ? `"${line}"` : 'such line'} from leasehold-fencefs within ${timeoutMs} ms`,
+        );
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, left);
         this.waiter = () => {

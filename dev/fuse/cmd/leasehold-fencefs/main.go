@@ -13,7 +13,8 @@
 // (MNT_DETACH) before the view; the loop device goes when the kernel releases it.
 // Protocol on stdin/stdout, one line each: it prints "ready" once mounted; on "revoke"
 // it cuts the view (fencefs.Revocable.Revoke: executing requests drain, every later one
-// fails with EIO) and prints "revoked". On stdin EOF (its parent closed it or died),
+// fails with EIO) and prints "revoked"; on "stats" it prints "stats " and the view's
+// fencefs.Stats as JSON. On stdin EOF (its parent closed it or died),
 // SIGTERM or SIGINT it detaches the mount (MNT_DETACH: processes holding files keep
 // getting answers, EIO once revoked) and exits when the kernel has released it, or 2 s
 // later. A parent-death signal (SIGTERM) ties it to the process that started it.
@@ -22,6 +23,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -109,6 +111,9 @@ func main() {
 			case "revoke":
 				view.Revoke()
 				fmt.Println("revoked")
+			case "stats":
+				b, _ := json.Marshal(view.Stats())
+				fmt.Printf("stats %s\n", b)
 			default:
 				fmt.Fprintf(os.Stderr, "leasehold-fencefs: unknown command %q\n", in.Text())
 			}
