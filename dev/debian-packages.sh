@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests and the demo use, when they are missing:
 #   openssl (cluster certificates), faketime + libfaketime (the clock-skew scenarios),
-#   util-linux (unshare, nsenter, setpriv: pod sandboxes), procps (pgrep),
+#   util-linux (unshare, nsenter, setpriv: pod sandboxes; fsfreeze: a consistent copy of a
+#   mounted ext4 image), procps (pgrep),
 #   nfs-ganesha + nfs-ganesha-vfs (the shipped NFS server), libnfs-utils (nfs-cp,
 #   nfs-cat: user-space NFS clients; this kernel has no NFS client), gcc + libc6-dev +
 #   pkg-config + libnfs-dev (build dev/nfs-client's libnfs writer), rpcbind (a private
@@ -37,9 +38,9 @@ lean=()
 command -v promtool >/dev/null 2>&1 || lean+=(prometheus)
 command -v mmdebstrap >/dev/null 2>&1 || lean+=(mmdebstrap)
 command -v zstd >/dev/null 2>&1 || missing+=(zstd)
-command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
-command -v debugfs >/dev/null 2>&1 || missing+=(e2fsprogs)
-command -v losetup >/dev/null 2>&1 || missing+=(mount)
+# dpkg, not command -v: mkfs.ext4, debugfs and losetup live in /sbin, off a user's PATH.
+dpkg -s e2fsprogs >/dev/null 2>&1 || missing+=(e2fsprogs)
+dpkg -s mount >/dev/null 2>&1 || missing+=(mount)
 
 [ ${#missing[@]} -eq 0 ] && [ ${#lean[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then

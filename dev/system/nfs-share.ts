@@ -43,7 +43,9 @@ export interface NfsShareOptions {
   /**
    * An existing, bound PVC in the shares namespace to serve (e.g. on another storage kind:
    * dev/sim/storage/test-volume.ts createTestVolume); unset = a new volume on the shared
-   * test storage (shares.ts createVolume).
+   * test storage (shares.ts createVolume). NB: readShareFile and analyzeShareWriter read
+   * the PV's directory; on the fencing storage's ext4 kind that holds the image instead
+   * (read it with dev/sim/storage/block-image.ts readImageFile).
    */
   claim?: string;
 }

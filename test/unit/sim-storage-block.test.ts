@@ -7,6 +7,7 @@
  *    image itself (e2fsck -fp clean); the views' stats show n1's last write before the
  *    revoke, n2's first after it, and n1's refused requests; stop() leaves nothing
  *    (leftover check);
+ *  - an image whose metadata was damaged (an inode cleared under its entry) is not clean;
  *  - a killed run (the whole process group SIGKILLed, leasehold-fencefs with it) leaves an
  *    ext4 mount, its loop device and a dead view: the leftover check reports them (so it
  *    fails when something is left), and the next storage's sweep removes them.
@@ -18,7 +19,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { test } from 'node:test';
-import { BLOCK_FS_ATTRIBUTE, imagePath, readImageFile } from '../../dev/sim/storage/block-image.ts';
+import { writesAcrossRevokes } from '../../dev/sim/storage/access-log.ts';
+import {
+  BLOCK_FS_ATTRIBUTE,
+  createImage,
+  imagePath,
+  readImageFile,
+} from '../../dev/sim/storage/block-image.ts';
 import {
   FENCING_ATTRIBUTE,
   FencingStorage,
@@ -117,25 +124,60 @@ test('ext4 through a revoked view: fsync fails with EIO, then every write; the n
     );
     writeFileSync(join(fs2, 'records'), 'n2\n', { flag: 'a' });
     spawnSync('sync', ['-f', fs2]);
-    const read = readImageFile(imagePath(join(root, 'volumes', 'pv-b')), 'records');
-    assert.ok(read.fsckCode <= 1, `e2fsck -fp accepts the image: ${read.fsckOutput}`);
+    const read = readImageFile(imagePath(join(root, 'volumes', 'pv-b')), 'records', fs2);
+    assert.ok(read.clean, `e2fsck -fp finds the image clean: ${read.fsckOutput}`);
     assert.equal(read.content?.toString(), `${expected}n2\n`);
     assert.equal(readImageFile(imagePath(join(root, 'volumes', 'pv-b')), 'nope').content, undefined);
 
     // The storage's own record: n1's last write before its revoke, n2's first after; n1 kept trying.
-    const revoke = storage.log.find((e) => e.op === 'revoke');
-    const [old, next] = await storage.viewStats('pv-b');
-    assert.deepEqual([old?.node, next?.node], ['n1', 'n2']);
-    assert.ok(revoke && old?.stats && next?.stats, JSON.stringify({ revoke, old, next }));
-    assert.ok(old.stats.writes > 0 && (old.stats.lastWriteMonoMs ?? 0) < revoke.monoMs, JSON.stringify(old));
-    assert.ok(old.stats.refused > 0, `the revoked view refused the resumed writer: ${JSON.stringify(old)}`);
-    assert.ok((next.stats.firstWriteMonoMs ?? 0) > revoke.monoMs, JSON.stringify(next));
+    const views = await storage.viewStats('pv-b');
+    assert.deepEqual(
+      views.map((v) => v.node),
+      ['n1', 'n2'],
+    );
+    assert.ok(
+      views.every((v) => (v.stats?.writes ?? 0) > 0),
+      JSON.stringify(views),
+    );
+    assert.deepEqual(
+      writesAcrossRevokes(
+        storage.log,
+        'pv-b',
+        views.flatMap((v) => (v.stats ? [{ node: v.node, grantSeq: v.grantSeq, ...v.stats }] : [])),
+      ),
+      [],
+    );
+    assert.ok(
+      (views[0]?.stats?.refused ?? 0) > 0,
+      `the revoked view refused the resumed writer: ${JSON.stringify(views)}`,
+    );
   } finally {
     await storage.stop();
   }
   const left = await waitNoLeftovers(root);
   assert.deepEqual(left, [], describeStorageLeftovers(root, left));
   rmSync(root, { recursive: true, force: true });
+});
+
+test('an image whose metadata is damaged is not clean', { timeout: 30_000 }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'leasehold-storage-block-'));
+  try {
+    assert.equal(createImage(dir, 16 * 1024 * 1024), true);
+    assert.equal(createImage(dir), false, 'an image is never made twice');
+    const image = imagePath(dir);
+    writeFileSync(join(dir, 'src'), 'bytes\n');
+    const debugfs = (cmd: string) => spawnSync('debugfs', ['-w', '-R', cmd, image], { encoding: 'utf8' });
+    debugfs(`write ${join(dir, 'src')} f`);
+    const good = readImageFile(image, 'f');
+    assert.deepEqual([good.clean, good.content?.toString()], [true, 'bytes\n'], good.fsckOutput);
+    // As a stale inode-table write of an old node could: the entry's inode cleared.
+    debugfs('clri /f');
+    const bad = readImageFile(image, 'f');
+    assert.equal(bad.clean, false, `e2fsck's repair is damage: ${bad.fsckOutput}`);
+    assert.match(bad.damage.join('\n'), /deleted\/unused inode/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('a killed run leaves an ext4 mount, a loop device and a dead view: the check finds them, the next storage sweeps them', {

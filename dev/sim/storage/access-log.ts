@@ -4,7 +4,8 @@
  * a `revoke` when it is cut (before the attacher removes its finalizer). Times are
  * CLOCK_MONOTONIC ms (lib/clock.ts), comparable with serving windows and the attacher's
  * events; `seq` is the order the storage acted in (one process, one log).
- * Pure: the checks read only the log.
+ * Pure: the checks read only the log (and, for writesAcrossRevokes, each view's write
+ * times, from the views' own stats: dev/fuse Stats).
  */
 
 export type AccessOp = 'grant' | 'revoke';
@@ -58,4 +59,48 @@ export function revokeBeforeGrantElsewhere(
   if (!grant) return undefined;
   const grantedBefore = ofPv.some((e) => e.op === 'grant' && e.node !== node && e.seq < revoke.seq);
   return grantedBefore ? undefined : { revoke, grant };
+}
+
+/** What one view of a volume served (from the storage's view stats), by its grant. */
+export interface ViewWrites {
+  node: string;
+  /** `seq` of the grant that made this view. */
+  grantSeq: number;
+  writes: number;
+  firstWriteMonoMs: number | undefined;
+  lastWriteMonoMs: number | undefined;
+}
+
+/**
+ * Pure: for each revoke of `pv` on a node, every write through that node's view served
+ * at or after the revoke, and every write through a view granted after it (to another
+ * node) served at or before the revoke, as messages. `[]` with the access order above
+ * means: no write of the old node landed after the new node's first.
+ */
+export function writesAcrossRevokes(
+  log: readonly AccessLogEntry[],
+  pv: string,
+  views: readonly ViewWrites[],
+): string[] {
+  const out: string[] = [];
+  const ofPv = [...log].filter((e) => e.pv === pv).sort((a, b) => a.seq - b.seq);
+  for (const revoke of ofPv.filter((e) => e.op === 'revoke')) {
+    const revoked = views
+      .filter((v) => v.node === revoke.node && v.grantSeq < revoke.seq)
+      .sort((a, b) => b.grantSeq - a.grantSeq)[0];
+    if (
+      revoked &&
+      revoked.writes > 0 &&
+      (revoked.lastWriteMonoMs ?? Number.POSITIVE_INFINITY) >= revoke.monoMs
+    )
+      out.push(
+        `PV ${pv}: a write through ${revoke.node}'s view (granted #${revoked.grantSeq}) at ${revoked.lastWriteMonoMs} ms, not before its revoke (#${revoke.seq}) at ${revoke.monoMs} ms`,
+      );
+    for (const later of views.filter((v) => v.node !== revoke.node && v.grantSeq > revoke.seq))
+      if (later.writes > 0 && (later.firstWriteMonoMs ?? Number.NEGATIVE_INFINITY) <= revoke.monoMs)
+        out.push(
+          `PV ${pv}: a write through ${later.node}'s view (granted #${later.grantSeq}) at ${later.firstWriteMonoMs} ms, not after ${revoke.node}'s revoke (#${revoke.seq}) at ${revoke.monoMs} ms`,
+        );
+  }
+  return out;
 }
