@@ -77,3 +77,25 @@ test('writes through the views: the old node last before its revoke, the new one
     'a view that wrote nothing crosses nothing',
   );
 });
+
+test('the revoke before the grant elsewhere is the last one: an earlier revoke and re-grant on the same node do not count', () => {
+  const log = [
+    e('grant', 'pv-r', 'n1'),
+    e('revoke', 'pv-r', 'n1'),
+    e('grant', 'pv-r', 'n1'),
+    e('revoke', 'pv-r', 'n1'),
+    e('grant', 'pv-r', 'n2'),
+  ];
+  assert.equal(revokeBeforeGrantElsewhere(log, 'pv-r', 'n1')?.revoke.seq, log[3]?.seq);
+  const regranted = [
+    e('grant', 'pv-q', 'n1'),
+    e('revoke', 'pv-q', 'n1'),
+    e('grant', 'pv-q', 'n1'),
+    e('grant', 'pv-q', 'n2'),
+  ];
+  assert.equal(
+    revokeBeforeGrantElsewhere(regranted, 'pv-q', 'n1'),
+    undefined,
+    'n1 had access again at the grant to n2',
+  );
+});

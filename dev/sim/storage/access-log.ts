@@ -46,19 +46,23 @@ export function accessOrderViolations(log: readonly AccessLogEntry[]): string[] 
   return out;
 }
 
-/** The revoke of `pv` on `node` that came before the first grant of it to another node, if any. */
+/**
+ * The first grant of `pv` to another node than `node`, and `node`'s last revoke before
+ * it, if `node` had no access at that grant (revoked, not granted again since). NB: the
+ * last revoke, not the first: a volume may have been revoked and granted again on the
+ * same node before (a pod replaced there).
+ */
 export function revokeBeforeGrantElsewhere(
   log: readonly AccessLogEntry[],
   pv: string,
   node: string,
 ): { revoke: AccessLogEntry; grant: AccessLogEntry } | undefined {
   const ofPv = [...log].filter((e) => e.pv === pv).sort((a, b) => a.seq - b.seq);
-  const revoke = ofPv.find((e) => e.op === 'revoke' && e.node === node);
-  if (!revoke) return undefined;
-  const grant = ofPv.find((e) => e.op === 'grant' && e.node !== node && e.seq > revoke.seq);
+  const grant = ofPv.find((e) => e.op === 'grant' && e.node !== node);
   if (!grant) return undefined;
-  const grantedBefore = ofPv.some((e) => e.op === 'grant' && e.node !== node && e.seq < revoke.seq);
-  return grantedBefore ? undefined : { revoke, grant };
+  const mine = ofPv.filter((e) => e.node === node && e.seq < grant.seq);
+  const last = mine.at(-1);
+  return last?.op === 'revoke' ? { revoke: last, grant } : undefined;
 }
 
 /** What one view of a volume served (from the storage's view stats), by its grant. */
