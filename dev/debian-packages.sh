@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests and the demo use, when they are missing:
 #   openssl (cluster certificates), faketime + libfaketime (the clock-skew scenarios),
-#   util-linux (unshare, nsenter, setpriv: pod sandboxes), procps (pgrep),
+#   util-linux (unshare, nsenter, setpriv: pod sandboxes; fsfreeze: a consistent copy of a
+#   mounted ext4 image), procps (pgrep),
 #   nfs-ganesha + nfs-ganesha-vfs (the shipped NFS server), libnfs-utils (nfs-cp,
 #   nfs-cat: user-space NFS clients; this kernel has no NFS client), gcc + libc6-dev +
 #   pkg-config + libnfs-dev (build dev/nfs-client's libnfs writer), rpcbind (a private
@@ -10,7 +11,9 @@
 #   exporter daemon comes along), libseccomp-dev (runc's seccomp, built by dev/node/build.sh)
 #   and iproute2 (`ip`: the real node's links inside its own network namespace), and
 #   mmdebstrap (the images' Debian base layers, dev/image/build.ts; without recommends:
-#   it runs in root mode and needs none of them) and zstd (their layers' compression).
+#   it runs in root mode and needs none of them) and zstd (their layers' compression),
+#   e2fsprogs (mkfs.ext4, e2fsck, debugfs) and mount (losetup, mount -o loop): the
+#   fencing storage's block kind, an ext4 image per volume (dev/sim/storage/block-image.ts).
 # Needs root for apt-get; without it, prints the command to run and exits 1.
 set -euo pipefail
 say() { echo "leasehold: $*" >&2; }
@@ -35,6 +38,9 @@ lean=()
 command -v promtool >/dev/null 2>&1 || lean+=(prometheus)
 command -v mmdebstrap >/dev/null 2>&1 || lean+=(mmdebstrap)
 command -v zstd >/dev/null 2>&1 || missing+=(zstd)
+# dpkg, not command -v: mkfs.ext4, debugfs and losetup live in /sbin, off a user's PATH.
+dpkg -s e2fsprogs >/dev/null 2>&1 || missing+=(e2fsprogs)
+dpkg -s mount >/dev/null 2>&1 || missing+=(mount)
 
 [ ${#missing[@]} -eq 0 ] && [ ${#lean[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then

@@ -4,7 +4,12 @@
 //     every request (also on file descriptors opened before, and from a process that
 //     was stopped and resumes) is answered EIO; Revoke waits for requests already
 //     executing to finish, so none of them lands after it either;
-//   - revocation is one-way: a new grant is a new mount.
+//   - revocation is one-way: a new grant is a new mount;
+//   - Stats counts the data writes served (Write, Writev, CopyFileRange, Fallocate) with
+//     the CLOCK_MONOTONIC time of the first and last, taken before the request leaves
+//     the switch (so a write counted is one that completed before any Revoke returned),
+//     and every request refused after the revoke: the storage's own evidence of what a
+//     node wrote and when, and that a revoked node kept trying.
 //
 // Not guaranteed: SetLkw (a blocking lock wait) is not waited for by Revoke (it could
 // block it forever); it fails with EIO if it started after Revoke. mmap'ed writes are
@@ -15,6 +20,9 @@ package fencefs
 
 import (
 	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -24,6 +32,53 @@ type Revocable struct {
 	fuse.RawFileSystem
 	mu      sync.RWMutex
 	revoked bool
+	writes  atomic.Int64
+	firstNs atomic.Int64
+	lastNs  atomic.Int64
+	refused atomic.Int64
+}
+
+// Stats is what the view served and refused (JSON for the stats command).
+type Stats struct {
+	Writes       int64 `json:"writes"`
+	FirstWriteNs int64 `json:"firstWriteMonoNs"`
+	LastWriteNs  int64 `json:"lastWriteMonoNs"`
+	Refused      int64 `json:"refused"`
+	Revoked      bool  `json:"revoked"`
+}
+
+func (r *Revocable) Stats() Stats {
+	return Stats{
+		Writes:       r.writes.Load(),
+		FirstWriteNs: r.firstNs.Load(),
+		LastWriteNs:  r.lastNs.Load(),
+		Refused:      r.refused.Load(),
+		Revoked:      r.Revoked(),
+	}
+}
+
+// monotonicNs is CLOCK_MONOTONIC, the clock the simulator's logs use (process.hrtime).
+func monotonicNs() int64 {
+	var ts syscall.Timespec
+	const clockMonotonic = 1
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockMonotonic, uintptr(unsafe.Pointer(&ts)), 0)
+	return ts.Nano()
+}
+
+// wrote records a served data write; the caller still holds the switch (enter).
+func (r *Revocable) wrote(st fuse.Status) {
+	if st != fuse.OK {
+		return
+	}
+	now := monotonicNs()
+	r.writes.Add(1)
+	r.firstNs.CompareAndSwap(0, now)
+	for {
+		last := r.lastNs.Load()
+		if last >= now || r.lastNs.CompareAndSwap(last, now) {
+			return
+		}
+	}
 }
 
 func NewRevocable(inner fuse.RawFileSystem) *Revocable { return &Revocable{RawFileSystem: inner} }
@@ -46,6 +101,7 @@ func (r *Revocable) enter() bool {
 	r.mu.RLock()
 	if r.revoked {
 		r.mu.RUnlock()
+		r.refused.Add(1)
 		return false
 	}
 	return true
@@ -266,7 +322,9 @@ func (r *Revocable) Write(c <-chan struct{}, in *fuse.WriteIn, data []byte) (uin
 		return 0, fuse.EIO
 	}
 	defer r.leave()
-	return r.RawFileSystem.Write(c, in, data)
+	n, st := r.RawFileSystem.Write(c, in, data)
+	r.wrote(st)
+	return n, st
 }
 
 func (r *Revocable) Writev(c <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
@@ -274,7 +332,9 @@ func (r *Revocable) Writev(c <-chan struct{}, in *fuse.WriteIn, data [][]byte) (
 		return 0, fuse.EIO
 	}
 	defer r.leave()
-	return r.RawFileSystem.Writev(c, in, data)
+	n, st := r.RawFileSystem.Writev(c, in, data)
+	r.wrote(st)
+	return n, st
 }
 
 func (r *Revocable) CopyFileRange(c <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
@@ -282,7 +342,9 @@ func (r *Revocable) CopyFileRange(c <-chan struct{}, in *fuse.CopyFileRangeIn) (
 		return 0, fuse.EIO
 	}
 	defer r.leave()
-	return r.RawFileSystem.CopyFileRange(c, in)
+	n, st := r.RawFileSystem.CopyFileRange(c, in)
+	r.wrote(st)
+	return n, st
 }
 
 func (r *Revocable) Ioctl(c <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, out *fuse.IoctlOut, outbuf []byte) fuse.Status {
@@ -314,7 +376,9 @@ func (r *Revocable) Fallocate(c <-chan struct{}, in *fuse.FallocateIn) fuse.Stat
 		return fuse.EIO
 	}
 	defer r.leave()
-	return r.RawFileSystem.Fallocate(c, in)
+	st := r.RawFileSystem.Fallocate(c, in)
+	r.wrote(st)
+	return st
 }
 
 func (r *Revocable) OpenDir(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {

@@ -2,8 +2,8 @@
  * Shares on the shipped NFS server (the default server: a ShareManager without
  * `spec.server`) and the client's view of them, for the e2e tests, the failover
  * benchmark and the demo:
- *  - createNfsShare: a PV + PVC of the sim's test CSI driver and a ShareManager with
- *    only `spec.volume` (and `spec.nfs` / `spec.lease` when given);
+ *  - createNfsShare: a PV + PVC of the sim's test CSI driver (or a claim given) and a
+ *    ShareManager with only `spec.volume` (and `spec.nfs` / `spec.lease` when given);
  *  - startShareWriter: a real NFS client (dev/nfs-client nfs-writer, libnfs) writing
  *    numbered, committed records through the Service's stable address (the sim's
  *    kube-proxy stand-in), as a pod in the cluster would through the ClusterIP;
@@ -40,10 +40,18 @@ export interface NfsShareOptions {
   /** spec.nfs (README "NFS settings of a share"); unset = the server's defaults. */
   nfs?: { versions?: string[]; gracePeriod?: string; leaseLifetime?: string };
   lease?: { duration?: string; renewInterval?: string; renewDeadline?: string; retryPeriod?: string };
+  /**
+   * An existing, bound PVC in the shares namespace to serve (e.g. on another storage kind:
+   * dev/sim/storage/test-volume.ts createTestVolume); unset = a new volume on the shared
+   * test storage (shares.ts createVolume). NB: readShareFile and analyzeShareWriter read
+   * the PV's directory; on the fencing storage's ext4 kind that holds the image instead
+   * (read it with dev/sim/storage/block-image.ts readImageFile).
+   */
+  claim?: string;
 }
 
 export async function createNfsShare(sys: System, name: string, opts: NfsShareOptions = {}): Promise<void> {
-  const claim = await createVolume(sys, name);
+  const claim = opts.claim ?? (await createVolume(sys, name));
   const custom = sys.kc.makeApiClient(k8s.CustomObjectsApi);
   await custom.createNamespacedCustomObject(
     {

@@ -1,17 +1,25 @@
 /**
  * Storage that fences (issue 11), on the simulator's fencing storage
- * (dev/sim/storage/: each node reaches the volume through its own revocable FUSE
- * view, revoked by the attacher's ControllerUnpublish before the finalizer goes), next to
+ * (dev/sim/storage/: each node reaches the volume through its own revocable FUSE view,
+ * revoked by the attacher's ControllerUnpublish before the finalizer goes), next to
  * storage without an attach step (CSIDriver attachRequired: false), which cannot fence.
- * Two shares on sim-1, both servers stubborn (they keep appending 3 s after the agent's
- * SIGTERM, so whatever stops the old server on resume is the storage, not the fence) and
- * quick (a record every 20 ms: the healed kubelet kills the force-deleted old pod some
- * 100-200 ms after the resume, and the old server must get its writes in before that):
- *  - freeze sim-1 for longer than D:
- *  - fencing storage: served again on sim-2 (StorageFencing=True); after the resume no
- *    record of the old server lands after the replacement's first (checked in the
- *    volume's records file), the old server crashed on EIO, and the storage's own log
- *    shows sim-1's access revoked before the volume was granted to sim-2;
+ * Two shares on sim-1:
+ *  - sf-fenced: the shipped NFS server (no spec.server: real ganesha.nfsd) on the block
+ *    kind of the fencing storage (one ext4 image; each node mounts it through a loop
+ *    device over its own view: real kernel file handles for ganesha's VFS FSAL, the same
+ *    on every node), a real NFSv3 client (libnfs nfs-writer) writing committed records
+ *    through the Service;
+ *  - sf-open: the toy HTTP share server, stubborn (it keeps appending 3 s after the
+ *    agent's SIGTERM) and quick (a record every 20 ms), on the no-attach storage.
+ * Freeze sim-1 for longer than D, then resume:
+ *  - fencing storage: served again on sim-2 (StorageFencing=True); writes resumed; every
+ *    acknowledged write is on the volume byte for byte (read from the image itself, its
+ *    journal replayed and e2fsck clean: a stale metadata write of the old node's ext4
+ *    would show as damage), 0 stale handles; never two ganesha processes at once; the
+ *    storage's own log shows sim-1's access revoked before the volume was granted to
+ *    sim-2, and its views' stats show the last write through sim-1's view before that
+ *    revoke and the first through sim-2's after it: no write of the old server landed
+ *    after the replacement's first;
  *  - no-attach storage, with the default LEASEHOLD_NONFENCING_STORAGE=require-node-down:
  *    WAITS (StorageFencing=False/AwaitingNodeDown, an event, no replacement pod, the
  *    lease not marked, nothing serving) until the test puts the out-of-service taint on
@@ -21,14 +29,32 @@
  *    (what lease-only would do at once, without the taint: storage-fencing.ts).
  */
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
+import { analyzeWriteRun } from '../../dev/nfs-client/write-analysis.ts';
 import { parseRecords } from '../../dev/share-server/record-file.ts';
-import { SHARE_SERVER_IMAGE } from '../../dev/sim/sim.ts';
-import { accessOrderViolations, revokeBeforeGrantElsewhere } from '../../dev/sim/storage/access-log.ts';
+import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
+import { NFS_SERVER_IMAGE, SHARE_SERVER_IMAGE } from '../../dev/sim/sim.ts';
+import {
+  accessOrderViolations,
+  revokeBeforeGrantElsewhere,
+  writesAcrossRevokes,
+} from '../../dev/sim/storage/access-log.ts';
+import { imagePath, readImageFile } from '../../dev/sim/storage/block-image.ts';
 import { handoffOrderViolations } from '../../dev/sim/storage/csi-attacher.ts';
+import { viewLink } from '../../dev/sim/storage/fencing-storage.ts';
+import { hostStorageSnapshot } from '../../dev/sim/storage/storage-leftovers.ts';
 import { createTestVolume, type TestStorageKind } from '../../dev/sim/storage/test-volume.ts';
+import {
+  createNfsShare,
+  readyNfsPod,
+  ServerProcessTracker,
+  type ShareWriter,
+  startShareWriter,
+  waitReadyNfsPod,
+} from '../../dev/system/nfs-share.ts';
 import {
   pvName,
   SERVER_PORT,
@@ -42,12 +68,44 @@ import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { OUT_OF_SERVICE_TAINT } from '../../manager/failover/storage-fencing.ts';
 import { eventually } from '../support/cluster.ts';
-import { faultAndWaitForReplacement, useSystem } from './e2e-support.ts';
+import { useSystem } from './e2e-support.ts';
 
 const FENCED = 'sf-fenced';
 const OPEN = 'sf-open';
 const LOST = 'sim-1';
+const OTHER = 'sim-2';
 const system = useSystem({ nodes: 2, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
+// As test/e2e/nfs-failover.test.ts: what libnfs speaks, short grace and lease.
+const NFS = { versions: ['3', '4.0'], gracePeriod: '5s', leaseLifetime: '5s' };
+const WRITER_FILE = 'records-v3.bin';
+
+let writer: ShareWriter | undefined;
+let tracker: ServerProcessTracker | undefined;
+// Also when a scenario failed half-way: no writer left retrying against a stopped system.
+after(async () => {
+  await writer?.writer.stop();
+  await tracker?.stop();
+});
+
+async function cordon(name: string, unschedulable: boolean): Promise<void> {
+  await system().core.patchNode(
+    { name, body: { spec: { unschedulable } } },
+    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000)),
+  );
+}
+
+/** The NFS share on the block kind of the fencing storage; sim-2 is cordoned meanwhile. */
+async function createNfsShareOnExt4(share: string): Promise<void> {
+  const sys = system();
+  const claim = `${share}-data`;
+  await createTestVolume(sys.kc, {
+    pvName: pvName(share),
+    namespace: SHARES_NAMESPACE,
+    claimName: claim,
+    storage: 'fencing-ext4',
+  });
+  await createNfsShare(sys, share, { claim, nfs: NFS });
+}
 
 async function createShareOn(share: string, storage: TestStorageKind): Promise<void> {
   const sys = system();
@@ -89,40 +147,46 @@ function oldRecordsAfterNewFirst(share: string, oldPod: string, newPod: string):
   return records.slice(firstNew + 1).filter((r) => r.writer === oldPod);
 }
 
-/** The container logs under the sim root that mention `text`, with the pod uid dir. */
-function logsMentioning(text: string): string[] {
-  const pods = join(system().sim.root, 'pods');
-  const out: string[] = [];
-  for (const uid of readdirSync(pods)) {
-    const logs = join(pods, uid, 'logs');
-    let files: string[] = [];
-    try {
-      files = readdirSync(logs);
-    } catch {
-      continue;
-    }
-    for (const f of files) if (readFileSync(join(logs, f), 'utf8').includes(text)) out.push(`${uid}/${f}`);
-  }
-  return out;
-}
-
-test('two stubborn shares on sim-1: one on fencing storage, one on no-attach storage', {
+test('two shares on sim-1: NFS on the fencing ext4 storage with a writer, a stubborn one on no-attach storage', {
   timeout: 150_000,
 }, async () => {
-  await createShareOn(FENCED, 'fencing');
-  await createShareOn(OPEN, 'no-attach');
-  for (const share of [FENCED, OPEN]) {
-    const serving = await waitServing(system(), share, 120_000);
+  const sys = system();
+  const t0 = monotonicMs();
+  const since = () => `${((monotonicMs() - t0) / 1000).toFixed(1)} s`;
+  tracker = new ServerProcessTracker(sys, FENCED);
+  await cordon(OTHER, true);
+  let phases = '';
+  try {
+    await createNfsShareOnExt4(FENCED);
+    await createShareOn(OPEN, 'no-attach');
+    phases += `created ${since()}`;
+    const nfs = await waitReadyNfsPod(sys, FENCED, 120_000);
+    assert.equal(nfs.node, LOST);
+    phases += `, NFS server Ready ${since()}`;
+    const serving = await waitServing(sys, OPEN, 120_000);
     assert.equal(serving.node, LOST);
-    await unpinShare(system(), share);
+  } finally {
+    await cordon(OTHER, false);
   }
-  const views = system().sim.attacher.fencing?.log ?? [];
+  await unpinShare(sys, OPEN);
+  writer = await startShareWriter(sys, FENCED, 3, WRITER_FILE, { writerId: 3 });
+  await writer.writer.waitForAck(10, 60_000);
+  process.stderr.write(`storage-fencing: ${phases}, 10 NFS writes acknowledged ${since()}\n`);
+  // NB: a replaced pod at start may revoke and grant sim-1's view again (the attach-detach
+  // controller detached it meanwhile); all of it on sim-1.
+  const views = sys.sim.attacher.fencing?.log ?? [];
   assert.deepEqual(
-    views.map((e) => [e.op, e.pv, e.node]),
-    [['grant', pvName(FENCED), LOST]],
-    'only the fencing volume has a view, granted to sim-1',
+    [...new Set(views.map((e) => `${e.pv} ${e.node}`))],
+    [`${pvName(FENCED)} ${LOST}`],
+    `only the fencing volume has a view, on sim-1: ${JSON.stringify(views)}`,
   );
-  await sleep(1_000);
+  assert.equal(views.at(-1)?.op, 'grant', 'granted to sim-1 now');
+  const fs = realpathSync(viewLink(sys.sim.root, pvName(FENCED), LOST));
+  assert.equal(
+    hostStorageSnapshot().mounts.find((m) => m.mountpoint === fs)?.fstype,
+    'ext4',
+    `sim-1's pods use the ext4 file system mounted through its view (${fs})`,
+  );
 });
 
 interface Condition {
@@ -160,23 +224,25 @@ async function taintOutOfService(node: string): Promise<void> {
   );
 }
 
-test('freeze sim-1 longer than D: the fencing share fails over, the no-attach share waits for node-down evidence, the taint lets it go; resume', {
+test('freeze sim-1 longer than D: the fencing NFS share fails over, the no-attach share waits for node-down evidence, the taint lets it go; resume', {
   timeout: 240_000,
 }, async () => {
   const sys = system();
+  const w = writer;
+  const track = tracker;
+  assert.ok(w && track, 'the NFS share and its writer started');
   const started = monotonicMs();
+  const before = await readyNfsPod(sys, FENCED);
+  assert.equal(before?.node, LOST, `${FENCED} is served from sim-1`);
   const openBefore = await waitServing(sys, OPEN, 10_000);
-  const r = await faultAndWaitForReplacement(
-    sys,
-    FENCED,
-    async (node) => sys.sim.node(node).freeze(),
-    90_000,
-    'frozen',
-  );
+  const faultMs = monotonicMs();
+  await sys.sim.node(LOST).freeze();
+  const frozenAt = monotonicMs();
+  const fencedAfter = await waitReadyNfsPod(sys, FENCED, 90_000, before.pod);
+  assert.notEqual(fencedAfter.node, LOST);
   process.stderr.write(
-    `storage-fencing: ${FENCED} served again ${r.toServingS.toFixed(2)} s after the freeze\n`,
+    `storage-fencing: ${FENCED} Ready on ${fencedAfter.node} ${((monotonicMs() - faultMs) / 1000).toFixed(2)} s after the freeze\n`,
   );
-  assert.notEqual(r.after.node, LOST);
   const fenced = await storageFencingCondition(FENCED);
   assert.deepEqual(
     [fenced?.status, fenced?.reason],
@@ -217,7 +283,7 @@ test('freeze sim-1 longer than D: the fencing share fails over, the no-attach sh
     await sleep(300);
   } while (monotonicMs() < holdUntil);
   assert.deepEqual(
-    sys.sim.servingWindows(pvName(OPEN)).filter((w) => w.id !== openBefore.pod),
+    sys.sim.servingWindows(pvName(OPEN)).filter((x) => x.id !== openBefore.pod),
     [],
     `${OPEN}: nothing but the frozen old server ever served it`,
   );
@@ -237,58 +303,128 @@ test('freeze sim-1 longer than D: the fencing share fails over, the no-attach sh
   process.stderr.write(
     `storage-fencing: ${OPEN} waited ${freezeToTaintS.toFixed(1)} s after the freeze with no replacement; served again ${((monotonicMs() - taintedAt) / 1000).toFixed(2)} s after the taint\n`,
   );
-  const after = await storageFencingCondition(OPEN);
-  assert.deepEqual([after?.status, after?.reason], ['False', 'NodeDown']);
+  const afterTaint = await storageFencingCondition(OPEN);
+  assert.deepEqual([afterTaint?.status, afterTaint?.reason], ['False', 'NodeDown']);
 
-  await sleep(500); // the replacements write
+  // The NFS client's writes resumed on the replacement (v3 WRITE/COMMIT do not wait for grace).
+  await eventually(
+    `${FENCED}: 20 acknowledged NFSv3 writes after the freeze`,
+    async () =>
+      w.writer.events.filter((e) => e.event === 'ack' && e.ms > faultMs).length >= 20 ? true : undefined,
+    90_000,
+    200,
+  );
   sys.sim.node(LOST).heal();
   const healedAt = monotonicMs();
-  // The old servers resume; what ends them (EIO, the agent's fence, the healed kubelet
-  // killing the deleted pods) is what this checks. Wait for both to have exited.
-  const oldExit = (pod: string) =>
-    sys.sim.exits.find((e) => e.pod === pod && e.image.startsWith(SHARE_SERVER_IMAGE));
+  // The old servers resume; what ends them (the storage's EIO, the agent's fence, the
+  // healed kubelet killing the deleted pods) is what this checks. Wait for both to have exited.
+  const oldExit = (pod: string, image: string) =>
+    sys.sim.exits.find((e) => e.pod === pod && e.image.startsWith(image));
   await eventually(
     'both old servers exited after the resume',
-    async () => (oldExit(r.before.pod) && oldExit(openBefore.pod) ? true : undefined),
-    20_000,
+    async () =>
+      oldExit(before.pod, NFS_SERVER_IMAGE) && oldExit(openBefore.pod, SHARE_SERVER_IMAGE) ? true : undefined,
+    30_000,
     100,
   );
+  const nfsExit = oldExit(before.pod, NFS_SERVER_IMAGE);
+  assert.ok(
+    nfsExit && nfsExit.monoMs >= healedAt,
+    `the old ganesha ended after the resume: ${JSON.stringify(nfsExit)}`,
+  );
+  // What a resumed machine's kernel would do: write back what its page cache holds (in the
+  // sim that kernel is the host's and ran on during the freeze). It must not land.
+  const oldFs =
+    sys.sim.attacher.fencing?.log.filter((e) => e.op === 'grant' && e.node === LOST).at(-1)?.view ?? '';
+  const oldSync = spawnSync('sync', ['-f', oldFs], { encoding: 'utf8' });
 
-  // Fencing storage: nothing of the old server after the replacement's first record.
-  assert.deepEqual(
-    oldRecordsAfterNewFirst(FENCED, r.before.pod, r.after.pod),
-    [],
-    `${FENCED}: no record of ${r.before.pod} after ${r.after.pod}'s first`,
-  );
-  const fencedExit = oldExit(r.before.pod);
-  assert.ok(
-    fencedExit,
-    `the old server ${r.before.pod} exited: ${JSON.stringify(sys.sim.exits.filter((e) => e.node === LOST))}`,
-  );
-  assert.ok(fencedExit.monoMs >= healedAt, 'it ended after the resume (it was frozen before)');
-  // 1: the uncaught EIO of its append; a SIGTERM stop exits 0, the kubelet's kill shows a signal.
-  assert.equal(
-    fencedExit.code,
-    1,
-    `the old server crashed on its first write: ${JSON.stringify(fencedExit)}`,
-  );
-  const eio = logsMentioning('EIO');
-  assert.ok(
-    eio.length > 0,
-    `the old server's log shows the EIO it got (exit ${fencedExit.code ?? fencedExit.signal})`,
-  );
+  await w.writer.stop();
+  await track.stop();
+  // The replacement's file system holds its acknowledged writes (COMMITted: fsynced);
+  // syncfs so the image read below also has its metadata on the disk.
+  const newFs = realpathSync(viewLink(sys.sim.root, pvName(FENCED), fencedAfter.node));
+  assert.equal(spawnSync('sync', ['-f', newFs]).status, 0, `syncfs of ${newFs} on ${fencedAfter.node}`);
+
+  // The volume's contents: the image itself, as the next node would mount it (a copy
+  // taken with the replacement's file system frozen, as a storage snapshot).
+  const read = readImageFile(imagePath(sys.sim.volumeDir(pvName(FENCED))), WRITER_FILE, newFs);
+  assert.ok(read.clean, `e2fsck -fp finds the volume's file system clean: ${read.fsckOutput}`);
+  const report = analyzeWriteRun({
+    events: w.writer.events,
+    faultsMs: [faultMs],
+    content: read.content ?? Buffer.alloc(0),
+  });
+  const gap = report.clientWriteGaps[0];
   process.stderr.write(
-    `storage-fencing: old server exit ${JSON.stringify(fencedExit)}; EIO in ${eio.join(', ')}\n`,
+    `storage-fencing: ${FENCED} NFSv3 clientWriteGap ${((gap?.gapMs ?? Number.NaN) / 1000).toFixed(2)} s; acked ${report.acked}, lost ${report.ackedWritesLost}, duplicates ${report.duplicates.length}, stale ${report.staleHandles}, errors ${JSON.stringify(report.errors)}\n`,
   );
+  assert.deepEqual(report.violations, [], `${FENCED}: the client's view upholds every guarantee`);
+  assert.equal(report.ackedWritesLost, 0, 'every acknowledged write is on the volume byte for byte');
+  assert.equal(report.staleHandles, 0, 'no stale handle: the ext4 handles are the same on every node');
+  assert.equal(report.duplicates.length, 0);
+  assert.ok(gap?.firstAck, 'writes resumed after the freeze');
 
-  // The storage's own log: sim-1 revoked before the volume was granted elsewhere.
-  const log = sys.sim.attacher.fencing?.log ?? [];
+  // Never two ganesha processes running at once, a frozen one not counting as running:
+  // the old one's window is cut at the freeze and goes on at the resume, until its exit.
+  // The resumed one does run next to the replacement for a moment (no lease stops a
+  // paused process's first steps on resume): that moment is checked below to come after
+  // sim-1's access was revoked, when every write of it fails on the storage.
+  const windows = track.windows();
+  assert.ok(
+    windows.some((x) => x.id === before.pod) && windows.some((x) => x.id === fencedAfter.pod),
+    `windows of both servers were observed: ${windows.map((x) => x.id).join(', ')}`,
+  );
+  const running = windows.flatMap((x) =>
+    x.id !== before.pod
+      ? [x]
+      : [
+          { ...x, stopMonoMs: frozenAt, stopWall: 'freeze' },
+          { ...x, id: `${x.id} (resumed)`, startMonoMs: healedAt, startWall: 'resume' },
+        ],
+  );
+  const overlaps = overlappingWindows(running, monotonicMs());
+  assert.deepEqual(
+    overlaps
+      .filter(([a, b]) => a.id !== `${before.pod} (resumed)` && b.id !== `${before.pod} (resumed)`)
+      .map(
+        ([a, b]) =>
+          `${a.id}[${a.startWall}..${a.stopWall ?? 'open'}] x ${b.id}[${b.startWall}..${b.stopWall ?? 'open'}]`,
+      ),
+    [],
+    `no two running ganesha servers of ${FENCED} at once but the resumed old one`,
+  );
+  const resumedRunMs = nfsExit.monoMs - healedAt;
+
+  // The storage's own log: sim-1 revoked before the volume was granted elsewhere, and
+  // every write through sim-1's view before that revoke, every one through the
+  // replacement's after it: no write of the old server after the replacement's first.
+  const storage = sys.sim.attacher.fencing;
+  const log = storage?.log ?? [];
   assert.deepEqual(accessOrderViolations(log), []);
   const pair = revokeBeforeGrantElsewhere(log, pvName(FENCED), LOST);
   assert.ok(pair, `revoke on ${LOST} before a grant elsewhere: ${JSON.stringify(log)}`);
-  assert.equal(pair.grant.node, r.after.node);
+  assert.equal(pair.grant.node, fencedAfter.node);
+  assert.ok(pair.revoke.monoMs < healedAt, "sim-1's access was revoked before it resumed");
+  const stats = (await storage?.viewStats(pvName(FENCED))) ?? [];
+  // The view the resumed node had: sim-1's last before its revoke.
+  const oldView = stats.filter((v) => v.node === LOST && v.grantSeq < pair.revoke.seq).at(-1)?.stats;
+  const newView = stats.find((v) => v.node === fencedAfter.node)?.stats;
+  assert.ok(
+    oldView && newView && oldView.writes > 0 && newView.writes > 0,
+    `both views wrote: ${JSON.stringify(stats)}`,
+  );
+  // NB: the replacement's first write is its mount's (journal replay), before its grant is logged.
+  assert.deepEqual(
+    writesAcrossRevokes(
+      log,
+      pvName(FENCED),
+      stats.flatMap((v) => (v.stats ? [{ node: v.node, grantSeq: v.grantSeq, ...v.stats }] : [])),
+    ),
+    [],
+    `every write through sim-1's view came before its revoke, every one through ${fencedAfter.node}'s after it`,
+  );
   process.stderr.write(
-    `storage-fencing: revoke on ${LOST} -> grant on ${pair.grant.node}: ${(pair.grant.monoMs - pair.revoke.monoMs).toFixed(0)} ms\n`,
+    `storage-fencing: revoke on ${LOST} -> grant on ${pair.grant.node}: ${(pair.grant.monoMs - pair.revoke.monoMs).toFixed(0)} ms; sim-1's view: ${oldView.writes} writes, the last ${((pair.revoke.monoMs - (oldView.lastWriteMonoMs ?? 0)) / 1000).toFixed(2)} s before its revoke, ${oldView.refused} requests refused after it (syncfs of sim-1's mount after the resume: exit ${oldSync.status}); the old ganesha ran ${resumedRunMs.toFixed(0)} ms after the resume, fenced, exit ${nfsExit.code ?? nfsExit.signal}\n`,
   );
   assert.deepEqual(handoffOrderViolations(sys.sim.attacher.events), []);
 

@@ -4,7 +4,8 @@
  * a `revoke` when it is cut (before the attacher removes its finalizer). Times are
  * CLOCK_MONOTONIC ms (lib/clock.ts), comparable with serving windows and the attacher's
  * events; `seq` is the order the storage acted in (one process, one log).
- * Pure: the checks read only the log.
+ * Pure: the checks read only the log (and, for writesAcrossRevokes, each view's write
+ * times, from the views' own stats: dev/fuse Stats).
  */
 
 export type AccessOp = 'grant' | 'revoke';
@@ -45,17 +46,65 @@ export function accessOrderViolations(log: readonly AccessLogEntry[]): string[] 
   return out;
 }
 
-/** The revoke of `pv` on `node` that came before the first grant of it to another node, if any. */
+/**
+ * The first grant of `pv` to another node than `node`, and `node`'s last revoke before
+ * it, if `node` had no access at that grant (revoked, not granted again since). NB: the
+ * last revoke, not the first: a volume may have been revoked and granted again on the
+ * same node before (a pod replaced there).
+ */
 export function revokeBeforeGrantElsewhere(
   log: readonly AccessLogEntry[],
   pv: string,
   node: string,
 ): { revoke: AccessLogEntry; grant: AccessLogEntry } | undefined {
   const ofPv = [...log].filter((e) => e.pv === pv).sort((a, b) => a.seq - b.seq);
-  const revoke = ofPv.find((e) => e.op === 'revoke' && e.node === node);
-  if (!revoke) return undefined;
-  const grant = ofPv.find((e) => e.op === 'grant' && e.node !== node && e.seq > revoke.seq);
+  const grant = ofPv.find((e) => e.op === 'grant' && e.node !== node);
   if (!grant) return undefined;
-  const grantedBefore = ofPv.some((e) => e.op === 'grant' && e.node !== node && e.seq < revoke.seq);
-  return grantedBefore ? undefined : { revoke, grant };
+  const mine = ofPv.filter((e) => e.node === node && e.seq < grant.seq);
+  const last = mine.at(-1);
+  return last?.op === 'revoke' ? { revoke: last, grant } : undefined;
+}
+
+/** What one view of a volume served (from the storage's view stats), by its grant. */
+export interface ViewWrites {
+  node: string;
+  /** `seq` of the grant that made this view. */
+  grantSeq: number;
+  writes: number;
+  firstWriteMonoMs: number | undefined;
+  lastWriteMonoMs: number | undefined;
+}
+
+/**
+ * Pure: for each revoke of `pv` on a node, every write through that node's view served
+ * at or after the revoke, and every write through a view granted after it (to another
+ * node) served at or before the revoke, as messages. `[]` with the access order above
+ * means: no write of the old node landed after the new node's first.
+ */
+export function writesAcrossRevokes(
+  log: readonly AccessLogEntry[],
+  pv: string,
+  views: readonly ViewWrites[],
+): string[] {
+  const out: string[] = [];
+  const ofPv = [...log].filter((e) => e.pv === pv).sort((a, b) => a.seq - b.seq);
+  for (const revoke of ofPv.filter((e) => e.op === 'revoke')) {
+    const revoked = views
+      .filter((v) => v.node === revoke.node && v.grantSeq < revoke.seq)
+      .sort((a, b) => b.grantSeq - a.grantSeq)[0];
+    if (
+      revoked &&
+      revoked.writes > 0 &&
+      (revoked.lastWriteMonoMs ?? Number.POSITIVE_INFINITY) >= revoke.monoMs
+    )
+      out.push(
+        `PV ${pv}: a write through ${revoke.node}'s view (granted #${revoked.grantSeq}) at ${revoked.lastWriteMonoMs} ms, not before its revoke (#${revoke.seq}) at ${revoke.monoMs} ms`,
+      );
+    for (const later of views.filter((v) => v.node !== revoke.node && v.grantSeq > revoke.seq))
+      if (later.writes > 0 && (later.firstWriteMonoMs ?? Number.NEGATIVE_INFINITY) <= revoke.monoMs)
+        out.push(
+          `PV ${pv}: a write through ${later.node}'s view (granted #${later.grantSeq}) at ${later.firstWriteMonoMs} ms, not after ${revoke.node}'s revoke (#${revoke.seq}) at ${revoke.monoMs} ms`,
+        );
+  }
+  return out;
 }

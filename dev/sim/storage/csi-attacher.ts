@@ -24,7 +24,9 @@
  * storage: attach grants the node's revocable view BEFORE status.attached is set
  * (ControllerPublish), detach revokes it BEFORE the finalizer is removed
  * (ControllerUnpublish), so the old node's I/O fails with EIO before the volume can be
- * attached anywhere else; `storage.log` records each grant and revoke.
+ * attached anywhere else; `storage.log` records each grant and revoke. With also
+ * `storage.leasehold.dev/block-filesystem: "ext4"` the volume is an ext4 image each node
+ * mounts through its view (block-image.ts), mounted by the grant.
  * Not simulated: the finalizer a real attacher also puts on the PV; for PVs without that
  * attribute, storage that refuses I/O from a detached node (every node writes the same
  * host dir).
@@ -34,7 +36,7 @@ import { monotonicMs, sleep } from '../../../lib/clock.ts';
 import { k8s, statusOf, withDeadline } from '../../../lib/kube-client.ts';
 import { type ListWatch, startListWatch } from '../kubelet/list-watch.ts';
 import { TEST_CSI_DRIVER } from '../kubelet/pod-volumes.ts';
-import { FENCING_ATTRIBUTE, type FencingStorage } from './fencing-storage.ts';
+import { type FencingStorage, type FencingVolumeKind, volumeKindOf } from './fencing-storage.ts';
 
 export const ATTACHER_FINALIZER = `external-attacher/${TEST_CSI_DRIVER.replaceAll('.', '-')}`;
 
@@ -111,7 +113,7 @@ export class SimCsiAttacher {
   private readonly attachedTo = new Map<string, Set<string>>();
   private watch: ListWatch | undefined;
   private readonly storage: k8s.StorageV1Api;
-  private readonly fencingPvs = new Map<string, boolean>();
+  private readonly fencingPvs = new Map<string, FencingVolumeKind | undefined>();
 
   constructor(
     private readonly kc: k8s.KubeConfig,
@@ -123,16 +125,17 @@ export class SimCsiAttacher {
     this.storage = kc.makeApiClient(k8s.StorageV1Api);
   }
 
-  /** Whether the PV opted in to the fencing storage (read once per PV). */
-  private async isFencing(pv: string): Promise<boolean> {
-    if (!this.fencing) return false;
-    const known = this.fencingPvs.get(pv);
-    if (known !== undefined) return known;
+  /** The fencing kind the PV opted in to, undefined for the shared dir (read once per PV). */
+  private async fencingKind(pv: string): Promise<FencingVolumeKind | undefined> {
+    if (!this.fencing) return undefined;
+    if (this.fencingPvs.has(pv)) return this.fencingPvs.get(pv);
     const core = this.kc.makeApiClient(k8s.CoreV1Api);
     const obj = await core.readPersistentVolume({ name: pv }, withDeadline(5_000));
-    const fencing = obj.spec?.csi?.volumeAttributes?.[FENCING_ATTRIBUTE] === 'true';
-    this.fencingPvs.set(pv, fencing);
-    return fencing;
+    const kind = volumeKindOf(obj.spec?.csi?.volumeAttributes);
+    // Not attached, retried: as a CSI driver's ControllerPublish failing on bad parameters.
+    if (kind instanceof Error) throw new Error(`attach PV ${pv}: ${kind.message}`);
+    this.fencingPvs.set(pv, kind);
+    return kind;
   }
 
   start(): void {
@@ -302,7 +305,8 @@ export class SimCsiAttacher {
     if (va.status?.attached) return;
     if (this.attachDelayMs > 0) await sleep(this.attachDelayMs);
     // ControllerPublish: the node's view exists before the attachment is reported.
-    if (await this.isFencing(pv)) await this.fencing?.grant(pv, node);
+    const kind = await this.fencingKind(pv);
+    if (kind) await this.fencing?.grant(pv, node, kind);
     await this.storage.patchVolumeAttachmentStatus({ name, body: { status: { attached: true } } }, MERGE());
     const nodes = this.attachedTo.get(pv) ?? new Set<string>();
     nodes.add(node);

@@ -6,15 +6,18 @@
  *   'shared'    csi.leasehold.dev (attachRequired), one host dir every node writes at any time;
  *   'fencing'   csi.leasehold.dev with the fencing storage (fencing-storage.ts): each node
  *               through its own view, revoked on detach (I/O fails with EIO);
+ *   'fencing-ext4' the same storage, the block kind (block-image.ts): one ext4 image each
+ *               node mounts through its own view (a loop device), as a network disk;
  *   'no-attach' noattach.csi.leasehold.dev, a CSIDriver with attachRequired: false
  *               (created here if missing): no VolumeAttachment, no detach, nothing fences.
  */
 import { sleep } from '../../../lib/clock.ts';
 import { k8s, kubeCall, statusOf, withDeadline } from '../../../lib/kube-client.ts';
 import { TEST_CSI_DRIVER, TEST_NOATTACH_CSI_DRIVER } from '../kubelet/pod-volumes.ts';
+import { BLOCK_FS, BLOCK_FS_ATTRIBUTE } from './block-image.ts';
 import { FENCING_ATTRIBUTE } from './fencing-storage.ts';
 
-export type TestStorageKind = 'shared' | 'fencing' | 'no-attach';
+export type TestStorageKind = 'shared' | 'fencing' | 'fencing-ext4' | 'no-attach';
 
 export interface TestVolume {
   pvName: string;
@@ -52,11 +55,17 @@ function csiSource(pvName: string, kind: TestStorageKind): k8s.V1CSIPersistentVo
         volumeHandle: pvName,
         volumeAttributes: { [FENCING_ATTRIBUTE]: 'true' },
       };
+    case 'fencing-ext4':
+      return {
+        driver: TEST_CSI_DRIVER,
+        volumeHandle: pvName,
+        volumeAttributes: { [FENCING_ATTRIBUTE]: 'true', [BLOCK_FS_ATTRIBUTE]: BLOCK_FS },
+      };
     case 'no-attach':
       return { driver: TEST_NOATTACH_CSI_DRIVER, volumeHandle: pvName };
     default:
       throw new Error(
-        `test volume ${pvName}: storage ${JSON.stringify(kind)} is not shared, fencing or no-attach`,
+        `test volume ${pvName}: storage ${JSON.stringify(kind)} is not shared, fencing, fencing-ext4 or no-attach`,
       );
   }
 }

@@ -1,11 +1,20 @@
 // leasehold-fencefs mounts a revocable passthrough view of one directory (the simulated
 // storage's view of one volume for one node; dev/sim/storage/).
 //
-//	leasehold-fencefs --backing DIR --mountpoint DIR
+//	leasehold-fencefs --backing DIR --mountpoint DIR [--ext4-image FILE --fs-mountpoint DIR]
 //
+// With --ext4-image, FILE (a name in the backing directory holding an ext4 file system)
+// is then mounted at --fs-mountpoint through the view: `mount -o loop` (a loop device
+// with autoclear, whose backing file is FILE in the view), so every block the file
+// system reads or writes passes the revoke switch, as a node's I/O to a network disk
+// passes the storage's. Mount options: errors=remount-ro (never panic: the kernel is
+// the host's), nodev, nosuid. The file system stays mounted after a revoke (answering
+// errors, as a fenced node keeps its dead disk) until shutdown, which detaches it
+// (MNT_DETACH) before the view; the loop device goes when the kernel releases it.
 // Protocol on stdin/stdout, one line each: it prints "ready" once mounted; on "revoke"
 // it cuts the view (fencefs.Revocable.Revoke: executing requests drain, every later one
-// fails with EIO) and prints "revoked". On stdin EOF (its parent closed it or died),
+// fails with EIO) and prints "revoked"; on "stats" it prints "stats " and the view's
+// fencefs.Stats as JSON. On stdin EOF (its parent closed it or died),
 // SIGTERM or SIGINT it detaches the mount (MNT_DETACH: processes holding files keep
 // getting answers, EIO once revoked) and exits when the kernel has released it, or 2 s
 // later. A parent-death signal (SIGTERM) ties it to the process that started it.
@@ -14,10 +23,13 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -34,9 +46,17 @@ func fail(format string, args ...any) {
 func main() {
 	backing := flag.String("backing", "", "directory whose contents the view shows")
 	mountpoint := flag.String("mountpoint", "", "empty directory to mount the view on")
+	image := flag.String("ext4-image", "", "file in the backing directory holding an ext4 file system to mount through the view")
+	fsMountpoint := flag.String("fs-mountpoint", "", "empty directory to mount --ext4-image on")
 	flag.Parse()
 	if *backing == "" || *mountpoint == "" {
 		fail("--backing and --mountpoint are required")
+	}
+	if (*image == "") != (*fsMountpoint == "") {
+		fail("--ext4-image and --fs-mountpoint go together")
+	}
+	if *image != "" && (filepath.Base(*image) != *image || *image == "." || *image == "..") {
+		fail("--ext4-image %q: a file name in the backing directory, not a path", *image)
 	}
 	const prSetPdeathsig = 1
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetPdeathsig, uintptr(syscall.SIGTERM), 0); errno != 0 {
@@ -73,6 +93,14 @@ func main() {
 	if err := server.WaitMount(); err != nil {
 		fail("mount %s: %v", *mountpoint, err)
 	}
+	if *image != "" {
+		src := filepath.Join(*mountpoint, *image)
+		out, err := exec.Command("mount", "-t", "ext4", "-o", "loop,errors=remount-ro,nodev,nosuid", src, *fsMountpoint).CombinedOutput()
+		if err != nil {
+			_ = syscall.Unmount(*mountpoint, syscall.MNT_DETACH)
+			fail("mount the ext4 file system %s at %s: %v: %s", src, *fsMountpoint, err, out)
+		}
+	}
 	fmt.Println("ready")
 
 	done := make(chan struct{})
@@ -83,6 +111,9 @@ func main() {
 			case "revoke":
 				view.Revoke()
 				fmt.Println("revoked")
+			case "stats":
+				b, _ := json.Marshal(view.Stats())
+				fmt.Printf("stats %s\n", b)
 			default:
 				fmt.Fprintf(os.Stderr, "leasehold-fencefs: unknown command %q\n", in.Text())
 			}
@@ -94,6 +125,12 @@ func main() {
 	select {
 	case <-done:
 	case <-sig:
+	}
+	// The file system first: its loop device holds the image open through the view.
+	if *fsMountpoint != "" {
+		if err := syscall.Unmount(*fsMountpoint, syscall.MNT_DETACH); err != nil {
+			fmt.Fprintf(os.Stderr, "leasehold-fencefs: unmount %s: %v\n", *fsMountpoint, err)
+		}
 	}
 	if err := syscall.Unmount(*mountpoint, syscall.MNT_DETACH); err != nil {
 		fmt.Fprintf(os.Stderr, "leasehold-fencefs: unmount %s: %v\n", *mountpoint, err)
