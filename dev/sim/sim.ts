@@ -9,8 +9,9 @@
  *
  * Layout under `root` (a temp dir unless given): volumes/<pv>/ (PV data: records,
  * serving-windows.jsonl), pods/<uid>/{kubeconfig,logs/<container>.log}, sim.log.
- * Guarantee: stop() leaves no process behind and no fencing-storage view mounted
- * (storage/<pv>/<node>.<n>); the Node objects stay in the cluster.
+ * Guarantee: stop() leaves no process behind, no fencing-storage view mounted
+ * (storage/<pv>/<node>.<n>) and no ext4 image of the block kind mounted or on a loop
+ * device; the Node objects stay in the cluster.
  */
 import { appendFileSync, mkdirSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
