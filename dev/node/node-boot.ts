@@ -1,7 +1,8 @@
 /**
  * The boot sequence of a real node (node.ts): the files a node needs before its first
  * boot, its client certificates, and one boot of the machine — PID 1 of new
- * namespaces (namespaces.ts), the two relays, containerd, the kubelet and kube-proxy —
+ * namespaces (namespaces.ts), the two relays, containerd, the CSI driver's node part and
+ * its registrar when the node has `csi` (dev/csi), the kubelet and kube-proxy —
  * resolving when the Node is Ready and kube-proxy's table carries the `kubernetes`
  * Service. node.ts runs it at start and again as the reboot after a crash (same dirs).
  *
@@ -19,6 +20,8 @@ import { promisify } from 'node:util';
 import { Component, ComponentError } from '../cluster/component.ts';
 import { writeKubeconfig } from '../cluster/kubeconfig.ts';
 import type { Cluster } from '../cluster/types.ts';
+import type { CsiBinaries } from '../csi/binaries.ts';
+import { DRIVER_NAME, driverNodeArgs, nodePluginPaths, registrarArgs } from '../csi/config.ts';
 import type { NodeBinaries } from './binaries.ts';
 import { createCgroupRoot } from './cgroups.ts';
 import { issueKubeletClientCert, issueKubeProxyClientCert } from './client-cert.ts';
@@ -69,6 +72,14 @@ export interface BootContext {
   nodeReady(): Promise<boolean>;
   importImage(tarPath: string): Promise<void>;
   progress(line: string): void;
+  /** The CSI driver's node part and registrar to run next to the kubelet (a driver installed on the host). */
+  csi?: NodeCsi;
+}
+
+/** The testbed's CSI driver on a node (dev/csi): its binaries and the backing dir its volumes are in. */
+export interface NodeCsi {
+  bins: CsiBinaries;
+  backingDir: string;
 }
 
 /** Brings the machine up: namespaces, relays, containerd, kubelet, kube-proxy; resolves when Ready. */
@@ -164,6 +175,7 @@ export async function bootMachine(
   // After a reboot the image is still in containerd's root (its disk).
   if (first) await importImage(bins.pauseTar);
   progress(`${name}: namespaces, relay and containerd up in ${ms(t0)}`);
+  if (ctx.csi) await startCsiNodePlugin(ctx.csi, name, layout, inNode, components);
   await beforeKubelet?.();
 
   const kubelet = inNode('kubelet', join(bins.dir, 'kubelet'), kubeletArgs(layout));
@@ -195,6 +207,32 @@ export async function bootMachine(
     }, 60_000),
   ]);
   progress(`${name}: Ready ${ms(t0)} after ${first ? 'start' : 'boot'}`);
+}
+
+/**
+ * The driver's node part and its registrar, in the node's namespaces like the kubelet,
+ * resolving once the registration socket exists (the registrar made it after the driver
+ * answered). The kubelet's plugin watcher finds the socket, at its start or later.
+ */
+async function startCsiNodePlugin(
+  csi: NodeCsi,
+  name: string,
+  layout: NodeLayout,
+  inNode: (what: string, bin: string, args: string[]) => Component,
+  components: Component[],
+): Promise<void> {
+  const paths = nodePluginPaths(layout.kubeletRoot);
+  const driver = inNode('csi-driver', csi.bins.driver, driverNodeArgs(paths, name, csi.backingDir));
+  components.push(driver);
+  driver.start();
+  const registrar = inNode('csi-registrar', csi.bins.registrar, registrarArgs(paths));
+  components.push(registrar);
+  registrar.start();
+  const registration = join(paths.registrationDir, `${DRIVER_NAME}-reg.sock`);
+  await Promise.all([
+    driver.waitReady(async () => existsSync(paths.socket), 10_000),
+    registrar.waitReady(async () => existsSync(registration), 40_000),
+  ]);
 }
 
 /** The node's dirs, sysctl views and configs, before its first boot. */
