@@ -16,14 +16,13 @@
  * stopped what it started. stop() is idempotent; it stops both processes, deletes the
  * API objects it created, removes its directory (the backing volumes with it), and
  * fails if a process it started is still alive. On SIGINT/SIGTERM or this process's
- * death the processes die too (dev/cluster/component.ts: pdeathsig) and the directory
- * is removed on the way out. Not guaranteed: that VolumeAttachments are gone at stop
+ * death the processes die too (dev/cluster/component.ts: pdeathsig); the directory is
+ * removed on the way out, and is in the cluster's dir for what SIGKILL leaves. Not guaranteed: that VolumeAttachments are gone at stop
  * (the test deletes its pods first; a VolumeAttachment left then stays in the
  * cluster, which the cluster's own stop removes with etcd).
  */
 import { existsSync, rmSync } from 'node:fs';
 import { chown, mkdir, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoreV1Api, RbacAuthorizationV1Api, StorageV1Api } from '@kubernetes/client-node';
 import { LeaseholdError } from '../../lib/errors.ts';
@@ -67,7 +66,9 @@ export async function startCsiController(
 ): Promise<CsiController> {
   const progress = opts.onProgress ?? (() => {});
   const bins = await csiBinaries();
-  const dir = await mkdtemp(join(tmpdir(), 'leasehold-csi-'));
+  // In the cluster's dir: what a killed run leaves goes with the cluster's (the
+  // processes die by pdeathsig, and nothing here is mounted on the host).
+  const dir = await mkdtemp(join(cluster.dir, 'csi-'));
   const forgetAbrupt = onAbruptExit(() => rmSync(dir, { recursive: true, force: true }));
   const backingDir = join(dir, 'backing');
   const stateDir = join(dir, 'state');
