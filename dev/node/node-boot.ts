@@ -13,7 +13,7 @@
  * clean-up; a failed boot leaves what it started for node.ts's stop.
  */
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -175,7 +175,10 @@ export async function bootMachine(
   // After a reboot the image is still in containerd's root (its disk).
   if (first) await importImage(bins.pauseTar);
   progress(`${name}: namespaces, relay and containerd up in ${ms(t0)}`);
-  if (ctx.csi) await startCsiNodePlugin(ctx.csi, name, layout, inNode, components);
+  // Started before the kubelet, awaited with it: the plugin watcher finds the socket whenever it comes.
+  const csiReady = ctx.csi ? startCsiNodePlugin(ctx.csi, name, layout, inNode, components) : undefined;
+  // Handled below, with the kubelet's readiness; not unhandled meanwhile.
+  csiReady?.catch(() => {});
   await beforeKubelet?.();
 
   const kubelet = inNode('kubelet', join(bins.dir, 'kubelet'), kubeletArgs(layout));
@@ -188,6 +191,7 @@ export async function bootMachine(
   components.push(kubeProxy);
   kubeProxy.start();
   await Promise.all([
+    csiReady,
     kubelet.waitReady(nodeReady, ctx.readyTimeoutMs),
     // Ready once its table carries the `kubernetes` Service (pods may call the API).
     kubeProxy.waitReady(async () => {
@@ -210,26 +214,30 @@ export async function bootMachine(
 }
 
 /**
- * The driver's node part and its registrar, in the node's namespaces like the kubelet,
- * resolving once the registration socket exists (the registrar made it after the driver
+ * Starts the driver's node part and its registrar, in the node's namespaces like the
+ * kubelet, both recorded in `components` before this returns; the promise resolves
+ * once the registration socket exists (the registrar made it after the driver
  * answered). The kubelet's plugin watcher finds the socket, at its start or later.
  */
-async function startCsiNodePlugin(
+function startCsiNodePlugin(
   csi: NodeCsi,
   name: string,
   layout: NodeLayout,
   inNode: (what: string, bin: string, args: string[]) => Component,
   components: Component[],
-): Promise<void> {
+): Promise<unknown> {
   const paths = nodePluginPaths(layout.kubeletRoot);
+  const registration = join(paths.registrationDir, `${DRIVER_NAME}-reg.sock`);
+  // After a crash the last boot's sockets are still on the node's disk: readiness must
+  // see this boot's.
+  for (const p of [paths.socket, registration]) rmSync(p, { force: true });
   const driver = inNode('csi-driver', csi.bins.driver, driverNodeArgs(paths, name, csi.backingDir));
   components.push(driver);
   driver.start();
   const registrar = inNode('csi-registrar', csi.bins.registrar, registrarArgs(paths));
   components.push(registrar);
   registrar.start();
-  const registration = join(paths.registrationDir, `${DRIVER_NAME}-reg.sock`);
-  await Promise.all([
+  return Promise.all([
     driver.waitReady(async () => existsSync(paths.socket), 10_000),
     registrar.waitReady(async () => existsSync(registration), 40_000),
   ]);
