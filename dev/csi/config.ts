@@ -7,9 +7,8 @@
  * Invariants: the node socket is under the kubelet root's plugins/<driver>/ and the
  * registration socket under plugins_registry/, the paths the kubelet's plugin watcher
  * and CSI plugin use; the attacher handles only VolumeAttachments whose attacher is
- * DRIVER_NAME (the name the driver reports). Not guaranteed: that a unix socket path
- * fits 108 bytes (the node and controller dirs are short temp dirs; the driver fails
- * to listen otherwise, naming the path).
+ * DRIVER_NAME (the name the driver reports); a socket path is checked to fit a unix
+ * socket address (socketPathProblem) before a part is started on it.
  */
 import { join } from 'node:path';
 import type { V1ClusterRole, V1CSIDriver, V1Role } from '@kubernetes/client-node';
@@ -24,6 +23,17 @@ export interface NodePluginPaths {
   socket: string;
   /** The kubelet's plugin watcher's directory. */
   registrationDir: string;
+}
+
+/** sockaddr_un's sun_path is 108 bytes with the terminating NUL. */
+export const MAX_SOCKET_PATH_BYTES = 107;
+
+/** Why `path` cannot be a unix socket's address, or undefined when it can. */
+export function socketPathProblem(path: string): string | undefined {
+  const bytes = Buffer.byteLength(path);
+  return bytes > MAX_SOCKET_PATH_BYTES
+    ? `socket path ${path} is ${bytes} bytes, more than a unix socket's ${MAX_SOCKET_PATH_BYTES} (set a shorter TMPDIR)`
+    : undefined;
 }
 
 export const nodePluginPaths = (kubeletRoot: string): NodePluginPaths => ({

@@ -37,6 +37,7 @@ import {
   csiDriverObject,
   DRIVER_NAME,
   driverControllerArgs,
+  socketPathProblem,
 } from './config.ts';
 
 export interface CsiController {
@@ -75,6 +76,12 @@ export async function startCsiController(
   const logDir = join(dir, 'logs');
   const socket = join(dir, 'controller.sock');
   const kubeconfig = join(dir, 'csi-attacher.kubeconfig');
+  const problem = socketPathProblem(socket);
+  if (problem) {
+    await rm(dir, { recursive: true, force: true });
+    forgetAbrupt();
+    throw new LeaseholdError('E_CSI_START', `the CSI controller: ${problem}`);
+  }
   const components: Component[] = [];
   const created: (() => Promise<unknown>)[] = [];
   const core = cluster.kubeConfig.makeApiClient(CoreV1Api);

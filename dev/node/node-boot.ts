@@ -17,11 +17,18 @@ import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { LeaseholdError } from '../../lib/errors.ts';
 import { Component, ComponentError } from '../cluster/component.ts';
 import { writeKubeconfig } from '../cluster/kubeconfig.ts';
 import type { Cluster } from '../cluster/types.ts';
 import type { CsiBinaries } from '../csi/binaries.ts';
-import { DRIVER_NAME, driverNodeArgs, nodePluginPaths, registrarArgs } from '../csi/config.ts';
+import {
+  DRIVER_NAME,
+  driverNodeArgs,
+  nodePluginPaths,
+  registrarArgs,
+  socketPathProblem,
+} from '../csi/config.ts';
 import type { NodeBinaries } from './binaries.ts';
 import { createCgroupRoot } from './cgroups.ts';
 import { issueKubeletClientCert, issueKubeProxyClientCert } from './client-cert.ts';
@@ -228,6 +235,8 @@ function startCsiNodePlugin(
 ): Promise<unknown> {
   const paths = nodePluginPaths(layout.kubeletRoot);
   const registration = join(paths.registrationDir, `${DRIVER_NAME}-reg.sock`);
+  const problem = [paths.socket, registration].map(socketPathProblem).find((p) => p !== undefined);
+  if (problem) throw new LeaseholdError('E_NODE_CSI', `${name}'s CSI node plugin: ${problem}`);
   // After a crash the last boot's sockets are still on the node's disk: readiness must
   // see this boot's.
   for (const p of [paths.socket, registration]) rmSync(p, { force: true });
