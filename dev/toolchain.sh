@@ -11,7 +11,9 @@
 #     the fencing storage's volume view), exported as LEASEHOLD_FENCEFS_BIN (without it
 #     the simulator builds it on first use of a fencing volume); with --node, the real
 #     node's components (dev/node/build.sh: kubelet, containerd, runc, CNI plugins, the
-#     pause image), exported as LEASEHOLD_NODE_BIN; with --image, the project's images
+#     pause image), exported as LEASEHOLD_NODE_BIN, and the CSI parts the nodes' volumes use
+#     (dev/csi/build.sh: external-attacher, the testbed's driver and registrar), exported as
+#     LEASEHOLD_CSI_BIN; with --image, the project's images
 #     (dev/image/build.ts: leasehold and nfs-ganesha as OCI layout tarballs, built from
 #     Debian packages without a registry or a Docker daemon), exported as LEASEHOLD_IMAGE_DIR.
 #
@@ -76,7 +78,8 @@ if [ "$need_fuse" = 1 ]; then
 fi
 if [ "$need_node" = 1 ]; then
   LEASEHOLD_NODE_BIN="$(bash "$root/dev/node/build.sh")"
-  export LEASEHOLD_NODE_BIN
+  LEASEHOLD_CSI_BIN="$(bash "$root/dev/csi/build.sh")"
+  export LEASEHOLD_NODE_BIN LEASEHOLD_CSI_BIN
 fi
 
 if [ "$need_image" = 1 ]; then

@@ -1,7 +1,8 @@
 /**
  * The boot sequence of a real node (node.ts): the files a node needs before its first
  * boot, its client certificates, and one boot of the machine — PID 1 of new
- * namespaces (namespaces.ts), the two relays, containerd, the kubelet and kube-proxy —
+ * namespaces (namespaces.ts), the two relays, containerd, the CSI driver's node part and
+ * its registrar when the node has `csi` (dev/csi), the kubelet and kube-proxy —
  * resolving when the Node is Ready and kube-proxy's table carries the `kubernetes`
  * Service. node.ts runs it at start and again as the reboot after a crash (same dirs).
  *
@@ -12,13 +13,22 @@
  * clean-up; a failed boot leaves what it started for node.ts's stop.
  */
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { LeaseholdError } from '../../lib/errors.ts';
 import { Component, ComponentError } from '../cluster/component.ts';
 import { writeKubeconfig } from '../cluster/kubeconfig.ts';
 import type { Cluster } from '../cluster/types.ts';
+import type { CsiBinaries } from '../csi/binaries.ts';
+import {
+  DRIVER_NAME,
+  driverNodeArgs,
+  nodePluginPaths,
+  registrarArgs,
+  socketPathProblem,
+} from '../csi/config.ts';
 import type { NodeBinaries } from './binaries.ts';
 import { createCgroupRoot } from './cgroups.ts';
 import { issueKubeletClientCert, issueKubeProxyClientCert } from './client-cert.ts';
@@ -69,6 +79,14 @@ export interface BootContext {
   nodeReady(): Promise<boolean>;
   importImage(tarPath: string): Promise<void>;
   progress(line: string): void;
+  /** The CSI driver's node part and registrar to run next to the kubelet (a driver installed on the host). */
+  csi?: NodeCsi;
+}
+
+/** The testbed's CSI driver on a node (dev/csi): its binaries and the backing dir its volumes are in. */
+export interface NodeCsi {
+  bins: CsiBinaries;
+  backingDir: string;
 }
 
 /** Brings the machine up: namespaces, relays, containerd, kubelet, kube-proxy; resolves when Ready. */
@@ -164,6 +182,10 @@ export async function bootMachine(
   // After a reboot the image is still in containerd's root (its disk).
   if (first) await importImage(bins.pauseTar);
   progress(`${name}: namespaces, relay and containerd up in ${ms(t0)}`);
+  // Started before the kubelet, awaited with it: the plugin watcher finds the socket whenever it comes.
+  const csiReady = ctx.csi ? startCsiNodePlugin(ctx.csi, name, layout, inNode, components) : undefined;
+  // Handled below, with the kubelet's readiness; not unhandled meanwhile.
+  csiReady?.catch(() => {});
   await beforeKubelet?.();
 
   const kubelet = inNode('kubelet', join(bins.dir, 'kubelet'), kubeletArgs(layout));
@@ -176,6 +198,7 @@ export async function bootMachine(
   components.push(kubeProxy);
   kubeProxy.start();
   await Promise.all([
+    csiReady,
     kubelet.waitReady(nodeReady, ctx.readyTimeoutMs),
     // Ready once its table carries the `kubernetes` Service (pods may call the API).
     kubeProxy.waitReady(async () => {
@@ -195,6 +218,38 @@ export async function bootMachine(
     }, 60_000),
   ]);
   progress(`${name}: Ready ${ms(t0)} after ${first ? 'start' : 'boot'}`);
+}
+
+/**
+ * Starts the driver's node part and its registrar, in the node's namespaces like the
+ * kubelet, both recorded in `components` before this returns; the promise resolves
+ * once the registration socket exists (the registrar made it after the driver
+ * answered). The kubelet's plugin watcher finds the socket, at its start or later.
+ */
+function startCsiNodePlugin(
+  csi: NodeCsi,
+  name: string,
+  layout: NodeLayout,
+  inNode: (what: string, bin: string, args: string[]) => Component,
+  components: Component[],
+): Promise<unknown> {
+  const paths = nodePluginPaths(layout.kubeletRoot);
+  const registration = join(paths.registrationDir, `${DRIVER_NAME}-reg.sock`);
+  const problem = [paths.socket, registration].map(socketPathProblem).find((p) => p !== undefined);
+  if (problem) throw new LeaseholdError('E_NODE_CSI', `${name}'s CSI node plugin: ${problem}`);
+  // After a crash the last boot's sockets are still on the node's disk: readiness must
+  // see this boot's.
+  for (const p of [paths.socket, registration]) rmSync(p, { force: true });
+  const driver = inNode('csi-driver', csi.bins.driver, driverNodeArgs(paths, name, csi.backingDir));
+  components.push(driver);
+  driver.start();
+  const registrar = inNode('csi-registrar', csi.bins.registrar, registrarArgs(paths));
+  components.push(registrar);
+  registrar.start();
+  return Promise.all([
+    driver.waitReady(async () => existsSync(paths.socket), 10_000),
+    registrar.waitReady(async () => existsSync(registration), 40_000),
+  ]);
 }
 
 /** The node's dirs, sysctl views and configs, before its first boot. */

@@ -31,7 +31,8 @@
  * Guarantees: startRealNode resolves when the Node object is Ready, or rejects with
  * the failing part and its log, leaving nothing behind. stop() is idempotent, from any
  * state (a frozen node is thawed first: a frozen v1 task ignores SIGKILL); it kills
- * every process of the node (kubelet, kube-proxy, containerd, shims, containers, the relays),
+ * every process of the node (kubelet, kube-proxy, containerd, shims, containers, the relays,
+ * the CSI driver's node part and registrar),
  * removes its cgroups and directory, and then runs the leftover check (leftovers.ts).
  * On SIGINT/SIGTERM of this process the same happens synchronously; on SIGKILL the
  * kernel still ends every process, mount, namespace and interface (pdeathsig and the
@@ -53,6 +54,7 @@ import { sleep } from '../../lib/clock.ts';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { onAbruptExit } from '../cluster/component.ts';
 import type { Cluster } from '../cluster/types.ts';
+import { csiBinaries } from '../csi/binaries.ts';
 import { freePort } from '../net/free-port.ts';
 import { type ApiLink, startApiLink } from './api-link.ts';
 import { nodeBinaries } from './binaries.ts';
@@ -81,6 +83,12 @@ export interface RealNodeOptions {
   /** How long to wait for the Node to be Ready, at start and at the boot after a crash (default 120 s). */
   readyTimeoutMs?: number;
   onProgress?: (line: string) => void;
+  /**
+   * Run the testbed's CSI driver's node part and registrar next to the kubelet (dev/csi;
+   * its controller side is dev/csi/controller.ts): `backingDir` is the controller's,
+   * where the volumes are directories. Default: no CSI driver on the node.
+   */
+  csi?: { backingDir: string };
 }
 
 export type { RealNodeFault, RealNodeState } from './node-faults.ts';
@@ -155,6 +163,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
       `real node ${opts.name} needs a control plane started with realNodes: true (its API server must advertise the node network's address and reach kubelets through the egress proxy)`,
     );
   const bins = await nodeBinaries();
+  const csi = opts.csi ? { bins: await csiBinaries(), backingDir: opts.csi.backingDir } : undefined;
   const swept = sweepStaleNodes();
   if (swept.removed.length > 0) progress(`removed what killed runs left: ${swept.removed.join(', ')}`);
   if (swept.problems.length > 0)
@@ -271,6 +280,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
         nodeReady,
         importImage,
         progress,
+        csi,
       },
       first,
       beforeKubelet,

@@ -14,25 +14,31 @@
  * real node-lifecycle controller) and heal reboots it (Ready, the kubelet restarts the
  * old pod) while real-2 runs the project's images (dev/image; their import began when
  * the nodes were Ready) under the project's securityContexts (real-node-images.ts says
- * what is checked: it is the longer branch, the import most of it); then real-2 is
- * frozen (freezer cgroups FROZEN, its
+ * what is checked: it is the longer branch, the import most of it); then a pod on
+ * real-2 writes into a static PersistentVolume of the testbed's CSI driver (dev/csi:
+ * attachRequired; the real attach-detach controller's VolumeAttachment, attached by the
+ * real external-attacher before the pod runs; staged and published by the kubelet;
+ * the file in the driver's backing dir; the VolumeAttachment gone after the pod); then
+ * real-2 is frozen (freezer cgroups FROZEN, its
  * Lease stops) and thawed (renews), then partitioned with `stall` (Lease stops, the
  * container runs on) and healed (renews). stop(), also of a frozen node,
  * leaves nothing behind (its leftover check throws otherwise;
  * test/unit/node-leftovers.test.ts proves the check fails on a stray cgroup and
  * process and does not take a stranger in recycled namespace ids for one), and no host sysctl the kubelet cares about, host link or host nftables
- * rule changed. Bring the components and the images with
+ * rule changed; the CSI controller's processes and dir are gone. Bring the components and the images with
  * `bash dev/toolchain.sh --node --image ...` (without --image the first run here builds
  * the images, about 3 minutes).
  */
 import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:https';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
-import { CoordinationV1Api, CoreV1Api } from '@kubernetes/client-node';
+import { CoordinationV1Api, CoreV1Api, StorageV1Api, type V1VolumeAttachment } from '@kubernetes/client-node';
+import { type CsiController, startCsiController } from '../../dev/csi/controller.ts';
 import { type LocalImage, localImages } from '../../dev/image/images.ts';
 import { nodeBinaries } from '../../dev/node/binaries.ts';
 import { KUBELET_SYSCTLS } from '../../dev/node/config.ts';
@@ -103,6 +109,7 @@ describe('real nodes', () => {
   let node2: RealNode | undefined;
   const sysctlsBefore = hostSysctls();
   const networkBefore = hostNetwork();
+  let csi: CsiController | undefined;
   let images: Record<string, LocalImage> = {};
   /** The images' import into real-2, under way while the first test runs; kept, not left unhandled. */
   let imported: Promise<{ ms: number } | { error: unknown }> | undefined;
@@ -110,11 +117,17 @@ describe('real nodes', () => {
   before(
     async () => {
       images = await localImages();
+      const tc = performance.now();
+      csi = await startCsiController(cluster());
+      console.log(
+        `real node: CSI controller and external-attacher up ${Math.round(performance.now() - tc)} ms`,
+      );
       const t0 = performance.now();
+      const withCsi = { csi: { backingDir: csi.backingDir } };
       // Both at once; allSettled so that one failing still lets the other be stopped.
       const [one, two] = await Promise.allSettled([
-        startRealNode(cluster(), { name: 'real-1', index: 1 }),
-        startRealNode(cluster(), { name: 'real-2', index: 2 }),
+        startRealNode(cluster(), { name: 'real-1', index: 1, ...withCsi }),
+        startRealNode(cluster(), { name: 'real-2', index: 2, ...withCsi }),
       ]);
       if (one.status === 'fulfilled') node = one.value;
       if (two.status === 'fulfilled') node2 = two.value;
@@ -133,6 +146,7 @@ describe('real nodes', () => {
   );
   after(async () => {
     await Promise.all([node?.stop(), node2?.stop()]);
+    await csi?.stop();
   });
 
   it('register, run a pod of the local pause image and an in-cluster API client whose log the API server reads', {
@@ -213,6 +227,15 @@ describe('real nodes', () => {
     for (const r of [crashed, ran]) if (r.status === 'rejected') throw r.reason;
   });
 
+  it('a CSI volume: attached (VolumeAttachment, ControllerPublish) before the pod runs, staged and published into it by the kubelet, detached after the pod is deleted', {
+    timeout: 120_000,
+  }, async () => {
+    assert.ok(node2 && csi && imported, 'real-2 and the CSI controller started, the image import began');
+    const done = await imported;
+    if ('error' in done) throw done.error;
+    await csiVolumeRoundTrip(node2, csi, images.leasehold as LocalImage);
+  });
+
   it('faults as on dev/sim: freeze and partition stall stop real-2 renewing its lease, heal renews it', {
     timeout: 120_000,
   }, async () => {
@@ -237,6 +260,10 @@ describe('real nodes', () => {
     await Promise.all([node.stop(), node2.stop()]);
     assert.deepEqual(node.leftovers(), [], 'nothing of real-1 is left on the host');
     assert.deepEqual(node2.leftovers(), [], 'nothing of real-2 is left on the host');
+    if (csi) {
+      await csi.stop(); // throws when one of its processes stays
+      assert.equal(existsSync(csi.backingDir), false, "the CSI controller's dir is removed");
+    }
     assert.deepEqual(hostSysctls(), sysctlsBefore, 'no host sysctl changed');
     assert.deepEqual(hostNetwork(), networkBefore, 'no host link or nftables rule added');
   });
@@ -415,6 +442,165 @@ async function freezeAndStall(node: RealNode): Promise<void> {
     ['freeze', 'heal', 'partition:stall', 'heal'],
   );
 }
+
+/**
+ * A static PersistentVolume of the testbed's CSI driver (attachRequired) bound to a
+ * claim; a pod of the leasehold image on `node` writes the time into it. Polled every
+ * 100 ms: the real attach-detach controller's VolumeAttachment, the real
+ * external-attacher's attached=true with the driver's publish context, and the pod.
+ * The write's time is after the controller part recorded ControllerPublish (one host
+ * clock); the file is in the driver's backing dir (stage and publish bind-mounted it
+ * into the pod); deleting the pod removes the VolumeAttachment (NodeUnpublish and
+ * NodeUnstage, the kubelet's volumesInUse, then ControllerUnpublish) and the record.
+ */
+async function csiVolumeRoundTrip(node: RealNode, csi: CsiController, image: LocalImage): Promise<void> {
+  const core = cluster().kubeConfig.makeApiClient(CoreV1Api);
+  const storage = cluster().kubeConfig.makeApiClient(StorageV1Api);
+  const handle = 'csi-vol-1';
+  const volumeDir = await csi.makeVolume(handle, { uid: 65532, gid: 65532 });
+  await core.createPersistentVolume({
+    body: {
+      metadata: { name: 'csi-pv' },
+      spec: {
+        capacity: { storage: '1Gi' },
+        accessModes: ['ReadWriteOnce'],
+        persistentVolumeReclaimPolicy: 'Retain',
+        storageClassName: '',
+        claimRef: { namespace: 'default', name: 'csi-claim' },
+        csi: { driver: csi.driverName, volumeHandle: handle },
+      },
+    },
+  });
+  await core.createNamespacedPersistentVolumeClaim({
+    namespace: 'default',
+    body: {
+      metadata: { name: 'csi-claim' },
+      spec: {
+        accessModes: ['ReadWriteOnce'],
+        storageClassName: '',
+        volumeName: 'csi-pv',
+        resources: { requests: { storage: '1Gi' } },
+      },
+    },
+  });
+  const ourAttachment = async () =>
+    (await storage.listVolumeAttachment()).items.find(
+      (va) => va.spec?.source?.persistentVolumeName === 'csi-pv',
+    );
+  const t0 = performance.now();
+  await core.createNamespacedPod({
+    namespace: 'default',
+    body: {
+      metadata: { name: 'csi-writer' },
+      spec: {
+        nodeSelector: { 'kubernetes.io/hostname': node.name },
+        containers: [
+          {
+            name: 'writer',
+            image: image.ref,
+            imagePullPolicy: 'Never',
+            command: ['/nodejs/bin/node', '-e', WRITER],
+            volumeMounts: [{ name: 'data', mountPath: '/data' }],
+          },
+        ],
+        volumes: [{ name: 'data', persistentVolumeClaim: { claimName: 'csi-claim' } }],
+        terminationGracePeriodSeconds: 2,
+      },
+    },
+  });
+  let attached: { va: V1VolumeAttachment; ms: number } | undefined;
+  const runningMs = await eventually(
+    'the writer pod Running, its VolumeAttachment attached',
+    async () => {
+      const [va, pod] = await Promise.all([
+        ourAttachment(),
+        core.readNamespacedPod({ namespace: 'default', name: 'csi-writer' }),
+      ]);
+      if (!attached && va?.status?.attached) attached = { va, ms: performance.now() - t0 };
+      const running = pod.status?.phase === 'Running' && pod.status.containerStatuses?.[0]?.ready;
+      if (!running) return undefined;
+      assert.ok(attached, 'the VolumeAttachment was attached when the pod was first seen Running');
+      return performance.now() - t0;
+    },
+    90_000,
+    100,
+  );
+  assert.ok(attached);
+  console.log(
+    `real node: CSI pod create to VolumeAttachment attached ${Math.round(attached.ms)} ms, to Running ${Math.round(runningMs)} ms (attach to running ${Math.round(runningMs - attached.ms)} ms)`,
+  );
+  const va = attached.va;
+  assert.equal(va.spec?.attacher, csi.driverName, 'made for the driver by the attach-detach controller');
+  assert.equal(va.spec?.nodeName, node.name);
+  assert.deepEqual(va.status?.attachmentMetadata, { attachedNode: node.name }, "ControllerPublish's context");
+  const records = await csi.attachments(handle);
+  assert.deepEqual(
+    records.map((r) => r.node),
+    [node.name],
+    'the controller part recorded the attach',
+  );
+
+  const written = await eventually(
+    "the pod's file in the driver's backing dir",
+    async () => {
+      const text = existsSync(join(volumeDir, 'hello')) ? readFileSync(join(volumeDir, 'hello'), 'utf8') : '';
+      return text.endsWith('\n') ? text.trim() : undefined;
+    },
+    20_000,
+    100,
+  );
+  const at = Number(/^written at (\d+)$/.exec(written)?.[1]);
+  assertCalled(join(csi.logDir, 'driver-controller.log'), ['Controller/ControllerPublishVolume']);
+  assertCalled(join(node.layout.logDir, 'csi-driver.log'), [
+    'Node/NodeStageVolume',
+    'Node/NodePublishVolume',
+  ]);
+  const publishedAt = records[0]?.atMs ?? Number.NaN;
+  assert.ok(
+    at >= publishedAt,
+    `written (${at}) after ControllerPublish recorded the attach (${publishedAt})`,
+  );
+
+  const t1 = performance.now();
+  await core.deleteNamespacedPod({ namespace: 'default', name: 'csi-writer' });
+  await eventually(
+    'the VolumeAttachment gone after the pod',
+    async () => ((await ourAttachment()) === undefined ? true : undefined),
+    60_000,
+    100,
+  );
+  console.log(`real node: CSI pod delete to VolumeAttachment gone ${Math.round(performance.now() - t1)} ms`);
+  assert.deepEqual(await csi.attachments(handle), [], 'ControllerUnpublish removed the record');
+  assertCalled(join(node.layout.logDir, 'csi-driver.log'), [
+    'Node/NodeUnpublishVolume',
+    'Node/NodeUnstageVolume',
+  ]);
+  assertCalled(join(csi.logDir, 'driver-controller.log'), ['Controller/ControllerUnpublishVolume']);
+  assert.equal(
+    readFileSync(join(volumeDir, 'hello'), 'utf8').trim(),
+    written,
+    'the data stays on the volume',
+  );
+  await core.deleteNamespacedPersistentVolumeClaim({ namespace: 'default', name: 'csi-claim' });
+  await core.deletePersistentVolume({ name: 'csi-pv' });
+}
+
+/** The driver's log (it logs each call and its outcome) shows each of `calls` answered ok. */
+function assertCalled(log: string, calls: readonly string[]): void {
+  const text = readFileSync(log, 'utf8');
+  for (const call of calls)
+    assert.match(text, new RegExp(`/csi\\.v1\\.${call}: ok `), `${call} answered ok (${log})`);
+}
+
+/** The writer container's script: the write's time (ms, host clock) into the volume, then idle. */
+const WRITER = [
+  "const fs = require('node:fs');",
+  "const fd = fs.openSync('/data/hello', 'w');",
+  "fs.writeSync(fd, 'written at ' + Date.now() + '\\n');",
+  'fs.fsyncSync(fd);',
+  'fs.closeSync(fd);',
+  'setInterval(() => {}, 1 << 30);',
+].join(' ');
 
 /** /sys/fs/cgroup/freezer/<the process's freezer cgroup>. */
 const freezerDirOf = (pid: number) => `${freezerMount()}${freezerCgroupOf(pid)}`;

@@ -1,0 +1,112 @@
+/**
+ * The testbed's CSI wiring as pure data: the driver's name, where its sockets are on a
+ * node (the kubelet's conventions), the argv of each part, and the API objects the
+ * control-plane side creates (the CSIDriver, and the external-attacher's identity with
+ * the RBAC of its upstream deploy/kubernetes/rbac.yaml).
+ *
+ * Invariants: the node socket is under the kubelet root's plugins/<driver>/ and the
+ * registration socket under plugins_registry/, the paths the kubelet's plugin watcher
+ * and CSI plugin use; the attacher handles only VolumeAttachments whose attacher is
+ * DRIVER_NAME (the name the driver reports); a socket path is checked to fit a unix
+ * socket address (socketPathProblem) before a part is started on it.
+ */
+import { join } from 'node:path';
+import type { V1ClusterRole, V1CSIDriver, V1Role } from '@kubernetes/client-node';
+
+export const DRIVER_NAME = 'hostdir.csi.leasehold.dev';
+
+/** The external-attacher's ServiceAccount (upstream's deploy/kubernetes/rbac.yaml names it so). */
+export const ATTACHER_ACCOUNT = { namespace: 'default', name: 'csi-attacher' } as const;
+
+export interface NodePluginPaths {
+  /** The driver's node socket, which the registrar gives the kubelet as the endpoint. */
+  socket: string;
+  /** The kubelet's plugin watcher's directory. */
+  registrationDir: string;
+}
+
+/** sockaddr_un's sun_path is 108 bytes with the terminating NUL. */
+export const MAX_SOCKET_PATH_BYTES = 107;
+
+/** Why `path` cannot be a unix socket's address, or undefined when it can. */
+export function socketPathProblem(path: string): string | undefined {
+  const bytes = Buffer.byteLength(path);
+  return bytes > MAX_SOCKET_PATH_BYTES
+    ? `socket path ${path} is ${bytes} bytes, more than a unix socket's ${MAX_SOCKET_PATH_BYTES} (set a shorter TMPDIR)`
+    : undefined;
+}
+
+export const nodePluginPaths = (kubeletRoot: string): NodePluginPaths => ({
+  socket: join(kubeletRoot, 'plugins', DRIVER_NAME, 'csi.sock'),
+  registrationDir: join(kubeletRoot, 'plugins_registry'),
+});
+
+export const driverNodeArgs = (paths: NodePluginPaths, nodeName: string, backingDir: string): string[] => [
+  '-mode=node',
+  `-endpoint=${paths.socket}`,
+  `-drivername=${DRIVER_NAME}`,
+  `-backing-dir=${backingDir}`,
+  `-node-id=${nodeName}`,
+];
+
+export const registrarArgs = (paths: NodePluginPaths): string[] => [
+  `-csi-address=${paths.socket}`,
+  `-registration-dir=${paths.registrationDir}`,
+];
+
+export const driverControllerArgs = (socket: string, backingDir: string, stateDir: string): string[] => [
+  '-mode=controller',
+  `-endpoint=${socket}`,
+  `-drivername=${DRIVER_NAME}`,
+  `-backing-dir=${backingDir}`,
+  `-state-dir=${stateDir}`,
+];
+
+/**
+ * The attacher with one replica, so no leader election; -v=2 logs which handler it
+ * chose (controller.ts waits for "real CSI handler"). NB: its retry back-off is capped
+ * at 5 s (default 5 min): a testbed whose attach failed once, e.g. before the node's
+ * CSINode was written, must not wait minutes for the next try.
+ */
+export const attacherArgs = (socket: string, kubeconfig: string): string[] => [
+  `--csi-address=${socket}`,
+  `--kubeconfig=${kubeconfig}`,
+  '--leader-election=false',
+  '--timeout=15s',
+  '--retry-interval-max=5s',
+  '--worker-threads=4',
+  '-v=2',
+];
+
+/** attachRequired: the attach-detach controller makes a VolumeAttachment before the kubelet mounts. */
+export const csiDriverObject = (): V1CSIDriver => ({
+  metadata: { name: DRIVER_NAME },
+  spec: { attachRequired: true, podInfoOnMount: false, volumeLifecycleModes: ['Persistent'] },
+});
+
+/** external-attacher's deploy/kubernetes/rbac.yaml (v4.13.0): its ClusterRole. */
+export const attacherClusterRole = (): V1ClusterRole => ({
+  metadata: { name: 'external-attacher-runner' },
+  rules: [
+    { apiGroups: [''], resources: ['persistentvolumes'], verbs: ['get', 'list', 'watch', 'patch'] },
+    { apiGroups: ['storage.k8s.io'], resources: ['csinodes'], verbs: ['get', 'list', 'watch'] },
+    {
+      apiGroups: ['storage.k8s.io'],
+      resources: ['volumeattachments'],
+      verbs: ['get', 'list', 'watch', 'patch'],
+    },
+    { apiGroups: ['storage.k8s.io'], resources: ['volumeattachments/status'], verbs: ['patch'] },
+  ],
+});
+
+/** The same file's Role for leader election's Leases (unused with one replica, granted as upstream does). */
+export const attacherLeaseRole = (): V1Role => ({
+  metadata: { name: 'external-attacher-cfg', namespace: ATTACHER_ACCOUNT.namespace },
+  rules: [
+    {
+      apiGroups: ['coordination.k8s.io'],
+      resources: ['leases'],
+      verbs: ['get', 'watch', 'list', 'delete', 'update', 'create'],
+    },
+  ],
+});

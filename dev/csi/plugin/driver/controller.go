@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// controller attaches a volume to a node by recording it: the record is what a later
+// fencing driver revokes at ControllerUnpublish.
+type controller struct {
+	csi.UnimplementedControllerServer
+	backingDir string
+	stateDir   string
+}
+
+// publishContextNode is the publish context's key naming the node attached to; the
+// node part checks it (node.go).
+const publishContextNode = "attachedNode"
+
+// NB: volume and node ids become path names: only a plain name is accepted.
+var plainName = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9_.]{0,127}$`)
+
+func (c *controller) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: []*csi.ControllerServiceCapability{{
+		Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{
+			Type: csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+		}},
+	}}}, nil
+}
+
+func (c *controller) attachment(volume, node string) string {
+	return filepath.Join(c.stateDir, "attachments", volume, node)
+}
+
+func (c *controller) ControllerPublishVolume(_ context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+	volume, node := req.GetVolumeId(), req.GetNodeId()
+	if !plainName.MatchString(volume) || !plainName.MatchString(node) {
+		return nil, status.Errorf(codes.InvalidArgument, "volume id %q and node id %q must be plain names", volume, node)
+	}
+	if req.GetVolumeCapability() == nil {
+		return nil, status.Errorf(codes.InvalidArgument, "publishing volume %s to node %s: no volume capability", volume, node)
+	}
+	if st, err := os.Stat(filepath.Join(c.backingDir, volume)); err != nil || !st.IsDir() {
+		return nil, status.Errorf(codes.NotFound, "volume %s: no directory %s", volume, filepath.Join(c.backingDir, volume))
+	}
+	record := c.attachment(volume, node)
+	if err := os.MkdirAll(filepath.Dir(record), 0o750); err != nil {
+		return nil, status.Errorf(codes.Internal, "recording volume %s attached to node %s: %v", volume, node, err)
+	}
+	mode := "rw"
+	if req.GetReadonly() {
+		mode = "ro"
+	}
+	if err := os.WriteFile(record, []byte(mode+"\n"), 0o640); err != nil {
+		return nil, status.Errorf(codes.Internal, "recording volume %s attached to node %s: %v", volume, node, err)
+	}
+	return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{publishContextNode: node}}, nil
+}
+
+func (c *controller) ControllerUnpublishVolume(_ context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+	volume, node := req.GetVolumeId(), req.GetNodeId()
+	if !plainName.MatchString(volume) || (node != "" && !plainName.MatchString(node)) {
+		return nil, status.Errorf(codes.InvalidArgument, "volume id %q and node id %q must be plain names", volume, node)
+	}
+	// An empty node id means every node (CSI spec).
+	targets := []string{c.attachment(volume, node)}
+	if node == "" {
+		entries, err := os.ReadDir(filepath.Join(c.stateDir, "attachments", volume))
+		if err != nil && !os.IsNotExist(err) {
+			return nil, status.Errorf(codes.Internal, "listing volume %s's attachments: %v", volume, err)
+		}
+		targets = targets[:0]
+		for _, e := range entries {
+			targets = append(targets, c.attachment(volume, e.Name()))
+		}
+	}
+	for _, t := range targets {
+		if err := os.Remove(t); err != nil && !os.IsNotExist(err) {
+			return nil, status.Errorf(codes.Internal, "removing the attachment %s: %v", t, err)
+		}
+	}
+	return &csi.ControllerUnpublishVolumeResponse{}, nil
+}
+
+func (c *controller) ValidateVolumeCapabilities(_ context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	volume := req.GetVolumeId()
+	if st, err := os.Stat(filepath.Join(c.backingDir, volume)); !plainName.MatchString(volume) || err != nil || !st.IsDir() {
+		return nil, status.Errorf(codes.NotFound, "volume %q: no such directory", volume)
+	}
+	for _, capability := range req.GetVolumeCapabilities() {
+		if capability.GetMount() == nil {
+			return &csi.ValidateVolumeCapabilitiesResponse{Message: fmt.Sprintf("volume %s: only mount access is served", volume)}, nil
+		}
+	}
+	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeCapabilities: req.GetVolumeCapabilities(),
+	}}, nil
+}

@@ -1,0 +1,108 @@
+// leasehold-csi-hostdir: a CSI driver whose volumes are directories under one backing
+// directory (-backing-dir/<volume handle>), run in two parts as a cluster runs a driver:
+//
+//	-mode=controller  Identity + Controller (ControllerPublish/Unpublish), next to the
+//	                  control plane; the external-attacher calls it.
+//	-mode=node        Identity + Node (NodeStage/Unstage, NodePublish/Unpublish), on a
+//	                  node, in its mount namespace; the kubelet calls it.
+//
+// Guarantees: ControllerPublishVolume records the attachment (a file
+// -state-dir/attachments/<volume>/<node>) and answers only for an existing volume
+// directory; the publish context it returns carries attachedNode, and NodeStageVolume
+// refuses a volume whose publish context does not name this node, so a volume is
+// never staged on a node it was not attached to. Stage bind-mounts the volume
+// directory at the staging path, publish bind-mounts the staging path at the target
+// path (read-only when asked); unpublish and unstage unmount and remove what they
+// made. Every call is idempotent, as the CSI spec asks.
+// Not guaranteed: capacity, CreateVolume/DeleteVolume (volumes are static: the
+// testbed makes their directories), block volumes, and fencing: a node whose volume
+// was unpublished keeps writing until its own unmount (the fencing driver is a later
+// step, see ../README.md).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+)
+
+func main() {
+	var (
+		endpoint   = flag.String("endpoint", "", "unix socket path to serve CSI on (required)")
+		mode       = flag.String("mode", "", "controller or node (required)")
+		name       = flag.String("drivername", "hostdir.csi.leasehold.dev", "the CSI driver's name")
+		backingDir = flag.String("backing-dir", "", "directory holding one directory per volume (required)")
+		stateDir   = flag.String("state-dir", "", "controller: where attachments are recorded (required with -mode=controller)")
+		nodeID     = flag.String("node-id", "", "node: this node's id, as the kubelet reports it (required with -mode=node)")
+	)
+	flag.Parse()
+	if err := run(*endpoint, *mode, *name, *backingDir, *stateDir, *nodeID); err != nil {
+		log.Fatalf("leasehold-csi-hostdir: %v", err)
+	}
+}
+
+func run(endpoint, mode, name, backingDir, stateDir, nodeID string) error {
+	if endpoint == "" || backingDir == "" {
+		return fmt.Errorf("-endpoint and -backing-dir are required")
+	}
+	server := grpc.NewServer(grpc.UnaryInterceptor(logCalls))
+	switch mode {
+	case "controller":
+		if stateDir == "" {
+			return fmt.Errorf("-state-dir is required with -mode=controller")
+		}
+		csi.RegisterIdentityServer(server, &identity{name: name, controller: true})
+		csi.RegisterControllerServer(server, &controller{backingDir: backingDir, stateDir: stateDir})
+	case "node":
+		if nodeID == "" {
+			return fmt.Errorf("-node-id is required with -mode=node")
+		}
+		csi.RegisterIdentityServer(server, &identity{name: name})
+		csi.RegisterNodeServer(server, &node{backingDir: backingDir, nodeID: nodeID})
+	default:
+		return fmt.Errorf("-mode must be controller or node, not %q", mode)
+	}
+	if err := os.MkdirAll(filepath.Dir(endpoint), 0o750); err != nil {
+		return fmt.Errorf("making the socket's directory: %w", err)
+	}
+	if err := os.Remove(endpoint); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("removing a stale socket %s: %w", endpoint, err)
+	}
+	listener, err := net.Listen("unix", endpoint)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", endpoint, err)
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-stop
+		server.Stop()
+	}()
+	log.Printf("leasehold-csi-hostdir: %s %s serving on %s", name, mode, endpoint)
+	if err := server.Serve(listener); err != nil {
+		return fmt.Errorf("serving: %w", err)
+	}
+	_ = os.Remove(endpoint) // the listener's close removes it too; a leftover is harmless
+	return nil
+}
+
+// logCalls logs each CSI call and its outcome: the testbed's logs show the attach
+// and mount sequence.
+func logCalls(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if err != nil {
+		log.Printf("%s: %v", info.FullMethod, err)
+	} else {
+		log.Printf("%s: ok %v", info.FullMethod, req)
+	}
+	return resp, err
+}
