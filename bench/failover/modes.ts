@@ -60,7 +60,7 @@ export function modeLease(mode: ManagedMode): LeaseTimingsUsed {
 /** What a managed mode is, in one line (written into the result file). */
 export function modeSettings(mode: ManagedMode, grace: string): string {
   if (mode === 'longhorn')
-    return 'leasehold agent+manager with lease 7 s, renew 3 s (deadline 5 s), volume handoff volumes-in-use; detection = emulated Longhorn verdict: first 1 s tick after renewTime + 7 s (wall clock); every later figure = measured + (emulated - measured detection)';
+    return 'leasehold agent+manager with lease 7 s, renew 3 s (deadline 5 s), volume handoff volumes-in-use; detection = emulated Longhorn verdict: first 1 s tick after renewTime + 7 s (wall clock); crash-to-serving, clientWriteGap and server Ready (NFS) or crash-to-serving (toy) = measured + (emulated - measured detection); the other steps as measured';
   const va = mode === 'leasehold-va' || mode === 'leasehold-oos';
   return `leasehold chart defaults: lease 6 s, renew 2 s, deadline 4 s; volume handoff ${va ? 'volume-attachment (VolumeAttachment deleted)' : 'volumes-in-use (default)'}${mode === 'leasehold-oos' ? `; out-of-service taint on (node lease grace ${grace})` : ''}; detection = status.lastFailover.detectedAt`;
 }
