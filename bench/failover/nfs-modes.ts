@@ -15,6 +15,7 @@
  * is recorded with the run, run.ts).
  */
 import type { System } from '../../dev/system/system.ts';
+import { inLanes } from './lanes.ts';
 import {
   LONGHORN_LEASE_MS,
   type ManagedMode,
@@ -142,20 +143,10 @@ export async function runNfsModes(
   modes: Exclude<Mode, 'nfs'>[],
   o: NfsModesOptions,
 ): Promise<Array<{ mode: Mode; result?: NfsModeResult; error?: string }>> {
-  const out: Array<{ mode: Mode; result?: NfsModeResult; error?: string }> = modes.map((mode) => ({ mode }));
-  let next = 0;
-  const lane = async () => {
-    while (next < modes.length) {
-      const i = next++;
-      const mode = modes[i] as Exclude<Mode, 'nfs'>;
-      const slot = out[i] as { mode: Mode; result?: NfsModeResult; error?: string };
-      try {
-        slot.result = await runOne(mode, o);
-      } catch (err) {
-        slot.error = err instanceof Error ? err.message : String(err);
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(o.parallel, modes.length) }, lane));
-  return out;
+  const settled = await inLanes(modes, o.parallel, (mode) => runOne(mode, o));
+  return settled.map((s, i) => {
+    const mode = modes[i] as Mode;
+    if (s.status === 'fulfilled') return { mode, result: s.value };
+    return { mode, error: s.reason instanceof Error ? s.reason.message : String(s.reason) };
+  });
 }

@@ -42,6 +42,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { REPO_ROOT } from '../../dev/system/helm-install.ts';
 import { type System, startSystem } from '../../dev/system/system.ts';
+import { inLanes } from './lanes.ts';
 import { type CrashSample, leaseholdCrashRuns } from './leasehold-runs.ts';
 import { LONGHORN_LEASE_MS, MODES, type Mode, modeChartValues, modeLease, modeSettings } from './modes.ts';
 import { parseNfsOptions, runNfsMode } from './nfs-client-runs.ts';
@@ -221,7 +222,7 @@ function fmt(x: number | undefined): string {
 /** The toy share runs (--share toy): the serving-window figures of the HTTP record server. */
 async function mainToy(): Promise<void> {
   const others = modes.filter((m) => m !== 'nfs');
-  const settled = await Promise.allSettled(others.map((m) => runMode(m)));
+  const settled = await inLanes(others, parallel, runMode);
   const results: ModeResult[] = [];
   settled.forEach((s, i) => {
     if (s.status === 'fulfilled') results.push(s.value);

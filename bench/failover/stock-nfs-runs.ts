@@ -143,6 +143,8 @@ export async function stockNfsCrash(
     } finally {
       for (const n of others) await cordon(sys, n, false);
     }
+    // Each writer process registers an exit listener: `volumes` of them are expected.
+    process.setMaxListeners(Math.max(process.getMaxListeners(), opts.volumes + 10));
     for (const name of names) writers.set(name, await startShareWriter(sys, name, opts.clientVersion, FILE));
     for (const w of writers.values()) await w.writer.waitForAck(50, 120_000);
     const crashMono = monotonicMs();
