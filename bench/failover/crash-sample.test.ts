@@ -9,7 +9,15 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { crashToServing, shiftByDetection, summarize, summarizeLoad, victimStillServing } from './stats.ts';
+import {
+  clientFlowing,
+  clientStalledBeforeCrashS,
+  crashToServing,
+  shiftByDetection,
+  summarize,
+  summarizeLoad,
+  victimStillServing,
+} from './stats.ts';
 
 const CRASH = Date.parse('2026-12-01T11:20:00Z');
 
@@ -66,4 +74,20 @@ test('summarizeLoad: start, end, mean and max of the 1-minute load samples', () 
     mean: 2.67,
     max: 4,
   });
+});
+
+test('clientStalledBeforeCrashS: a gap that began long before the crash is the earlier stall, not the crash', () => {
+  // five-modes run, leasehold run 3: gap 98.66 s, writes resumed 32.04 s after the crash
+  assert.equal(clientStalledBeforeCrashS(32.04, 98.66), 66.62);
+  // a commit in flight at the crash (gap 1.2 s longer than the resume): still this crash's
+  assert.equal(clientStalledBeforeCrashS(21.88, 23.08), undefined);
+  assert.equal(clientStalledBeforeCrashS(10.06, 10.07), undefined);
+  assert.equal(clientStalledBeforeCrashS(undefined, 10), undefined);
+});
+
+test('clientFlowing: a crash is measured only from a client acknowledged within the tolerance', () => {
+  assert.equal(clientFlowing(10_000, 10_020), true);
+  assert.equal(clientFlowing(10_000, 12_000), true);
+  assert.equal(clientFlowing(10_000, 12_001), false);
+  assert.equal(clientFlowing(undefined, 12_000), false);
 });

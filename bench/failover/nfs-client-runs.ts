@@ -33,11 +33,14 @@ import {
   waitReadyNfsPod,
 } from '../../dev/system/nfs-share.ts';
 import { pvName } from '../../dev/system/shares.ts';
-import type { System } from '../../dev/system/system.ts';
+import { SHARES_NAMESPACE, type System } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { LeaseholdError } from '../../lib/errors.ts';
 import { withDeadline } from '../../lib/kube-client.ts';
 import { lastRenewMs } from './leasehold-runs.ts';
 import {
+  clientFlowing,
+  clientStalledBeforeCrashS,
   crashToServing,
   longhornVerdictMs,
   round,
@@ -158,9 +161,21 @@ export async function nfsClientCrashRuns(
       await sleep(Math.random() * opts.phaseSpreadMs);
       // NB: the victim is the node serving now, after the pause: the share may have moved
       // during it (crashing the old node would then measure nothing, see stats.ts).
-      const before = victimStillServing(chosen, await readyNfsPod(sys, SHARE))
-        ? chosen
-        : await waitReadyNfsPod(sys, SHARE, 120_000);
+      // ... and the client writes through it right now (its Ready condition can lag a
+      // share that already stalled: the crash would then measure the earlier stall).
+      let before = chosen;
+      for (let tries = 0; ; tries++) {
+        const now = await readyNfsPod(sys, SHARE);
+        const acks = w.writer.events.filter((e) => e.event === 'ack');
+        if (victimStillServing(before, now) && clientFlowing(acks[acks.length - 1]?.ms, monotonicMs())) break;
+        if (tries >= 5)
+          throw new LeaseholdError(
+            'E_BENCH_CLIENT_NOT_STEADY',
+            `run ${run} of ${SHARES_NAMESPACE}/${SHARE}: the client did not write steadily through one Ready server before the crash (5 tries)`,
+          );
+        await w.writer.waitForMoreAcks(10, 60_000);
+        before = await waitReadyNfsPod(sys, SHARE, 120_000);
+      }
       const pods = new PodTracker(sys, SHARE);
       const crashWall = Date.now();
       const crashMono = monotonicMs();
@@ -227,6 +242,10 @@ export async function nfsClientCrashRuns(
         delete sample.writesResumedS;
         delete sample.clientWriteGapS;
         sample.note ??= judged.reason;
+      } else if (clientStalledBeforeCrashS(judged.s, sample.clientWriteGapS) !== undefined) {
+        sample.note ??= `the client had been without an acknowledged write for ${clientStalledBeforeCrashS(judged.s, sample.clientWriteGapS)} s at the crash: the gap is an earlier stall's, not this crash's`;
+        delete sample.writesResumedS;
+        delete sample.clientWriteGapS;
       } else if (sample.detectS === undefined) {
         delete sample.writesResumedS;
         delete sample.clientWriteGapS;

@@ -137,3 +137,41 @@ export function summarizeLoad(oneMinute: readonly number[]): LoadSummary {
     max: round(Math.max(...v)),
   };
 }
+
+/**
+ * How long a client may go without an acknowledged write right before a crash and still
+ * count as writing through the share at the crash: a healthy writer is acknowledged every
+ * 20 ms, and one commit took up to 1.2 s on the loaded 2-core machine (five-modes run of
+ * 2026-12-01); a longer stall began before the crash and is not the crash's.
+ */
+export const CLIENT_STALL_TOLERANCE_MS = 2_000;
+
+/**
+ * Whether the client writes through the share right now (its last ack at most
+ * `toleranceMs` ago): a crash is only measured from a flowing client (pure).
+ */
+export function clientFlowing(
+  lastAckMs: number | undefined,
+  nowMs: number,
+  toleranceMs = CLIENT_STALL_TOLERANCE_MS,
+): boolean {
+  return lastAckMs !== undefined && nowMs - lastAckMs <= toleranceMs;
+}
+
+/**
+ * The seconds a client had already been without an acknowledged write at the crash, from
+ * the sample's figures (the gap ends at the first ack after the crash, `resumedS` after
+ * it, so it began gapS - resumedS before the crash), when that is over the tolerance;
+ * else undefined. Such a sample's gap is the earlier stall's, not the crash's (five-modes
+ * run of 2026-12-01, leasehold run 3: a gap of 98.66 s with writes resumed 32.04 s after
+ * the crash: the client had stalled 66.62 s before it).
+ */
+export function clientStalledBeforeCrashS(
+  resumedS: number | undefined,
+  gapS: number | undefined,
+  toleranceMs = CLIENT_STALL_TOLERANCE_MS,
+): number | undefined {
+  if (resumedS === undefined || gapS === undefined) return undefined;
+  const stalledS = round(gapS - resumedS);
+  return stalledS * 1000 > toleranceMs ? stalledS : undefined;
+}
