@@ -42,6 +42,8 @@ export interface NfsModeResult {
   crashToAgentAcquired?: Summary;
   /** Samples not served within the budget (stock: the expected outcome). */
   capped: number;
+  /** Samples that measured no failover of their crash (rejected, or not crashed; see their notes). */
+  rejected: number;
   ackedWritesLost: number;
   acked: number;
   staleHandles: number;
@@ -90,6 +92,7 @@ async function runOne(mode: Exclude<Mode, 'nfs'>, o: NfsModesOptions): Promise<N
       crashToServing: summarize(r.samples.map((s) => s.writesResumedS ?? Number.NaN)),
       clientWriteGap: summarize(r.samples.map((s) => s.clientWriteGapS ?? Number.NaN)),
       capped: r.samples.filter((s) => s.writesResumedS === undefined).length,
+      rejected: 0,
       ackedWritesLost: r.ackedWritesLost,
       acked: r.acked,
       staleHandles: r.staleHandles,
@@ -127,7 +130,8 @@ async function runOne(mode: Exclude<Mode, 'nfs'>, o: NfsModesOptions): Promise<N
     clientWriteGap: r.clientWriteGap,
     crashToServerReady: r.crashToServerReady,
     crashToAgentAcquired: r.crashToAgentAcquired,
-    capped: r.samples.filter((s) => s.writesResumedS === undefined).length,
+    capped: r.samples.filter((s) => s.outcome === 'capped').length,
+    rejected: r.samples.filter((s) => s.outcome === 'rejected' || s.outcome === 'not-crashed').length,
     ackedWritesLost: r.ackedWritesLost,
     acked: r.acked,
     staleHandles: r.staleHandles,

@@ -333,10 +333,10 @@ async function mainNfs(others: Exclude<Mode, 'nfs'>[]): Promise<void> {
   const lines = [
     '',
     `Failover after a node crash, measured from the NFS client (libnfs ${client}): ${runs} crashes per mode (stock: one crash carrying ${runs} volumes), ADC sync ${adcSync}, node-monitor grace ${grace}, node heartbeat ${heartbeat}; ${parallel} mode(s) at once; load average ${load.atStart.join(' ')} at start, ${load.atEnd.join(' ')} at end (1-min mean ${load.oneMinute.mean ?? '?'}, max ${load.oneMinute.max ?? '?'})`,
-    `${'mode'.padEnd(15)}detection p50/p95   crash-to-serving p50/p95   clientWriteGap p50/p95   n    capped  ackedLost  stale  overlaps`,
+    `${'mode'.padEnd(15)}detection p50/p95   crash-to-serving p50/p95   clientWriteGap p50/p95   n    capped  rejected  ackedLost  stale  overlaps`,
     ...results.map(
       (r) =>
-        `${r.mode.padEnd(13)}  ${fmtS(r.detection)}      ${fmtS(r.crashToServing)}              ${fmtS(r.clientWriteGap)}            ${String(r.crashToServing.n).padStart(2)}/${r.samples.length}  ${String(r.capped).padStart(3)}  ${String(r.ackedWritesLost).padStart(6)}/${r.acked}  ${r.staleHandles}  ${r.serverOverlaps}`,
+        `${r.mode.padEnd(13)}  ${fmtS(r.detection)}      ${fmtS(r.crashToServing)}              ${fmtS(r.clientWriteGap)}            ${String(r.crashToServing.n).padStart(2)}/${r.samples.length}  ${String(r.capped).padStart(3)}  ${String(r.rejected).padStart(6)}  ${String(r.ackedWritesLost).padStart(6)}/${r.acked}  ${r.staleHandles}  ${r.serverOverlaps}`,
     ),
     '',
     ...results
