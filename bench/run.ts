@@ -1,7 +1,7 @@
 /**
  * `npm run bench -- <name> [args]`: runs a benchmark by name, each in its own Node
  * process (the same toolchain: tsx, the control-plane binaries on PATH):
- *   failover        bench/failover/run.ts       node crashes: leasehold vs Longhorn timings vs stock
+ *   failover        bench/failover/run.ts       node crashes: five modes side by side, from the NFS client's side
  *   agent           bench/agent/run.ts          one agent's memory, CPU, requests per renewal
  *   manager-scale   bench/manager-scale/run.ts  manager CPU/RSS and detection lag at N leases
  *   all             each of the above in turn (args go to every one)

@@ -13,11 +13,11 @@
  * difference between that verdict and ours (the rest of the pipeline is the same).
  */
 import { PodTracker } from '../../dev/system/failover-facts.ts';
-import { createShare, pvName, shareStatus, waitServing } from '../../dev/system/shares.ts';
+import { createShare, pvName, servingNow, shareStatus, waitServing } from '../../dev/system/shares.ts';
 import { SHARES_NAMESPACE, type System } from '../../dev/system/system.ts';
 import { sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
-import { longhornVerdictMs, round } from './stats.ts';
+import { crashToServing, longhornVerdictMs, round, shiftByDetection, victimStillServing } from './stats.ts';
 
 export interface CrashSample {
   run: number;
@@ -42,10 +42,10 @@ async function nodeReady(sys: System, node: string): Promise<boolean> {
   return n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 }
 
-async function lastRenewMs(sys: System): Promise<number | undefined> {
+export async function lastRenewMs(sys: System, share = SHARE): Promise<number | undefined> {
   const coord = sys.kc.makeApiClient(k8s.CoordinationV1Api);
   const lease = await coord.readNamespacedLease(
-    { namespace: SHARES_NAMESPACE, name: SHARE },
+    { namespace: SHARES_NAMESPACE, name: share },
     withDeadline(5_000),
   );
   const renew = lease.spec?.renewTime as unknown as string | Date | undefined;
@@ -63,10 +63,15 @@ export async function leaseholdCrashRuns(
   const samples: CrashSample[] = [];
   await createShare(sys, SHARE);
   for (let run = 1; run <= runs; run++) {
-    const before = await waitServing(sys, SHARE, 120_000);
+    const chosen = await waitServing(sys, SHARE, 120_000);
     // A random phase against the renew period and the attach-detach controller's state
     // sync: without it, runs that each last about one sync period lock onto its phase.
     await sleep(Math.random() * phaseSpreadMs);
+    // NB: the victim is the node serving now, after the pause: the share may have moved
+    // during it (crashing the old node then measured the earlier move, -38.22 s once).
+    const before = victimStillServing(chosen, await servingNow(sys, SHARE).catch(() => undefined))
+      ? chosen
+      : await waitServing(sys, SHARE, 120_000);
     const tracker = new PodTracker(sys, SHARE);
     const crashAt = Date.now();
     await sys.sim.node(before.node).crash();
@@ -75,12 +80,14 @@ export async function leaseholdCrashRuns(
     try {
       const after = await waitServing(sys, SHARE, budgetMs, before.pod);
       const window = sys.sim.servingWindows(pvName(SHARE)).find((w) => w.id === after.pod);
-      const startedMs = window ? new Date(window.startWall).getTime() - crashAt : Number.NaN;
-      // NB: a window that began before the crash is not this crash's replacement: the
-      // share had already moved (an agent that fenced itself on a starved machine).
-      if (startedMs > 0) sample.servingS = round(startedMs / 1000);
-      else if (window)
-        sample.note = `served by ${after.pod} since before the crash: not a failover of this crash`;
+      // A window that began before the crash is rejected (stats.ts crashToServing).
+      const judged = crashToServing(
+        crashAt,
+        window ? new Date(window.startWall).getTime() : undefined,
+        budgetMs,
+      );
+      if (judged.kind === 'measured') sample.servingS = judged.s;
+      else sample.note = `${after.pod}: ${judged.reason}`;
       await sleep(500);
     } catch {
       sample.note = `not served again within ${budgetMs / 1000} s`;
@@ -108,8 +115,9 @@ export async function leaseholdCrashRuns(
     if (longhorn && renewMs !== undefined && sample.detectS !== undefined) {
       const verdict = longhornVerdictMs(renewMs, longhorn.leaseMs, crashAt + Math.random() * 1000);
       const lhDetectS = round((verdict - crashAt) / 1000);
-      if (sample.servingS !== undefined)
-        sample.servingS = round(sample.servingS + (lhDetectS - sample.detectS));
+      const shifted = shiftByDetection(sample.servingS, sample.detectS, lhDetectS);
+      if (shifted === undefined) delete sample.servingS;
+      else sample.servingS = shifted;
       sample.detectS = lhDetectS;
     }
     samples.push(sample);

@@ -29,14 +29,26 @@ import {
   createNfsShare,
   readyNfsPod,
   ServerProcessTracker,
+  type ShareWriter,
   startShareWriter,
   waitReadyNfsPod,
 } from '../../dev/system/nfs-share.ts';
 import { pvName } from '../../dev/system/shares.ts';
-import type { System } from '../../dev/system/system.ts';
+import { SHARES_NAMESPACE, type System } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { withDeadline } from '../../lib/kube-client.ts';
-import { round, type Summary, summarize } from './stats.ts';
+import { lastRenewMs } from './leasehold-runs.ts';
+import {
+  clientFlowing,
+  clientStalledBeforeCrashS,
+  crashToServing,
+  longhornVerdictMs,
+  round,
+  type Summary,
+  shiftByDetection,
+  summarize,
+  victimStillServing,
+} from './stats.ts';
 
 const SHARE = 'benchnfs';
 const FILE = 'records.bin';
@@ -62,21 +74,26 @@ export interface NfsCrashSample {
   /** The entrypoint started ganesha.nfsd (its `ganesha started` log line). */
   ganeshaStartedS?: number;
   serverReadyS?: number;
+  /** Crash to the client's first acknowledged write after it: crash-to-serving, as the client sees it. */
   writesResumedS?: number;
   clientWriteGapS?: number;
   /** The client's failed calls between the crash and the resume: [s since the crash, op, kind]. */
   clientErrors?: Array<[number, string, string]>;
   /** The client's (re)connections in that time (mount + open succeeded), s since the crash. */
   clientConnectedS?: number[];
+  /** measured; capped (not served within the budget); rejected (not this crash's failover, see note); not-crashed. */
+  outcome?: 'measured' | 'capped' | 'rejected' | 'not-crashed';
   note?: string;
 }
 
 export interface NfsClientResult {
-  mode: 'nfs';
+  /** `nfs` (its own file), or the failover mode this is (leasehold, leasehold-va, ...). */
+  mode: string;
   settings: string;
   timings: {
     adcSync: string;
     nodeMonitorGracePeriod: string;
+    nodeHeartbeatPeriod?: string;
     lease: { duration: string; renewInterval: string; renewDeadline: string };
     nfs: NfsSettingsUsed;
     client: string;
@@ -85,6 +102,8 @@ export interface NfsClientResult {
   samples: NfsCrashSample[];
   clientWriteGap: Summary;
   detection: Summary;
+  /** Crash to the client's first acknowledged write after it (samples' writesResumedS). */
+  crashToServing: Summary;
   crashToServerReady: Summary;
   /** Crash to the server container's start, and to ganesha's (samples' serverStartedS, ganeshaStartedS). */
   crashToServerContainerStarted: Summary;
@@ -107,6 +126,45 @@ async function nodeReady(sys: System, node: string): Promise<boolean> {
 const sinceS = (wallMs: number | undefined, crashWallMs: number) =>
   wallMs === undefined ? undefined : round((wallMs - crashWallMs) / 1000);
 
+/**
+ * The node to crash, chosen so that the crash measures a failover: a Ready server pod,
+ * the client's writes flowing again (10 more acks), the random pause, then the same pod
+ * still Ready and the client acknowledged within the tolerance (stats.ts
+ * victimStillServing, clientFlowing; the Ready condition can lag a share that already
+ * moved or stalled). Up to 5 tries; else the problem, naming what was not so (never
+ * thrown: one stalled run must not cost the mode its other samples).
+ */
+async function steadyVictim(
+  sys: System,
+  w: ShareWriter,
+  phaseSpreadMs: number,
+): Promise<{ pod: string; node: string } | { problem: string; node?: string }> {
+  let chosen: { pod: string; node: string } | undefined;
+  let last = 'no try made';
+  for (let tries = 0; tries < 5; tries++) {
+    try {
+      chosen = await waitReadyNfsPod(sys, SHARE, 120_000);
+      await w.writer.waitForMoreAcks(10, 60_000);
+    } catch (err) {
+      last = err instanceof Error ? err.message : String(err);
+      continue;
+    }
+    // The random pause only once: later tries only re-check.
+    if (tries === 0) await sleep(Math.random() * phaseSpreadMs);
+    const now = await readyNfsPod(sys, SHARE);
+    const acks = w.writer.events.filter((e) => e.event === 'ack');
+    const lastAck = acks[acks.length - 1]?.ms;
+    if (victimStillServing(chosen, now) && clientFlowing(lastAck, monotonicMs())) return chosen;
+    last = !victimStillServing(chosen, now)
+      ? `the Ready server moved from ${chosen.pod} to ${now?.pod ?? 'none'} during the pause`
+      : `the client's last acknowledged write was ${lastAck === undefined ? 'never' : `${round((monotonicMs() - lastAck) / 1000)} s ago`}`;
+  }
+  return {
+    problem: `no steady client through one Ready server of ${SHARES_NAMESPACE}/${SHARE} in 5 tries (last: ${last})`,
+    ...(chosen ? { node: chosen.node } : {}),
+  };
+}
+
 export async function nfsClientCrashRuns(
   sys: System,
   opts: {
@@ -118,9 +176,17 @@ export async function nfsClientCrashRuns(
     nfs: NfsSettingsUsed;
     clientVersion: 3 | 4;
     say: (line: string) => void;
+    /** The failover mode measured (default `nfs`), its settings line and lease timings. */
+    mode?: string;
+    settings?: string;
+    lease?: { duration: string; renewInterval: string; renewDeadline: string };
+    nodeHeartbeatPeriod?: string;
+    /** Longhorn's 1 s wall-clock verdict emulated (stats.ts) from each crash's last renewTime. */
+    longhorn?: { leaseMs: number };
   },
 ): Promise<NfsClientResult> {
   const { say } = opts;
+  const lease = opts.lease ?? { duration: '6s', renewInterval: '2s', renewDeadline: '4s' };
   const tracker = new ServerProcessTracker(sys, SHARE);
   await createNfsShare(sys, SHARE, { nfs: opts.nfs });
   await waitReadyNfsPod(sys, SHARE, 180_000);
@@ -130,15 +196,25 @@ export async function nfsClientCrashRuns(
   try {
     await w.writer.waitForAck(50, 120_000);
     for (let run = 1; run <= opts.runs; run++) {
-      const before = await waitReadyNfsPod(sys, SHARE, 120_000);
-      // Writes flowing again before the next crash (the previous run ended on 20 acks).
-      await w.writer.waitForMoreAcks(10, 60_000);
-      await sleep(Math.random() * opts.phaseSpreadMs);
+      const victim = await steadyVictim(sys, w, opts.phaseSpreadMs);
+      if ('problem' in victim) {
+        // Not crashed: recorded as a sample without figures, the next run proceeds.
+        samples.push({
+          run,
+          node: victim.node ?? '',
+          outcome: 'not-crashed',
+          note: `not crashed: ${victim.problem}`,
+        });
+        say(`run ${run}/${opts.runs}: not crashed: ${victim.problem}`);
+        continue;
+      }
+      const before = victim;
       const pods = new PodTracker(sys, SHARE);
       const crashWall = Date.now();
       const crashMono = monotonicMs();
       faults.push(crashMono);
       await sys.sim.node(before.node).crash();
+      const renewMs = opts.longhorn ? await lastRenewMs(sys, SHARE).catch(() => undefined) : undefined;
       const sample: NfsCrashSample = { run, node: before.node };
       const deadline = performance.now() + opts.budgetMs;
       let readyAt: number | undefined;
@@ -193,6 +269,41 @@ export async function nfsClientCrashRuns(
         gap?.resumedAfterMs === undefined ? undefined : round(gap.resumedAfterMs / 1000),
       );
       setIf('clientWriteGapS', gap?.gapMs === undefined ? undefined : round(gap.gapMs / 1000));
+      // The client's crash-to-serving, judged (a resume without a failover is no sample).
+      const judged = crashToServing(crashMono, gap?.firstAck?.ms, opts.budgetMs);
+      if (judged.kind !== 'measured') {
+        delete sample.writesResumedS;
+        delete sample.clientWriteGapS;
+        sample.note ??= judged.reason;
+      } else if (clientStalledBeforeCrashS(judged.s, sample.clientWriteGapS) !== undefined) {
+        sample.note ??= `the client had been without an acknowledged write for ${clientStalledBeforeCrashS(judged.s, sample.clientWriteGapS)} s at the crash: the gap is an earlier stall's, not this crash's`;
+        delete sample.writesResumedS;
+        delete sample.clientWriteGapS;
+      } else if (sample.detectS === undefined) {
+        delete sample.writesResumedS;
+        delete sample.clientWriteGapS;
+        sample.note ??= `writes resumed ${judged.s} s after the crash but no failover was recorded: the crashed node was not serving the share`;
+      }
+      if (opts.longhorn && sample.detectS !== undefined) {
+        if (renewMs === undefined) {
+          sample.note ??= 'no renewTime read at the crash: Longhorn verdict not emulated';
+          delete sample.writesResumedS;
+          delete sample.clientWriteGapS;
+        } else {
+          const verdict = longhornVerdictMs(renewMs, opts.longhorn.leaseMs, crashWall + Math.random() * 1000);
+          const lhDetectS = round((verdict - crashWall) / 1000);
+          const measuredDetectS = sample.detectS;
+          const shift = (k: 'writesResumedS' | 'clientWriteGapS' | 'serverReadyS') => {
+            const v = shiftByDetection(sample[k], measuredDetectS, lhDetectS);
+            if (v === undefined) delete sample[k];
+            else sample[k] = v;
+          };
+          shift('writesResumedS');
+          shift('clientWriteGapS');
+          shift('serverReadyS');
+          sample.detectS = lhDetectS;
+        }
+      }
       const resumedMono = gap?.firstAck?.ms ?? Number.POSITIVE_INFINITY;
       const between = w.writer.events.filter((e) => e.ms > crashMono && e.ms <= resumedMono);
       sample.clientErrors = between.flatMap((e) =>
@@ -203,6 +314,7 @@ export async function nfsClientCrashRuns(
       sample.clientConnectedS = between.flatMap((e) =>
         e.event === 'connected' ? [round((e.ms - crashMono) / 1000)] : [],
       );
+      sample.outcome = sample.writesResumedS !== undefined ? 'measured' : resumed ? 'rejected' : 'capped';
       samples.push(sample);
       say(
         `run ${run}/${opts.runs}: crashed ${before.node}: detected ${sample.detectS ?? '?'} s, replacement ${sample.replacementCreatedS ?? '?'} s, attached ${sample.attachedS ?? '?'} s, server container started ${sample.serverStartedS ?? '?'} s, gate began ${sample.gateBeganS ?? '-'} s, agent acquired ${sample.agentAcquiredS ?? '?'} s, ganesha started ${sample.ganeshaStartedS ?? '?'} s, Ready ${sample.serverReadyS ?? '?'} s, writes resumed ${sample.writesResumedS ?? '?'} s; clientWriteGap ${sample.clientWriteGapS ?? '?'} s${sample.note ? ` (${sample.note})` : ''}`,
@@ -224,12 +336,13 @@ export async function nfsClientCrashRuns(
   ];
   const client = opts.clientVersion === 3 ? 'libnfs NFSv3' : 'libnfs NFSv4.0';
   return {
-    mode: 'nfs',
-    settings: `leasehold chart defaults (lease 6 s, renew 2 s, deadline 4 s), default NFS server with spec.nfs versions ${opts.nfs.versions.join(',')}, grace ${opts.nfs.gracePeriod}, lease ${opts.nfs.leaseLifetime}; client ${client}, a committed 64-byte record every 20 ms through the Service address; clientWriteGap = last acknowledged write before the crash to the first after it`,
+    mode: opts.mode ?? 'nfs',
+    settings: `${opts.settings ?? 'leasehold chart defaults (lease 6 s, renew 2 s, deadline 4 s)'}; default NFS server with spec.nfs versions ${opts.nfs.versions.join(',')}, grace ${opts.nfs.gracePeriod}, lease ${opts.nfs.leaseLifetime}; client ${client}, a committed 64-byte record every 20 ms through the Service address; crash-to-serving = crash to the client's first acknowledged write after it; clientWriteGap = last acknowledged write before the crash to the first after it`,
     timings: {
       adcSync: opts.adcSync,
       nodeMonitorGracePeriod: opts.nodeMonitorGracePeriod,
-      lease: { duration: '6s', renewInterval: '2s', renewDeadline: '4s' },
+      ...(opts.nodeHeartbeatPeriod ? { nodeHeartbeatPeriod: opts.nodeHeartbeatPeriod } : {}),
+      lease,
       nfs: opts.nfs,
       client,
       writeIntervalMs: 20,
@@ -237,6 +350,7 @@ export async function nfsClientCrashRuns(
     samples,
     clientWriteGap: summarize(samples.map((s) => s.clientWriteGapS ?? Number.NaN)),
     detection: summarize(samples.map((s) => s.detectS ?? Number.NaN)),
+    crashToServing: summarize(samples.map((s) => s.writesResumedS ?? Number.NaN)),
     crashToServerReady: summarize(samples.map((s) => s.serverReadyS ?? Number.NaN)),
     crashToServerContainerStarted: summarize(samples.map((s) => s.serverStartedS ?? Number.NaN)),
     crashToGaneshaStarted: summarize(samples.map((s) => s.ganeshaStartedS ?? Number.NaN)),
@@ -256,8 +370,9 @@ export function nfsResultLines(r: NfsClientResult): string[] {
   const f = (s: Summary) =>
     `p50 ${s.p50 ?? '-'} s / p95 ${s.p95 ?? '-'} s / max ${s.max ?? '-'} s (n ${s.n})`;
   return [
-    `nfs (${r.timings.client}, versions ${r.timings.nfs.versions.join(',')}, grace ${r.timings.nfs.gracePeriod}, lease ${r.timings.nfs.leaseLifetime}; ADC sync ${r.timings.adcSync}): ${r.samples.length} crashes`,
+    `${r.mode} (${r.timings.client}, versions ${r.timings.nfs.versions.join(',')}, grace ${r.timings.nfs.gracePeriod}, lease ${r.timings.nfs.leaseLifetime}; ADC sync ${r.timings.adcSync}): ${r.samples.length} crashes`,
     `  clientWriteGap ${f(r.clientWriteGap)}`,
+    `  crash-to-serving (the client's first acknowledged write) ${f(r.crashToServing)}`,
     `  detection ${f(r.detection)}; crash to server Ready ${f(r.crashToServerReady)}`,
     `  crash to server container started ${f(r.crashToServerContainerStarted)}; to the agent's acquisition ${f(r.crashToAgentAcquired)}; to ganesha started ${f(r.crashToGaneshaStarted)}`,
     `  ackedWritesLost ${r.ackedWritesLost} of ${r.acked} acknowledged; duplicates ${r.duplicates}; staleHandles ${r.staleHandles}; serverOverlaps ${r.serverOverlaps}`,
@@ -267,6 +382,34 @@ export function nfsResultLines(r: NfsClientResult): string[] {
 }
 
 const NFS_VERSION_LIST = ['3', '4.0', '4.1', '4.2'];
+
+/**
+ * The --nfs-* options checked (pure): the settings and the client's version, or the
+ * problem naming the option and its rule.
+ */
+export function parseNfsOptions(o: {
+  versions: string;
+  grace: string;
+  lease: string;
+}): { nfs: NfsSettingsUsed; clientVersion: 3 | 4 } | { problem: string } {
+  const versions = o.versions.split(',').filter((v) => v !== '');
+  for (const v of versions)
+    if (!NFS_VERSION_LIST.includes(v))
+      return { problem: `--nfs-versions=${o.versions}: ${v} is not one of ${NFS_VERSION_LIST.join(', ')}` };
+  if (!versions.includes('3') && !versions.includes('4.0'))
+    return {
+      problem: `--nfs-versions=${o.versions}: needs 3 or 4.0 (the libnfs client speaks NFSv3 and NFSv4.0 only)`,
+    };
+  for (const [name, v] of [
+    ['--nfs-grace', o.grace],
+    ['--nfs-lease', o.lease],
+  ] as const)
+    if (!/^\d+s$/.test(v)) return { problem: `${name}=${v}: must be whole seconds like 15s` };
+  return {
+    nfs: { versions, gracePeriod: o.grace, leaseLifetime: o.lease },
+    clientVersion: versions.includes('3') ? 3 : 4,
+  };
+}
 
 /**
  * The `nfs` mode as bench/failover/run.ts calls it: checks its options (exit 2 naming
@@ -288,22 +431,12 @@ export async function runNfsMode(o: {
   say: (line: string) => void;
   withSystem: <T>(body: (sys: System) => Promise<T>) => Promise<T>;
 }): Promise<void> {
-  const versions = o.versions.split(',').filter((v) => v !== '');
-  const bad = (msg: string): never => {
-    process.stderr.write(`bench failover: ${msg}\n`);
+  const parsed = parseNfsOptions(o);
+  if ('problem' in parsed) {
+    process.stderr.write(`bench failover: ${parsed.problem}\n`);
     process.exit(2);
-  };
-  for (const v of versions)
-    if (!NFS_VERSION_LIST.includes(v))
-      bad(`--nfs-versions=${o.versions}: ${v} is not one of ${NFS_VERSION_LIST.join(', ')}`);
-  if (!versions.includes('3') && !versions.includes('4.0'))
-    bad(`--nfs-versions=${o.versions}: needs 3 or 4.0 (the libnfs client speaks NFSv3 and NFSv4.0 only)`);
-  for (const [name, v] of [
-    ['--nfs-grace', o.grace],
-    ['--nfs-lease', o.lease],
-  ] as const)
-    if (!/^\d+s$/.test(v)) bad(`${name}=${v}: must be whole seconds like 15s`);
-  const clientVersion = versions.includes('3') ? 3 : 4;
+  }
+  const { clientVersion } = parsed;
   try {
     const result = await o.withSystem((sys) =>
       nfsClientCrashRuns(sys, {
@@ -312,7 +445,7 @@ export async function runNfsMode(o: {
         phaseSpreadMs: o.adcSyncMs,
         adcSync: o.adcSync,
         nodeMonitorGracePeriod: o.nodeMonitorGracePeriod,
-        nfs: { versions, gracePeriod: o.grace, leaseLifetime: o.lease },
+        nfs: parsed.nfs,
         clientVersion,
         say: o.say,
       }),

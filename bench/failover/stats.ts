@@ -54,3 +54,124 @@ export function round(x: number, digits = 2): number {
 export function ratio(a: number | undefined, b: number | undefined): number | undefined {
   return a === undefined || b === undefined || b === 0 ? undefined : round(a / b, 1);
 }
+
+/**
+ * One crash's crash-to-serving, judged from the crash moment and the moment the share
+ * was served again (the same clock for both). A serving that began at or before the
+ * crash is not this crash's failover: the share had moved before it (e.g. an agent that
+ * fenced itself on a starved machine while the benchmark waited for its random phase),
+ * so the crashed node was not serving it. Such a sample is rejected with the reason,
+ * never counted (a bench once reported -38.22 s that way: the victim was chosen before
+ * the pause, the share moved during it). NB: only the order of the two moments is
+ * checked; that the crashed node served the share right before the crash is the
+ * caller's part (choose the victim after the pause, see `victimStillServing`).
+ */
+export type CrashToServing =
+  | { kind: 'measured'; s: number }
+  | { kind: 'rejected'; reason: string }
+  | { kind: 'not-served'; reason: string };
+
+export function crashToServing(
+  crashMs: number,
+  servedAgainMs: number | undefined,
+  budgetMs: number,
+): CrashToServing {
+  if (servedAgainMs === undefined || !Number.isFinite(servedAgainMs))
+    return { kind: 'not-served', reason: `not served again within ${budgetMs / 1000} s` };
+  const ms = servedAgainMs - crashMs;
+  if (ms <= 0)
+    return {
+      kind: 'rejected',
+      reason: `served since ${round(-ms / 1000)} s before the crash: not a failover of this crash`,
+    };
+  if (ms > budgetMs) return { kind: 'not-served', reason: `not served again within ${budgetMs / 1000} s` };
+  return { kind: 'measured', s: round(ms / 1000) };
+}
+
+/**
+ * Whether the node about to be crashed still serves the share: the serving pod seen
+ * right before the crash must be the one chosen (else the share moved meanwhile and the
+ * crash would measure nothing). Pure; the caller re-reads `now` after its pause.
+ */
+export function victimStillServing(
+  chosen: { pod: string; node: string },
+  now: { pod: string; node: string } | undefined,
+): boolean {
+  return now !== undefined && now.pod === chosen.pod && now.node === chosen.node;
+}
+
+/**
+ * Longhorn's emulated detection applied to a measured figure (crash-to-serving, or the
+ * client's write gap): the rest of the pipeline is the same, so the figure moves by the
+ * difference between the emulated verdict and ours. Undefined when either detection is
+ * missing, or when the shifted figure would precede the emulated verdict (nothing can
+ * be served again before the failover is decided: such a shift is not a measurement).
+ */
+export function shiftByDetection(
+  figureS: number | undefined,
+  measuredDetectS: number | undefined,
+  emulatedDetectS: number,
+): number | undefined {
+  if (figureS === undefined || measuredDetectS === undefined) return undefined;
+  const shifted = round(figureS + (emulatedDetectS - measuredDetectS));
+  return shifted > emulatedDetectS ? shifted : undefined;
+}
+
+/** The 1-minute load averages sampled during a run (os.loadavg()[0]), summarized. */
+export interface LoadSummary {
+  samples: number;
+  start?: number;
+  end?: number;
+  mean?: number;
+  max?: number;
+}
+
+export function summarizeLoad(oneMinute: readonly number[]): LoadSummary {
+  const v = oneMinute.filter((x) => Number.isFinite(x));
+  if (v.length === 0) return { samples: 0 };
+  return {
+    samples: v.length,
+    start: round(v[0] as number),
+    end: round(v[v.length - 1] as number),
+    mean: round(v.reduce((a, b) => a + b, 0) / v.length),
+    max: round(Math.max(...v)),
+  };
+}
+
+/**
+ * How long a client may go without an acknowledged write right before a crash and still
+ * count as writing through the share at the crash: a healthy writer is acknowledged every
+ * 20 ms, and one commit took up to 1.2 s on the loaded 2-core machine (five-modes run of
+ * 2026-12-01); a longer stall began before the crash and is not the crash's.
+ */
+export const CLIENT_STALL_TOLERANCE_MS = 2_000;
+
+/**
+ * Whether the client writes through the share right now (its last ack at most
+ * `toleranceMs` ago): a crash is only measured from a flowing client (pure).
+ */
+export function clientFlowing(
+  lastAckMs: number | undefined,
+  nowMs: number,
+  toleranceMs = CLIENT_STALL_TOLERANCE_MS,
+): boolean {
+  return lastAckMs !== undefined && nowMs - lastAckMs <= toleranceMs;
+}
+
+/**
+ * The seconds a client had already been without an acknowledged write at the crash, from
+ * the sample's figures (the gap ends at the first ack after the crash, `resumedS` after
+ * it, so it began gapS - resumedS before the crash), when that is over the tolerance;
+ * else undefined. Such a sample's gap is the earlier stall's, not the crash's (five-modes
+ * run of 2026-12-01, leasehold run 3: a gap of 98.66 s with writes resumed 32.04 s after
+ * the crash: the client had stalled 66.62 s before it).
+ */
+export function clientStalledBeforeCrashS(
+  resumedS: number | undefined,
+  gapS: number | undefined,
+  toleranceMs = CLIENT_STALL_TOLERANCE_MS,
+): number | undefined {
+  if (resumedS === undefined || gapS === undefined) return undefined;
+  const stalledS = round(gapS - resumedS);
+  return stalledS * 1000 > toleranceMs ? stalledS : undefined;
+}

@@ -30,22 +30,26 @@ export interface StockResult {
   notes: string[];
 }
 
-async function cordon(sys: System, node: string, unschedulable: boolean): Promise<void> {
+export async function cordon(sys: System, node: string, unschedulable: boolean): Promise<void> {
   await sys.core.patchNode(
     { name: node, body: { spec: { unschedulable } } },
     k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000)),
   );
 }
 
-async function createDeployment(sys: System, name: string, claim: string): Promise<void> {
-  const apps = sys.kc.makeApiClient(k8s.AppsV1Api);
-  const labels = { 'leasehold.dev/share-manager': name };
-  const toleration = (key: string) => ({
+/** NoExecute tolerations of an unreachable or not-ready node for TOLERATION_SECONDS. */
+export function stockTolerations(): k8s.V1Toleration[] {
+  return ['node.kubernetes.io/unreachable', 'node.kubernetes.io/not-ready'].map((key) => ({
     key,
     operator: 'Exists',
     effect: 'NoExecute',
     tolerationSeconds: TOLERATION_SECONDS,
-  });
+  }));
+}
+
+async function createDeployment(sys: System, name: string, claim: string): Promise<void> {
+  const apps = sys.kc.makeApiClient(k8s.AppsV1Api);
+  const labels = { 'leasehold.dev/share-manager': name };
   await apps.createNamespacedDeployment(
     {
       namespace: SHARES_NAMESPACE,
@@ -57,10 +61,7 @@ async function createDeployment(sys: System, name: string, claim: string): Promi
           template: {
             metadata: { labels },
             spec: {
-              tolerations: [
-                toleration('node.kubernetes.io/unreachable'),
-                toleration('node.kubernetes.io/not-ready'),
-              ],
+              tolerations: stockTolerations(),
               containers: [
                 {
                   name: 'server',
@@ -138,29 +139,10 @@ export async function stockCrash(
     }
     await sleep(500);
   }
-  const notes: string[] = [];
-  if (servingS.size < names.length) {
-    const events = await sys.core
-      .listNamespacedEvent({ namespace: SHARES_NAMESPACE }, withDeadline(10_000))
-      .catch(() => ({ items: [] as k8s.CoreV1Event[] }));
-    const reasons = new Map<string, string>();
-    for (const e of events.items) {
-      if (['FailedAttachVolume', 'FailedMount', 'FailedScheduling'].includes(e.reason ?? ''))
-        reasons.set(e.reason ?? '', (e.message ?? '').slice(0, 240));
-    }
-    const all = await sys.core
-      .listNamespacedPod({ namespace: SHARES_NAMESPACE }, withDeadline(10_000))
-      .catch(() => ({ items: [] as k8s.V1Pod[] }));
-    const terminating = all.items.filter((p) => p.metadata?.deletionTimestamp).length;
-    const waiting = all.items.filter(
-      (p) => !p.metadata?.deletionTimestamp && p.status?.phase === 'Pending',
-    ).length;
-    notes.push(
-      `capped: ${names.length - servingS.size} of ${volumes} volumes not served again within ${budgetMs / 1000} s of the crash`,
-      ...[...reasons].map(([r, m]) => `event ${r}: ${m}`),
-      `at the cap: ${terminating} evicted pods still Terminating on the dead node (their volumes stay in use for the attach-detach controller), ${waiting} replacements Pending`,
-    );
-  }
+  const notes =
+    servingS.size < names.length
+      ? await cappedNotes(sys, names.length - servingS.size, volumes, budgetMs)
+      : [];
   const samples = names.map((name, i) => ({
     run: i + 1,
     node: victim,
@@ -171,4 +153,36 @@ export async function stockCrash(
       : { note: `not served within ${budgetMs / 1000} s` }),
   }));
   return { samples, notes };
+}
+
+/**
+ * Why volumes were not served again by the cap, as the API shows it: the attach and
+ * scheduling events, and how many evicted pods are still Terminating on the dead node.
+ */
+export async function cappedNotes(
+  sys: System,
+  missing: number,
+  volumes: number,
+  budgetMs: number,
+): Promise<string[]> {
+  const events = await sys.core
+    .listNamespacedEvent({ namespace: SHARES_NAMESPACE }, withDeadline(10_000))
+    .catch(() => ({ items: [] as k8s.CoreV1Event[] }));
+  const reasons = new Map<string, string>();
+  for (const e of events.items) {
+    if (['FailedAttachVolume', 'FailedMount', 'FailedScheduling'].includes(e.reason ?? ''))
+      reasons.set(e.reason ?? '', (e.message ?? '').slice(0, 240));
+  }
+  const all = await sys.core
+    .listNamespacedPod({ namespace: SHARES_NAMESPACE }, withDeadline(10_000))
+    .catch(() => ({ items: [] as k8s.V1Pod[] }));
+  const terminating = all.items.filter((p) => p.metadata?.deletionTimestamp).length;
+  const waiting = all.items.filter(
+    (p) => !p.metadata?.deletionTimestamp && p.status?.phase === 'Pending',
+  ).length;
+  return [
+    `capped: ${missing} of ${volumes} volumes not served again within ${budgetMs / 1000} s of the crash`,
+    ...[...reasons].map(([r, m]) => `event ${r}: ${m}`),
+    `at the cap: ${terminating} evicted pods still Terminating on the dead node (their volumes stay in use for the attach-detach controller), ${waiting} replacements Pending`,
+  ];
 }
