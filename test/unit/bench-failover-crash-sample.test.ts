@@ -5,7 +5,7 @@
  * longhorn run 4: -38.22 s, the share had moved during the pause before the crash); the
  * victim is re-checked after the pause; Longhorn's emulated shift cannot produce a
  * figure earlier than its own verdict; the load average summary.
- *   node --import tsx --test bench/failover/crash-sample.test.ts
+ *   node --import tsx --test test/unit/bench-failover-crash-sample.test.ts
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -17,7 +17,7 @@ import {
   summarize,
   summarizeLoad,
   victimStillServing,
-} from './stats.ts';
+} from '../../bench/failover/stats.ts';
 
 const CRASH = Date.parse('2026-12-01T11:20:00Z');
 

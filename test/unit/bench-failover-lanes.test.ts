@@ -1,10 +1,10 @@
 /**
  * inLanes (lanes.ts): at most N at once, in order, a rejection returned as its item's outcome.
- *   node --import tsx --test bench/failover/lanes.test.ts
+ *   node --import tsx --test test/unit/bench-failover-lanes.test.ts
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { inLanes } from './lanes.ts';
+import { inLanes } from '../../bench/failover/lanes.ts';
 
 test('inLanes: never more than the lanes at once, started in order, every item settles', async () => {
   let running = 0;
