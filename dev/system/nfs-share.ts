@@ -3,7 +3,7 @@
  * `spec.server`) and the client's view of them, for the e2e tests, the failover
  * benchmark and the demo:
  *  - createNfsShare: a PV + PVC of the sim's test CSI driver and a ShareManager with
- *    only `spec.volume` (and `spec.nfs` / `spec.lease` when given);
+ *    only `spec.volume` (and `spec.nfs` / `spec.lease` / a node pin when given);
  *  - startShareWriter: a real NFS client (dev/nfs-client nfs-writer, libnfs) writing
  *    numbered, committed records through the Service's stable address (the sim's
  *    kube-proxy stand-in), as a pod in the cluster would through the ClusterIP;
@@ -40,6 +40,8 @@ export interface NfsShareOptions {
   /** spec.nfs (README "NFS settings of a share"); unset = the server's defaults. */
   nfs?: { versions?: string[]; gracePeriod?: string; leaseLifetime?: string };
   lease?: { duration?: string; renewInterval?: string; renewDeadline?: string; retryPeriod?: string };
+  /** Pin the share's pods to a node (spec.scheduling.nodeSelector; shares.ts unpinShare lifts it). */
+  node?: string;
 }
 
 export async function createNfsShare(sys: System, name: string, opts: NfsShareOptions = {}): Promise<void> {
@@ -58,6 +60,7 @@ export async function createNfsShare(sys: System, name: string, opts: NfsShareOp
           serviceAccountName: 'leasehold-agent',
           ...(opts.nfs ? { nfs: opts.nfs } : {}),
           ...(opts.lease ? { lease: opts.lease } : {}),
+          ...(opts.node ? { scheduling: { nodeSelector: { 'kubernetes.io/hostname': opts.node } } } : {}),
         },
       },
     },
