@@ -149,6 +149,31 @@ export async function eventsOf(sys: System, reason: string): Promise<string[]> {
   return list.items.map((e) => `${e.involvedObject.name}: ${e.message ?? ''}`);
 }
 
+/**
+ * Waits until the kubelet of simulated node `node` dropped `pod` (after a heal: it
+ * re-listed, found the pod deleted and killed what was left of it), so that "the old
+ * pod never came back" is checked after the one moment it could have.
+ */
+export async function waitPodForgotten(
+  sys: System,
+  node: string,
+  pod: string,
+  timeoutMs: number,
+): Promise<void> {
+  await eventually(
+    `the kubelet of ${node} dropped ${pod}`,
+    async () =>
+      sys.sim
+        .node(node)
+        .pods()
+        .some((p) => p.key === `${SHARES_NAMESPACE}/${pod}`)
+        ? undefined
+        : true,
+    timeoutMs,
+    200,
+  );
+}
+
 /** The Lease of a share (same name as its ShareManager). */
 export async function leaseOf(sys: System, share: string): Promise<k8s.V1Lease> {
   const coord = sys.kc.makeApiClient(k8s.CoordinationV1Api);
@@ -265,6 +290,7 @@ const openNfsShares = new Set<NfsClientShare>();
 export class NfsClientShare {
   readonly faultsMs: number[] = [];
   private writer: ShareWriter | undefined;
+  private readonly createdMs = monotonicMs();
 
   private constructor(
     private readonly sys: System,
@@ -282,6 +308,11 @@ export class NfsClientShare {
   /** Waits for a Ready server pod, starts the writer, waits for its first acks; the pod. */
   async startWriting(readyWithinMs: number): Promise<{ pod: string; node: string }> {
     const ready = await waitReadyNfsPod(this.sys, this.share, readyWithinMs);
+    // Where a slow start went (a restarted container is the usual suspect).
+    const exits = this.sys.sim.exits.filter((e) => e.pod.startsWith(`${this.share}-`));
+    process.stderr.write(
+      `${this.share}: ${ready.pod} Ready on ${ready.node} ${((monotonicMs() - this.createdMs) / 1000).toFixed(1)} s after its creation; container exits before: ${exits.length === 0 ? 'none' : exits.map((e) => `${e.pod}/${e.container} ${e.signal ?? e.code} (${e.reason})`).join(', ')}\n`,
+    );
     this.writer = await startShareWriter(this.sys, this.share, 3, 'records.bin', {
       intervalMs: WRITE_INTERVAL_MS,
     });
