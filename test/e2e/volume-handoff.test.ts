@@ -41,6 +41,7 @@ import {
   NfsClientShare,
   nfsFaultAndWaitForReplacement,
   useSystem,
+  waitPodForgotten,
 } from './e2e-support.ts';
 
 const BOUND_S = 25;
@@ -217,9 +218,25 @@ test('partition then heal on default timings: the share moves once, the healed n
     r.resumedS < BOUND_S,
     `partition to the client writing again ${r.resumedS.toFixed(2)} s < ${BOUND_S} s`,
   );
-  sys.sim.node(r.before.node).heal();
-  // Two of the healed kubelet's status periods: time to re-post volumesInUse and tear down.
-  await sleep(22_000);
+  const healed = r.before.node;
+  sys.sim.node(healed).heal();
+  // What could give the volume back to the healed node happens when its kubelet tears
+  // the deleted pod down and re-posts volumesInUse: wait for both (this replaced a fixed
+  // 22 s, two status periods), then leave the attach-detach controller 2 s to react.
+  await waitPodForgotten(sys, healed, r.before.pod, 30_000);
+  const forgottenS = Math.floor(Date.now() / 1000) * 1000;
+  await eventually(
+    `${healed} posted its status after dropping ${r.before.pod}, without ${NFS}'s volume`,
+    async () => {
+      const node = await sys.core.readNode({ name: healed }, withDeadline(5_000));
+      const beat = node.status?.conditions?.find((c) => c.type === 'Ready')?.lastHeartbeatTime;
+      const posted = beat !== undefined && new Date(beat).getTime() >= forgottenS;
+      return posted && !(node.status?.volumesInUse ?? []).includes(uniqueName(NFS)) ? true : undefined;
+    },
+    30_000,
+    250,
+  );
+  await sleep(2_000);
   assert.equal(
     (await readyNfsPod(sys, NFS))?.pod,
     r.after.pod,
