@@ -116,11 +116,14 @@ test('no spec.fence, the NFS server: the preset pod fence stops the partitioned 
     90_000,
     'partitioned from the API server',
   );
-  const stop = nfs.assertStoppedInOrder(r.before.pod, r.after.pod);
-  process.stderr.write(
-    `nofence-a: partition to serving ${r.toServingS?.toFixed(2)} s, writes resumed ${r.resumedS.toFixed(2)} s, clientWriteGap ${r.gapS.toFixed(2)} s; the old server was stopped by ${stop.by}, ${stop.marginMs.toFixed(0)} ms before the new one started\n`,
-  );
-  sys.sim.node(r.before.node).heal();
+  try {
+    const stop = nfs.assertStoppedInOrder(r.before.pod, r.after.pod);
+    process.stderr.write(
+      `nofence-a: partition to serving ${r.toServingS?.toFixed(2)} s, writes resumed ${r.resumedS.toFixed(2)} s, clientWriteGap ${r.gapS.toFixed(2)} s; the old server was stopped by ${stop.by}, ${stop.marginMs.toFixed(0)} ms before the new one started (exit ${stop.exit})\n`,
+    );
+  } finally {
+    sys.sim.node(r.before.node).heal(); // also when a check failed: the next scenarios need the node
+  }
 });
 
 test('signals made to fail (the fence names no running process): the kubelet backstop stops the server in time', {

@@ -8,8 +8,9 @@
  *    the failover; the replacement serves on another node, the client's writes resume
  *    within 25 s of the crash, the Service's EndpointSlices point at the replacement;
  *  - partition: the node serving a share is cut from the API server; its ganesha is
- *    stopped in order (by the pod fence's SIGTERM or the entrypoint's own lease gate,
- *    not killed) before the replacement's starts, and stays stopped after the heal.
+ *    stopped (by the pod fence, SIGTERM then SIGKILL after its grace, or by the
+ *    entrypoint's own lease gate) before the replacement's starts, and stays stopped
+ *    after the heal.
  * After each: 0 acknowledged writes lost (read back byte for byte from the volume), 0
  * duplicates, 0 stale file handles, never two ganesha processes of the share alive at
  * once (nfsFaultAndWaitForReplacement); the clientWriteGap is printed. The toy record
@@ -111,7 +112,7 @@ test('node partition: the old ganesha is stopped before the new one starts, and 
   );
   const stop = nfs.assertStoppedInOrder(r.before.pod, r.after.pod);
   process.stderr.write(
-    `node partition: the old server was stopped by ${stop.by}, ${stop.marginMs.toFixed(0)} ms before the new one started\n`,
+    `node partition: the old server was stopped by ${stop.by}, ${stop.marginMs.toFixed(0)} ms before the new one started (exit ${stop.exit})\n`,
   );
 
   const node = sys.sim.node(r.before.node);
