@@ -6,7 +6,11 @@
  *   - a pod tracker polling the share's pods (replacement created, scheduled: the first
  *     time its spec.nodeName was seen);
  *   - the simulator's CSI attacher (detach of the old node's attachment, attach to the new);
- *   - the share server's serving-window log (the new server started serving).
+ *   - the share server's serving-window log (the new server started serving), or for a
+ *     server that keeps none (the shipped NFS server) the moment and source the caller
+ *     gives (`servingAt`, `servingSource`: e.g. its entrypoint's `serving` log line);
+ *   - optionally the NFS client's first acknowledged write after the fault
+ *     (`clientResumedAt`, from dev/nfs-client's writer).
  * Pure `timelineOf` turns the facts into ordered steps with seconds since the crash.
  */
 import { sleep } from '../../lib/clock.ts';
@@ -81,6 +85,10 @@ export interface FailoverFacts {
   oldDetachedAt?: Date;
   attachedAt?: Date;
   servingAt?: Date;
+  /** Where servingAt comes from; default the serving-window log. */
+  servingSource?: string;
+  /** The NFS client's first acknowledged write after the fault (a step only when set). */
+  clientResumedAt?: Date;
 }
 
 export interface TimelineStep {
@@ -94,10 +102,7 @@ const at = (iso: string | undefined): Date | undefined => (iso ? new Date(iso) :
 export function gatherFacts(
   sys: System,
   tracker: PodTracker,
-  base: Omit<
-    FailoverFacts,
-    'scheduledAt' | 'oldPodGoneAt' | 'newPodSeenAt' | 'oldDetachedAt' | 'attachedAt' | 'servingAt'
-  >,
+  base: Omit<FailoverFacts, 'scheduledAt' | 'oldPodGoneAt' | 'newPodSeenAt' | 'oldDetachedAt' | 'attachedAt'>,
 ): FailoverFacts {
   const pv = pvName(base.share);
   const timings = sys.sim.attacher.timings.filter((t) => t.pv === pv && t.doneWall >= base.crashAt);
@@ -117,7 +122,7 @@ export function gatherFacts(
     newPodSeenAt: tracker.created.get(base.newPod),
     oldDetachedAt: timings.find((t) => t.op === 'detach' && t.node === base.crashedNode)?.doneWall,
     attachedAt: timings.find((t) => t.op === 'attach' && t.node === base.newNode)?.doneWall,
-    servingAt: at(window?.startWall),
+    servingAt: base.servingAt ?? at(window?.startWall),
   };
 }
 
@@ -156,8 +161,18 @@ export function timelineOf(f: FailoverFacts): TimelineStep[] {
       seconds: since(at(lf.completedAt)),
       source: 'status.lastFailover',
     },
-    { step: `share served from ${f.newNode}`, seconds: since(f.servingAt), source: 'serving-window log' },
+    {
+      step: `share served from ${f.newNode}`,
+      seconds: since(f.servingAt),
+      source: f.servingSource ?? 'serving-window log',
+    },
   ];
+  if (f.clientResumedAt)
+    steps.push({
+      step: 'NFS client writes resumed',
+      seconds: since(f.clientResumedAt),
+      source: 'nfs-writer',
+    });
   return steps;
 }
 

@@ -3,7 +3,8 @@
  * `spec.server`) and the client's view of them, for the e2e tests, the failover
  * benchmark and the demo:
  *  - createNfsShare: a PV + PVC of the sim's test CSI driver (or a claim given) and a
- *    ShareManager with only `spec.volume` (and `spec.nfs` / `spec.lease` when given);
+ *    ShareManager with only `spec.volume` (and `spec.nfs` / `spec.lease` / a node pin
+ *    when given);
  *  - startShareWriter: a real NFS client (dev/nfs-client nfs-writer, libnfs) writing
  *    numbered, committed records through the Service's stable address (the sim's
  *    kube-proxy stand-in), as a pod in the cluster would through the ClusterIP;
@@ -48,6 +49,8 @@ export interface NfsShareOptions {
    * (read it with dev/sim/storage/block-image.ts readImageFile).
    */
   claim?: string;
+  /** Pin the share's pods to a node (spec.scheduling.nodeSelector; shares.ts unpinShare lifts it). */
+  node?: string;
 }
 
 export async function createNfsShare(sys: System, name: string, opts: NfsShareOptions = {}): Promise<void> {
@@ -66,6 +69,7 @@ export async function createNfsShare(sys: System, name: string, opts: NfsShareOp
           serviceAccountName: 'leasehold-agent',
           ...(opts.nfs ? { nfs: opts.nfs } : {}),
           ...(opts.lease ? { lease: opts.lease } : {}),
+          ...(opts.node ? { scheduling: { nodeSelector: { 'kubernetes.io/hostname': opts.node } } } : {}),
         },
       },
     },

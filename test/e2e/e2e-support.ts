@@ -4,13 +4,43 @@
  * `before` and stopped in `after` (also when a test fails); and the checks every
  * scenario makes: the share's serving windows never overlap, every record written
  * before a fault is readable after it, how many failovers the managers ran.
+ *
+ * The NFS client's view (issue 9), for every scenario that expects a failover: an
+ * NfsClientShare is a share on the shipped NFS server (no spec.server; NFSv3, see
+ * E2E_NFS) with one real NFS client (dev/nfs-client nfs-writer, libnfs: numbered,
+ * committed records through the Service's stable address) and a tracker of its ganesha
+ * containers; nfsFaultAndWaitForReplacement faults its node and then asserts, from the
+ * client's own events and the file on the volume: writes resumed, 0 acknowledged writes
+ * lost (read back byte for byte), 0 duplicates (nor records out of place or corrupt),
+ * 0 stale file handles, and never two ganesha processes of the share alive at once
+ * (dev/system/server-process-windows.ts, whose overlap check
+ * test/unit/server-process-windows.test.ts proves fails on an overlap; the write
+ * analysis's violations are proven by test/unit/nfs-client-analysis.test.ts); it prints
+ * the clientWriteGap. Writers and trackers still running when a file ends are stopped
+ * before the system is.
+ * Not guaranteed: a write gap bound (figures are printed; bench/failover measures them).
  * LEASEHOLD_KEEP_CLUSTER=1 keeps the cluster dir and the sim root (logs) for reading.
  */
 
 import assert from 'node:assert/strict';
 import { after, before } from 'node:test';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
-import { formatTimeline, gatherFacts, PodTracker, timelineOf } from '../../dev/system/failover-facts.ts';
+import {
+  type FailoverFacts,
+  formatTimeline,
+  gatherFacts,
+  PodTracker,
+  timelineOf,
+} from '../../dev/system/failover-facts.ts';
+import {
+  analyzeShareWriter,
+  createNfsShare,
+  readyNfsPod,
+  ServerProcessTracker,
+  type ShareWriter,
+  startShareWriter,
+  waitReadyNfsPod,
+} from '../../dev/system/nfs-share.ts';
 import {
   fetchRecords,
   pvName,
@@ -23,6 +53,7 @@ import { SHARES_NAMESPACE, type System, type SystemOptions, startSystem } from '
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { leftoverPodProcesses } from '../integration/sim-harness.ts';
+import { eventually } from '../support/cluster.ts';
 
 export function useSystem(opts: SystemOptions): () => System {
   let sys: System | undefined;
@@ -33,6 +64,8 @@ export function useSystem(opts: SystemOptions): () => System {
     { timeout: 300_000 },
   );
   after(async () => {
+    // No writer left retrying against a stopped system (also when a scenario failed half-way).
+    for (const nfs of [...openNfsShares]) await nfs.stop();
     if (process.env.LEASEHOLD_KEEP_CLUSTER === '1' && sys)
       process.stderr.write(`kept: cluster ${sys.cluster.dir}, sim ${sys.sim.root}\n`);
     await sys?.stop();
@@ -116,6 +149,31 @@ export async function eventsOf(sys: System, reason: string): Promise<string[]> {
   return list.items.map((e) => `${e.involvedObject.name}: ${e.message ?? ''}`);
 }
 
+/**
+ * Waits until the kubelet of simulated node `node` dropped `pod` (after a heal: it
+ * re-listed, found the pod deleted and killed what was left of it), so that "the old
+ * pod never came back" is checked after the one moment it could have.
+ */
+export async function waitPodForgotten(
+  sys: System,
+  node: string,
+  pod: string,
+  timeoutMs: number,
+): Promise<void> {
+  await eventually(
+    `the kubelet of ${node} dropped ${pod}`,
+    async () =>
+      sys.sim
+        .node(node)
+        .pods()
+        .some((p) => p.key === `${SHARES_NAMESPACE}/${pod}`)
+        ? undefined
+        : true,
+    timeoutMs,
+    200,
+  );
+}
+
 /** The Lease of a share (same name as its ShareManager). */
 export async function leaseOf(sys: System, share: string): Promise<k8s.V1Lease> {
   const coord = sys.kc.makeApiClient(k8s.CoordinationV1Api);
@@ -133,8 +191,9 @@ export interface FaultResult {
 }
 
 /**
- * Runs `fault` against the node serving `share`, then waits until another pod serves
- * it; returns both servings and the time from the fault to the new serving window.
+ * Runs `fault` against the node serving `share` (the demo share server), then waits until
+ * another pod serves it; returns both servings and the time from the fault to the new
+ * serving window.
  */
 export async function faultAndWaitForReplacement(
   sys: System,
@@ -145,17 +204,45 @@ export async function faultAndWaitForReplacement(
 ): Promise<FaultResult> {
   const before = await waitServing(sys, share, 60_000);
   const acked = await ackedSeq(before);
+  const r = await faultAndFollow(sys, share, before, fault, faultName, async () => {
+    const after = await waitServing(sys, share, timeoutMs, before.pod);
+    const window = sys.sim.servingWindows(pvName(share)).find((w) => w.id === after.pod);
+    assert.ok(window, `a serving window of ${after.pod}`);
+    return { after, servingAt: new Date(window.startWall) };
+  });
+  return { ...r, acked, toServingS: r.toServingS ?? Number.NaN };
+}
+
+/**
+ * The common part of a fault: a pod tracker, the fault, the wait for the replacement
+ * (`follow`, which says when it served), the share's status and its printed timeline.
+ */
+async function faultAndFollow<S extends { pod: string; node: string }>(
+  sys: System,
+  share: string,
+  before: S,
+  fault: (node: string) => Promise<void>,
+  faultName: string,
+  follow: () => Promise<
+    Pick<FailoverFacts, 'servingAt' | 'servingSource' | 'clientResumedAt'> & { after: S }
+  >,
+): Promise<{
+  before: S;
+  after: S;
+  toServingS: number | undefined;
+  status: ShareStatus;
+  tracker: PodTracker;
+}> {
   const tracker = new PodTracker(sys, share);
   const faultAt = Date.now();
-  await fault(before.node);
-  let after: Serving;
+  let followed: Awaited<ReturnType<typeof follow>>;
   try {
-    after = await waitServing(sys, share, timeoutMs, before.pod);
+    await fault(before.node);
+    followed = await follow();
   } finally {
     await tracker.stop();
   }
-  const window = sys.sim.servingWindows(pvName(share)).find((w) => w.id === after.pod);
-  assert.ok(window, `a serving window of ${after.pod}`);
+  const { after, ...served } = followed;
   const status = await shareStatus(sys, share);
   const facts = gatherFacts(sys, tracker, {
     share,
@@ -166,14 +253,243 @@ export async function faultAndWaitForReplacement(
     newPod: after.pod,
     newNode: after.node,
     status,
+    ...served,
   });
   process.stderr.write(`${share}: timeline since the fault\n${formatTimeline(timelineOf(facts))}\n`);
-  return {
+  const toServingS = facts.servingAt ? (facts.servingAt.getTime() - faultAt) / 1000 : undefined;
+  return { before, after, toServingS, status, tracker };
+}
+
+// ---- The NFS client's view ----
+
+/**
+ * spec.nfs of the e2e tier's NFS shares: NFSv3 only (the pod gets its rpcbind). v3
+ * WRITE and COMMIT never wait for ganesha's grace period, so the client's gap is the
+ * failover itself and the server's grace and lease defaults (15 s / 10 s) cost these
+ * files nothing; an NFSv4.0 client waits out the whole grace after every start
+ * (nfs-failover.test.ts runs one with a 5 s grace; bench/failover measures both).
+ */
+export const E2E_NFS = { versions: ['3'] };
+/**
+ * One committed record every 100 ms (the writer's default is 20 ms): a tenth of a
+ * second is resolution enough for these checks (bench/failover measures the gap at
+ * 20 ms), and a writer plus its ganesha at 50 WRITE+COMMIT a second is CPU the other
+ * processes of a 2-core machine need.
+ */
+const WRITE_INTERVAL_MS = 100;
+/** Acknowledged writes after a fault that count as "writes resumed". */
+const RESUMED_ACKS = 5;
+const openNfsShares = new Set<NfsClientShare>();
+
+/**
+ * A share on the shipped NFS server watched by a real NFS client: create() starts the
+ * server-process tracker (first, so it sees the first container start) and the
+ * ShareManager; startWriting() the NFSv3 writer once a server pod is Ready. The writer
+ * runs until stop() (or the end of the file): each fault is marked with markFault().
+ */
+export class NfsClientShare {
+  readonly faultsMs: number[] = [];
+  private writer: ShareWriter | undefined;
+  private readonly createdMs = monotonicMs();
+
+  private constructor(
+    private readonly sys: System,
+    readonly share: string,
+    readonly tracker: ServerProcessTracker,
+  ) {}
+
+  static async create(sys: System, share: string, opts: { node?: string } = {}): Promise<NfsClientShare> {
+    const nfs = new NfsClientShare(sys, share, new ServerProcessTracker(sys, share));
+    openNfsShares.add(nfs);
+    await createNfsShare(sys, share, { nfs: E2E_NFS, ...(opts.node ? { node: opts.node } : {}) });
+    return nfs;
+  }
+
+  /** Waits for a Ready server pod, starts the writer, waits for its first acks; the pod. */
+  async startWriting(readyWithinMs: number): Promise<{ pod: string; node: string }> {
+    const ready = await waitReadyNfsPod(this.sys, this.share, readyWithinMs);
+    // Where a slow start went (a restarted container is the usual suspect).
+    const exits = this.sys.sim.exits.filter((e) => e.pod.startsWith(`${this.share}-`));
+    process.stderr.write(
+      `${this.share}: ${ready.pod} Ready on ${ready.node} ${((monotonicMs() - this.createdMs) / 1000).toFixed(1)} s after its creation; container exits before: ${exits.length === 0 ? 'none' : exits.map((e) => `${e.pod}/${e.container} ${e.signal ?? e.code} (${e.reason})`).join(', ')}\n`,
+    );
+    this.writer = await startShareWriter(this.sys, this.share, 3, 'records.bin', {
+      intervalMs: WRITE_INTERVAL_MS,
+    });
+    await this.writer.writer.waitForAck(RESUMED_ACKS, 60_000);
+    return ready;
+  }
+
+  private get w(): ShareWriter {
+    if (!this.writer) throw new Error(`${this.share}: the NFS writer was not started (startWriting)`);
+    return this.writer;
+  }
+
+  /** Marks a fault now, on the writer's clock (CLOCK_MONOTONIC): call right before causing it. */
+  markFault(): number {
+    const ms = monotonicMs();
+    this.faultsMs.push(ms);
+    return ms;
+  }
+
+  /** Waits until the writer had RESUMED_ACKS acks after the last fault. */
+  async waitResumed(timeoutMs: number): Promise<void> {
+    const since = this.faultsMs.at(-1) ?? 0;
+    await eventually(
+      `${this.share}: ${RESUMED_ACKS} acknowledged NFS writes after the fault`,
+      async () =>
+        this.w.writer.events.filter((e) => e.event === 'ack' && e.ms > since).length >= RESUMED_ACKS
+          ? true
+          : undefined,
+      timeoutMs,
+      200,
+    );
+  }
+
+  /** The first acknowledged write after the last fault: seconds after it, and when (wall clock). */
+  resumed(): { afterS: number; at: Date } | undefined {
+    const since = this.faultsMs.at(-1) ?? Number.POSITIVE_INFINITY;
+    const ack = this.w.writer.events.find((e) => e.event === 'ack' && e.ms > since);
+    return ack
+      ? { afterS: (ack.ms - since) / 1000, at: new Date(ack.ms + Date.now() - monotonicMs()) }
+      : undefined;
+  }
+
+  /**
+   * Asserts the client's view of every fault so far (writes resumed after each, nothing
+   * acknowledged lost, no duplicate, no stale handle) and that no two ganesha servers
+   * of the share were alive at once; prints and returns each fault's clientWriteGap (s).
+   * Valid while the writer runs: an ack is printed only after its COMMIT returned, and
+   * the file is read in the same tick as the events.
+   */
+  assertClientView(label: string): number[] {
+    const report = analyzeShareWriter(this.sys, this.share, this.w, this.faultsMs);
+    const gapsS = report.clientWriteGaps.map((g) => (g.gapMs ?? Number.NaN) / 1000);
+    const resumedS = report.clientWriteGaps.map((g) => (g.resumedAfterMs ?? Number.NaN) / 1000);
+    process.stderr.write(
+      `${label}: ${this.share} NFSv3 clientWriteGap ${gapsS.map((g) => g.toFixed(2)).join(', ')} s (writes resumed ${resumedS.map((g) => g.toFixed(2)).join(', ')} s after the fault); acked ${report.acked}, lost ${report.ackedWritesLost}, duplicates ${report.duplicates.length}, stale ${report.staleHandles}, errors ${JSON.stringify(report.errors)}\n`,
+    );
+    assert.deepEqual(report.violations, [], `${this.share}: the NFS client's view upholds every guarantee`);
+    assert.equal(report.ackedWritesLost, 0, 'acknowledged writes lost');
+    assert.equal(report.duplicates.length, 0, 'records written twice');
+    assert.equal(report.staleHandles, 0, 'stale file handles');
+    for (const g of report.clientWriteGaps) assert.ok(g.firstAck, 'writes resumed after the fault');
+    this.assertOneServerAtATime();
+    return gapsS;
+  }
+
+  /** No two ganesha containers of the share alive at once (as the kubelets saw them). */
+  assertOneServerAtATime(): void {
+    assert.deepEqual(
+      overlappingWindows(this.tracker.windows(), monotonicMs()).map(
+        ([a, b]) =>
+          `${a.id}[${a.startWall}..${a.stopWall ?? 'open'}] x ${b.id}[${b.startWall}..${b.stopWall ?? 'open'}]`,
+      ),
+      [],
+      `no two ganesha servers of ${this.share} alive at once`,
+    );
+  }
+
+  /** When the entrypoint of `pod`'s server logged `serving` (ganesha answered), wall ms. */
+  servingWall(pod: string): number | undefined {
+    return this.tracker.logLineWall(pod, 'serving');
+  }
+
+  /**
+   * Asserts that `oldPod`'s ganesha ran once and was stopped — by the pod fence (its
+   * entrypoint logged the SIGTERM) or the entrypoint's own lease gate — before
+   * `newPod`'s server started; returns that margin (ms), what stopped it and how the
+   * container exited, for the scenario to print. NB: an exit by SIGKILL is allowed: the
+   * pod fence SIGKILLs what is left after its grace, which a loaded machine can
+   * exceed; the order is what safety needs.
+   */
+  assertStoppedInOrder(oldPod: string, newPod: string): { marginMs: number; by: string; exit: string } {
+    const windows = this.tracker.windows();
+    const old = windows.filter((w) => w.id === oldPod);
+    const fresh = windows.find((w) => w.id === newPod);
+    assert.equal(old.length, 1, `${oldPod} ran its server once`);
+    assert.ok(fresh, `${newPod} ran a server`);
+    const stopMs = old[0]?.stopMonoMs;
+    assert.ok(stopMs !== undefined, `${oldPod}'s server stopped`);
+    const marginMs = fresh.startMonoMs - stopMs;
+    assert.ok(
+      marginMs > 0,
+      `${oldPod}'s server stopped ${marginMs.toFixed(0)} ms before ${newPod}'s started`,
+    );
+    const exit = this.sys.sim.exits.find((e) => e.pod === oldPod && e.container === 'server');
+    const by =
+      this.tracker.logLineWall(oldPod, 'stop requested: forwarding SIGTERM to ganesha') !== undefined
+        ? 'SIGTERM (the pod fence)'
+        : this.tracker.logLineWall(oldPod, 'stopped: the lease proof lapsed') !== undefined
+          ? 'its own lease gate'
+          : undefined;
+    assert.ok(
+      by,
+      `${oldPod}'s server logged why it stopped (the fence or its lease gate); exit ${JSON.stringify(exit)}`,
+    );
+    return {
+      marginMs,
+      by,
+      exit: exit ? `${exit.signal ?? `code ${exit.code}`} (${exit.reason})` : 'not seen',
+    };
+  }
+
+  async stop(): Promise<void> {
+    openNfsShares.delete(this);
+    await this.writer?.writer.stop();
+    await this.tracker.stop();
+  }
+}
+
+export interface NfsFaultResult {
+  before: { pod: string; node: string };
+  after: { pod: string; node: string };
+  /** Seconds from the fault to the replacement's entrypoint logging `serving`. */
+  toServingS: number | undefined;
+  /** Seconds from the fault to the client's first acknowledged write after it. */
+  resumedS: number;
+  /** clientWriteGap of this fault, seconds. */
+  gapS: number;
+  status: ShareStatus;
+  tracker: PodTracker;
+}
+
+/**
+ * Runs `fault` against the node of the share's Ready NFS server pod, waits for a Ready
+ * replacement on another pod and for the client's writes to resume, prints the timeline
+ * and asserts the client's view (NfsClientShare.assertClientView) of every fault so far.
+ */
+export async function nfsFaultAndWaitForReplacement(
+  sys: System,
+  nfs: NfsClientShare,
+  fault: (node: string) => Promise<void>,
+  timeoutMs: number,
+  faultName = 'crashed',
+): Promise<NfsFaultResult> {
+  const before = await readyNfsPod(sys, nfs.share);
+  assert.ok(before, `${nfs.share} has a Ready NFS server pod`);
+  const r = await faultAndFollow(
+    sys,
+    nfs.share,
     before,
-    after,
-    acked,
-    toServingS: (new Date(window.startWall).getTime() - faultAt) / 1000,
-    status,
-    tracker,
-  };
+    async (node) => {
+      nfs.markFault();
+      await fault(node);
+    },
+    faultName,
+    async () => {
+      const after = await waitReadyNfsPod(sys, nfs.share, timeoutMs, before.pod);
+      await nfs.waitResumed(timeoutMs);
+      const served = nfs.servingWall(after.pod);
+      return {
+        after,
+        ...(served === undefined ? {} : { servingAt: new Date(served) }),
+        servingSource: 'NFS server log (serving)',
+        clientResumedAt: nfs.resumed()?.at,
+      };
+    },
+  );
+  assert.notEqual(r.after.node, r.before.node, 'the replacement runs on another node');
+  const gaps = nfs.assertClientView(`${nfs.share} ${faultName}`);
+  return { ...r, resumedS: nfs.resumed()?.afterS ?? Number.NaN, gapS: gaps.at(-1) ?? Number.NaN };
 }
