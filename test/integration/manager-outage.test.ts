@@ -1,10 +1,7 @@
 /**
- * The API server stops for 20 s while 50 holders keep trying to renew, then starts
+ * The API server stops for 30 s while 50 holders keep trying to renew, then starts
  * again: the manager was blind, so it declares nothing stale and fails nothing over
  * (the blindness rule). Its watches come back by themselves (restarts counted).
- * 20 s from the stop's start (the old server refuses new requests at once and is killed
- * 5 s later): over six lease durations (D = 3 s), so every lease looks long stale when
- * the manager sees the API again. (It was 30 s after the 5 s stop: more of the same.)
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -27,7 +24,7 @@ const holders: HolderLoop[] = [];
 describe('API server outage', () => {
   useManagerFixture(cluster, [], holders);
 
-  it('API server stopped for 20 s with 50 holders trying: zero verdicts, zero failovers', async () => {
+  it('API server stopped for 30 s with 50 holders trying: zero verdicts, zero failovers', async () => {
     const kc = cluster().kubeConfig;
     await createNamespace(kc, 'outage');
     const manager = startManager(cluster(), 'o1', {
@@ -43,9 +40,8 @@ describe('API server outage', () => {
     );
     await sleep(D_MS);
 
-    const downAt = performance.now();
     await cluster().stopApiServer();
-    await sleep(Math.max(0, 20_000 - (performance.now() - downAt)));
+    await sleep(30_000);
     await cluster().startApiServer();
     await eventually(
       'renewals again',
