@@ -8,17 +8,19 @@
  * Several clusters can run at once (own temp dir, own ports). stop() is idempotent
  * and leaves no process behind; so does the exit of the Node process that started it.
  *
- * kube-scheduler and kube-controller-manager reach the API server through a readiness
- * gate (a dev/net/tcp-proxy.ts forwarder), a stand-in for the load balancer of an HA
- * control plane that sends traffic only to a ready API server: stopApiServer() resets
- * their connections and refuses new ones, startApiServer() lets them through once
- * /readyz is ok. Why: a restarted kube-apiserver serves before its RBAC cache is ready,
- * and client-go's reflectors, retrying together on one HTTP/2 connection, land in that
- * window: every watch of both got 403 on every restart looked at (2026-12-01), which
- * grew their backoff towards its 30 s cap (jitter up to 2x): new pods were bound 19-45 s
- * after the API returned (3 restarts after 20 s outages, load 10-12), 2.1-5.5 s behind the
- * gate. Every other client (kubelets, the simulator, managers, agents, tests) talks to
- * the API server directly and still sees that window.
+ * kube-scheduler reaches the API server through a readiness gate (a dev/net/tcp-proxy.ts
+ * forwarder), a stand-in for the load balancer of an HA control plane that sends traffic
+ * only to a ready API server: stopApiServer() resets its connections and refuses new
+ * ones, startApiServer() lets them through once /readyz is ok. Why: a restarted
+ * kube-apiserver serves before its RBAC cache is ready, and client-go's reflectors,
+ * retrying together on one HTTP/2 connection, land in that window: every watch got 403
+ * on every restart looked at (2026-12-01), which grew their backoff towards its 30 s cap
+ * (jitter up to 2x): new pods were bound 19-45 s after the API returned (3 restarts after
+ * 20 s outages, load 10-12), 2.1-5.5 s behind the gate. NB: kube-controller-manager
+ * connects directly and still sees that window (its 403s were seen too, but the
+ * attach-detach controller attached within ~2 s of the pods starting without a gate);
+ * directly, its traffic stays out of the test process that runs the gate. Every other
+ * client (kubelets, the simulator, managers, agents, tests) talks to it directly too.
  */
 import { rmSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -85,8 +87,8 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       number,
     ];
     const server = `https://127.0.0.1:${apiPort}`;
-    // kube-scheduler and kube-controller-manager reach the API server through the
-    // readiness gate (see the header); every other client directly.
+    // kube-scheduler reaches the API server through the readiness gate (see the
+    // header); every other client directly.
     const gated = `https://127.0.0.1:${gatePort}`;
     const kubeconfigPath = join(dir, 'admin.kubeconfig');
     await writeKubeconfig(kubeconfigPath, server, certs.caCert, {
@@ -94,7 +96,7 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       clientKey: certs.admin.key,
     });
     const kcmKubeconfig = join(dir, 'kube-controller-manager.kubeconfig');
-    await writeKubeconfig(kcmKubeconfig, gated, certs.caCert, {
+    await writeKubeconfig(kcmKubeconfig, server, certs.caCert, {
       clientCert: certs.controllerManager.cert,
       clientKey: certs.controllerManager.key,
     });
