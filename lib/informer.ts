@@ -3,11 +3,15 @@
  *
  * Guarantees:
  *  - After any watch error, non-200 answer, stream end or ERROR event, it watches again
- *    after a backoff with jitter (exponential from `backoff.initialMs` to `backoff.maxMs`;
- *    reset once a watch has delivered something). It stops only when `stop()` is called.
+ *    after a backoff with jitter (lib/watch-backoff.ts: exponential from
+ *    `backoff.initialMs` to `backoff.maxMs`; back to the initial delay once a watch has
+ *    delivered something, and at the server's first answer after it was unreachable, so
+ *    an API server's early 503s and 403s after a restart do not each cost the delay
+ *    grown while it was down). It stops only when `stop()` is called.
  *  - 410 Gone (as an HTTP status or an ERROR event) drops the resourceVersion and
- *    re-lists after the initial backoff (not the grown one: the server answered); the re-list is diffed against the cache so handlers see added, modified
- *    and deleted exactly as if they had watched throughout.
+ *    re-lists after the initial backoff (not the grown one: the server answered); the
+ *    re-list is diffed against the cache so handlers see added, modified and deleted
+ *    exactly as if they had watched throughout.
  *  - A watch that delivers nothing (no event, no bookmark) for `quietTimeoutMs` is
  *    aborted and restarted: a half-open connection cannot pass for a quiet resource.
  *    Bookmarks are requested, so a healthy idle watch still speaks about once a minute.
@@ -28,7 +32,16 @@
 import { HttpMethod, type KubeConfig, type KubernetesObject, RequestContext } from '@kubernetes/client-node';
 import { fetch } from 'undici';
 import { sleep } from './clock.ts';
-import { KubeApiError } from './errors.ts';
+import { KubeApiError, LeaseholdError } from './errors.ts';
+import {
+  DEFAULT_WATCH_BACKOFF,
+  initialWatchBackoff,
+  jitteredPauseMs,
+  nextWatchBackoff,
+  type WatchBackoffPolicy,
+  watchBackoffProblems,
+  watchOutcome,
+} from './watch-backoff.ts';
 
 export type InformerEventType = 'added' | 'modified' | 'deleted';
 export type ConnectKind = 'relisted' | 'resumed';
@@ -46,7 +59,8 @@ export interface InformerOptions<T extends KubernetesObject> {
   quietTimeoutMs?: number;
   /** Deadline of one list request (default 30 s). */
   listDeadlineMs?: number;
-  backoff?: { initialMs: number; maxMs: number };
+  /** Re-watch backoff (default 200 ms .. 10 s; lib/watch-backoff.ts has the rules). */
+  backoff?: WatchBackoffPolicy;
   /** Test seam for jitter; defaults to Math.random. */
   random?: () => number;
   onEvent: (type: InformerEventType, object: T, previous: T | undefined) => void;
@@ -67,7 +81,11 @@ export class Informer<T extends KubernetesObject> {
   private isSynced = false;
   private restartCount = 0;
 
-  constructor(private readonly opts: InformerOptions<T>) {}
+  constructor(private readonly opts: InformerOptions<T>) {
+    const problems = watchBackoffProblems(opts.backoff ?? DEFAULT_WATCH_BACKOFF);
+    if (problems.length > 0)
+      throw new LeaseholdError('E_INFORMER_OPTIONS', `informer of ${opts.resource}: ${problems.join('; ')}`);
+  }
 
   get healthy(): boolean {
     return this.isHealthy;
@@ -102,9 +120,9 @@ export class Informer<T extends KubernetesObject> {
   }
 
   private async run(): Promise<void> {
-    const backoff = this.opts.backoff ?? { initialMs: 200, maxMs: 10_000 };
+    const policy = this.opts.backoff ?? DEFAULT_WATCH_BACKOFF;
     const random = this.opts.random ?? Math.random;
-    let delay = backoff.initialMs;
+    let backoff = initialWatchBackoff(policy);
     while (!this.stopped) {
       let end: WatchEnd;
       try {
@@ -120,12 +138,9 @@ export class Informer<T extends KubernetesObject> {
       if (this.stopped) break;
       if (wasHealthy || end.reason === 'error') this.opts.onDisconnected?.(end.reason, end.error);
       this.restartCount += 1;
-      // 410 Gone is the server answering, not failing: re-list after the shortest pause.
-      // (After an API-server restart a resumed watch gets it at once; backing off there
-      // as after an error kept the cache stale up to 10 s per round.)
-      delay = end.delivered || end.reason === 'gone' ? backoff.initialMs : Math.min(delay * 2, backoff.maxMs);
-      // Full jitter in [delay/2, delay): many managers never re-watch in lockstep.
-      await sleep(delay * (0.5 + random() / 2), this.abort.signal).catch(() => undefined);
+      const status = end.error instanceof KubeApiError ? end.error.status : undefined;
+      backoff = nextWatchBackoff(backoff, watchOutcome({ ...end, status }), policy);
+      await sleep(jitteredPauseMs(backoff.delayMs, random()), this.abort.signal).catch(() => undefined);
     }
   }
 

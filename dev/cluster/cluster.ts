@@ -7,6 +7,20 @@
  * with one line naming the failed component and its log, leaving nothing running.
  * Several clusters can run at once (own temp dir, own ports). stop() is idempotent
  * and leaves no process behind; so does the exit of the Node process that started it.
+ *
+ * kube-scheduler reaches the API server through a readiness gate (a dev/net/tcp-proxy.ts
+ * forwarder), a stand-in for the load balancer of an HA control plane that sends traffic
+ * only to a ready API server: stopApiServer() resets its connections and refuses new
+ * ones, startApiServer() lets them through once /readyz is ok. Why: a restarted
+ * kube-apiserver serves before its RBAC cache is ready, and client-go's reflectors,
+ * retrying together on one HTTP/2 connection, land in that window: every watch got 403
+ * on every restart looked at (2026-12-01), which grew their backoff towards its 30 s cap
+ * (jitter up to 2x): new pods were bound 19-45 s after the API returned (3 restarts after
+ * 20 s outages, load 10-12), 2.1-5.5 s behind the gate. NB: kube-controller-manager
+ * connects directly and still sees that window (its 403s were seen too, but the
+ * attach-detach controller attached within ~2 s of the pods starting without a gate);
+ * directly, its traffic stays out of the test process that runs the gate. Every other
+ * client (kubelets, the simulator, managers, agents, tests) talks to it directly too.
  */
 import { rmSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -15,6 +29,7 @@ import { join } from 'node:path';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { sleep } from '../../lib/clock.ts';
 import { freePorts } from '../net/free-port.ts';
+import { startTcpProxy, type TcpProxy } from '../net/tcp-proxy.ts';
 import { kubeBinDir } from './binaries.ts';
 import { makeCerts } from './certs.ts';
 import { Component, ComponentError, httpOk, onAbruptExit } from './component.ts';
@@ -31,7 +46,10 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
     return await startOnce(opts);
   } catch (err) {
     // Another process may take a chosen port before the component binds it.
-    if (!(err instanceof ComponentError && err.portTaken)) throw err;
+    const portTaken =
+      (err instanceof ComponentError && err.portTaken) ||
+      (err as NodeJS.ErrnoException | undefined)?.code === 'EADDRINUSE'; // the readiness gate's
+    if (!portTaken) throw err;
     opts.onProgress?.('a chosen port was taken meanwhile; starting again on new ports');
     return startOnce(opts);
   }
@@ -47,6 +65,7 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
   await mkdir(certDir, { recursive: true });
 
   const started: Component[] = [];
+  let gate: TcpProxy | undefined;
   // Ctrl-C or a signal: the components are killed at once; the temp dir goes too.
   const forgetDir =
     opts.dir === undefined && process.env.LEASEHOLD_KEEP_CLUSTER !== '1'
@@ -54,11 +73,13 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       : () => {};
   const stopAll = async () => {
     for (const c of [...started].reverse()) await c.stop();
+    await gate?.close();
   };
   try {
     const certs = await makeCerts(certDir);
     const ca = await readFile(certs.caCert);
-    const [etcdClient, etcdPeer, apiPort, kcmPort, schedPort] = (await freePorts(5)) as [
+    const [etcdClient, etcdPeer, apiPort, kcmPort, schedPort, gatePort] = (await freePorts(6)) as [
+      number,
       number,
       number,
       number,
@@ -66,6 +87,9 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       number,
     ];
     const server = `https://127.0.0.1:${apiPort}`;
+    // kube-scheduler reaches the API server through the readiness gate (see the
+    // header); every other client directly.
+    const gated = `https://127.0.0.1:${gatePort}`;
     const kubeconfigPath = join(dir, 'admin.kubeconfig');
     await writeKubeconfig(kubeconfigPath, server, certs.caCert, {
       clientCert: certs.admin.cert,
@@ -77,7 +101,7 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       clientKey: certs.controllerManager.key,
     });
     const schedKubeconfig = join(dir, 'kube-scheduler.kubeconfig');
-    await writeKubeconfig(schedKubeconfig, server, certs.caCert, {
+    await writeKubeconfig(schedKubeconfig, gated, certs.caCert, {
       clientCert: certs.scheduler.cert,
       clientKey: certs.scheduler.key,
     });
@@ -168,7 +192,11 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
     const startApiServer = async () => {
       apiserver.start();
       await apiserver.waitReady(() => httpOk(`${server}/readyz`, { ca }), 90_000);
+      gate?.setMode('pass');
     };
+    // Closed until the API server is ready; listening first, so a taken port fails early.
+    gate = await startTcpProxy({ target: { host: '127.0.0.1', port: apiPort }, port: gatePort });
+    gate.setMode('close');
     await startApiServer();
     progress(`kube-apiserver ready on ${server}`);
 
@@ -259,7 +287,10 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       kubectl: join(bin, 'kubectl'),
       caPath: certs.caCert,
       ...(nodeNet ? { nodeNetwork: nodeNet } : {}),
-      stopApiServer: () => apiserver.stop(),
+      stopApiServer: async () => {
+        gate?.setMode('close');
+        await apiserver.stop();
+      },
       startApiServer: async () => {
         const next = new Component(
           'kube-apiserver',

@@ -204,10 +204,16 @@ describe('the holder pod ended', () => {
     const { seen, stop } = await countMarks(ns, 'vol-o');
     try {
       await sleep(1500);
+      // 8 s from the stop's start (the old server refuses new requests at once and is
+      // killed 5 s later): past T (the agent fences) and past D (the lease looks stale
+      // when the manager sees it again, so only the blindness rule stands between it and
+      // a verdict). It was 8 s after the 5 s stop, which only grew the reconnect backoff.
+      const downAt = performance.now();
       await cluster().stopApiServer();
       await holder.stop(); // past T without the API the agent fences; its pod ends
-      await sleep(8000);
+      await sleep(Math.max(0, 8000 - (performance.now() - downAt)));
       await cluster().startApiServer();
+      const backAt = performance.now();
       // The kubelet reports the ended pod as soon as it reaches the API again.
       await eventually(
         'the pod reported ended',
@@ -221,12 +227,16 @@ describe('the holder pod ended', () => {
       const replacement = await waitForReplacement(kc, ns, 'vol-o', pod.metadata?.name ?? '', 20_000);
       // NB: after the restart the manager's watches come back with backoff and jitter; on a
       // 2-core machine running the full suite that took over 45 s once (also idle, on
-      // 2026-12-01), so allow 90 s: a bound on liveness, not a figure.
+      // 2026-12-01; before the informer's backoff started over at the API server's first
+      // answers, lib/watch-backoff.ts), so allow 90 s: a bound on liveness, not a figure.
       await eventually(
         'the lease freed',
         async () => ((await readLease(kc, ns, 'vol-o')).holder === '' ? true : undefined),
         90_000,
         50,
+      );
+      process.stderr.write(
+        `API outage: the ended holder's lease freed ${((performance.now() - backAt) / 1000).toFixed(1)} s after the API server was ready again\n`,
       );
       await hold(ns, 'vol-o', replacement, 'node-2');
       await sleep(2 * D_S * 1000); // past the manager's blindness D and more
