@@ -22,10 +22,17 @@ import { test } from 'node:test';
 import { createShare, pvName, sharePods, shareStatus, waitServing } from '../../dev/system/shares.ts';
 import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { sleep } from '../../lib/clock.ts';
-import { k8s, withDeadline } from '../../lib/kube-client.ts';
+import { withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
 import { LIBFAKETIME, skewAgentsOf } from './clock-skew-policy.ts';
-import { assertNoOverlap, eventsOf, failedOver, leaseOf, useSystem } from './e2e-support.ts';
+import {
+  assertNoOverlap,
+  eventsOf,
+  failedOver,
+  leaseOf,
+  setUnschedulable,
+  useSystem,
+} from './e2e-support.ts';
 
 const system = useSystem({
   nodes: 3,
@@ -128,10 +135,7 @@ test('drain (cordon + eviction): lease released, the new pod acquires at once, n
 }, async () => {
   const sys = system();
   const serving = await waitServing(sys, 'drain-d', 5_000);
-  await sys.core.patchNode(
-    { name: serving.node, body: { spec: { unschedulable: true } } },
-    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000)),
-  );
+  await setUnschedulable(sys, serving.node, true);
   try {
     const evictedAt = Date.now();
     await sys.core.createNamespacedPodEviction(
@@ -164,10 +168,7 @@ test('drain (cordon + eviction): lease released, the new pod acquires at once, n
     assert.ok(tookS < 15, `eviction to serving ${tookS.toFixed(2)} s < 15 s (no lease-duration wait)`);
     assertNoOverlap(sys, 'drain-d');
   } finally {
-    await sys.core.patchNode(
-      { name: serving.node, body: { spec: { unschedulable: false } } },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000)),
-    );
+    await setUnschedulable(sys, serving.node, false);
   }
 });
 

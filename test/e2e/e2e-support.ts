@@ -78,6 +78,19 @@ export function useSystem(opts: SystemOptions): () => System {
   };
 }
 
+/** Cordons (true) or uncordons (false) the nodes: spec.unschedulable, by merge patch. */
+export async function setUnschedulable(
+  sys: System,
+  nodes: string | string[],
+  unschedulable: boolean,
+): Promise<void> {
+  for (const name of typeof nodes === 'string' ? [nodes] : nodes)
+    await sys.core.patchNode(
+      { name, body: { spec: { unschedulable } } },
+      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000)),
+    );
+}
+
 /** Asserts that no two share servers of the share's volume ever served at the same time. */
 export function assertNoOverlap(sys: System, share: string): void {
   const windows = sys.sim.servingWindows(pvName(share));

@@ -42,7 +42,6 @@ import {
   waitServing,
 } from '../../dev/system/shares.ts';
 import { sleep } from '../../lib/clock.ts';
-import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { ANNOTATION_DELINQUENT, ANNOTATION_FAILOVER_BY } from '../../lib/lease-record.ts';
 import { eventually } from '../support/cluster.ts';
 import {
@@ -53,6 +52,7 @@ import {
   leaseOf,
   NfsClientShare,
   nfsFaultAndWaitForReplacement,
+  setUnschedulable,
   useSystem,
   waitPodForgotten,
 } from './e2e-support.ts';
@@ -162,11 +162,7 @@ test("the replacement's node crashes before its agent acquired: failed over agai
   await deleteShare(sys, 'miss-b');
   await deleteShare(sys, 'stubborn-c');
   const before = await waitReadyNfsPod(sys, share, 60_000);
-  const cordon = (node: string, unschedulable: boolean) =>
-    sys.core.patchNode(
-      { name: node, body: { spec: { unschedulable } } },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000)),
-    );
+  const cordon = (node: string, unschedulable: boolean) => setUnschedulable(sys, node, unschedulable);
   const names = sys.sim.nodes.map((n) => n.name);
   // Deterministic: no replacement is bound until we choose y (the node whose manager does
   // not own the failover, so the owner survives y's crash), and it never starts there.

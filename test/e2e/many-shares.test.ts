@@ -18,26 +18,19 @@ import { test } from 'node:test';
 import { waitReadyNfsPod } from '../../dev/system/nfs-share.ts';
 import { createShare, waitServing } from '../../dev/system/shares.ts';
 import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
-import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import {
   assertNoOverlap,
   eventsOf,
   failedOver,
   NfsClientShare,
   nfsFaultAndWaitForReplacement,
+  setUnschedulable,
   useSystem,
 } from './e2e-support.ts';
 
 const system = useSystem({ nodes: 2, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
 const SHARES = Array.from({ length: 20 }, (_, i) => `m-${String(i + 1).padStart(2, '0')}`);
 const STALE = 'm-07';
-
-async function setUnschedulable(node: string, unschedulable: boolean): Promise<void> {
-  await system().core.patchNode(
-    { name: node, body: { spec: { unschedulable } } },
-    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000)),
-  );
-}
 
 let stale: NfsClientShare | undefined;
 
@@ -49,7 +42,7 @@ async function podOf(share: string, timeoutMs: number): Promise<{ pod: string; n
 }
 
 test('20 share managers serve from sim-1', { timeout: 300_000 }, async () => {
-  await setUnschedulable('sim-2', true);
+  await setUnschedulable(system(), 'sim-2', true);
   try {
     for (const share of SHARES)
       if (share === STALE) stale = await NfsClientShare.create(system(), share);
@@ -57,7 +50,7 @@ test('20 share managers serve from sim-1', { timeout: 300_000 }, async () => {
     for (const share of SHARES) assert.equal((await podOf(share, 240_000)).node, 'sim-1');
     await stale?.startWriting(60_000);
   } finally {
-    await setUnschedulable('sim-2', false);
+    await setUnschedulable(system(), 'sim-2', false);
   }
 });
 

@@ -36,9 +36,8 @@ import {
   waitReadyNfsPod,
 } from '../../dev/system/nfs-share.ts';
 import { monotonicMs } from '../../lib/clock.ts';
-import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
-import { eventsOf, useSystem } from './e2e-support.ts';
+import { eventsOf, setUnschedulable, useSystem } from './e2e-support.ts';
 
 const system = useSystem({ nodes: 3, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
 const NFS = { versions: ['3', '4.0'], gracePeriod: '5s', leaseLifetime: '5s' };
@@ -58,13 +57,6 @@ after(async () => {
     await r.tracker.stop();
   }
 });
-
-async function cordon(name: string, unschedulable: boolean): Promise<void> {
-  await system().core.patchNode(
-    { name, body: { spec: { unschedulable } } },
-    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000)),
-  );
-}
 
 async function startShare(share: string): Promise<Running> {
   const sys = system();
@@ -148,11 +140,11 @@ test('two NFS shares on the default server serve an NFSv3 and an NFSv4.0 writer 
   // On two different nodes, so that one fault hits one share: cordon the first one's node meanwhile.
   const first = await startShare('nfscrash');
   const node = (await readyNfsPod(system(), first.share))?.node ?? '';
-  await cordon(node, true);
+  await setUnschedulable(system(), node, true);
   try {
     await startShare('nfspart');
   } finally {
-    await cordon(node, false);
+    await setUnschedulable(system(), node, false);
   }
 });
 

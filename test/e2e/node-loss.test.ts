@@ -29,7 +29,6 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { waitReadyNfsPod } from '../../dev/system/nfs-share.ts';
 import { createShare, fetchRecords, pvName, shareStatus, waitServing } from '../../dev/system/shares.ts';
-import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
 import {
   ackedSeq,
@@ -37,6 +36,7 @@ import {
   assertRecordsKept,
   eventsOf,
   NfsClientShare,
+  setUnschedulable,
   useSystem,
 } from './e2e-support.ts';
 
@@ -67,14 +67,6 @@ async function podOf(
   return NFS_SHARES.has(share)
     ? waitReadyNfsPod(system(), share, timeoutMs, notPod)
     : waitServing(system(), share, timeoutMs, notPod);
-}
-
-async function cordon(nodes: string[], unschedulable: boolean): Promise<void> {
-  for (const name of nodes)
-    await system().core.patchNode(
-      { name, body: { spec: { unschedulable } } },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000)),
-    );
 }
 
 /**
@@ -171,16 +163,16 @@ const quantile = (xs: number[], q: number) => {
 };
 
 test('six shares: five on sim-1, one on sim-2', { timeout: 300_000 }, async () => {
-  await cordon(['sim-2', 'sim-3', 'sim-4'], true);
+  await setUnschedulable(system(), ['sim-2', 'sim-3', 'sim-4'], true);
   try {
     for (const share of BIG) await createAny(share);
     for (const share of BIG) assert.equal((await podOf(share, 240_000)).node, 'sim-1');
-    await cordon(['sim-1'], true);
-    await cordon(['sim-2'], false);
+    await setUnschedulable(system(), ['sim-1'], true);
+    await setUnschedulable(system(), ['sim-2'], false);
     await createAny(LONE);
     assert.equal((await podOf(LONE, 120_000)).node, 'sim-2');
   } finally {
-    await cordon(['sim-2', 'sim-3', 'sim-4'], false);
+    await setUnschedulable(system(), ['sim-2', 'sim-3', 'sim-4'], false);
   }
   // The clients write (and the toy servers append records) meanwhile.
   for (const client of nfs.values()) await client.startWriting(10_000);
@@ -196,7 +188,7 @@ test('crash sim-2 (one share): the reference figure', { timeout: 180_000 }, asyn
     loneS = r.get(LONE)?.s ?? Number.NaN;
     resumedS = r.get(LONE)?.resumedS ?? Number.NaN;
   } finally {
-    await cordon(['sim-1'], false);
+    await setUnschedulable(system(), ['sim-1'], false);
   }
   t.diagnostic(
     `lone share: crash to serving ${loneS.toFixed(2)} s, NFS writes resumed ${resumedS.toFixed(2)} s`,
@@ -209,7 +201,7 @@ test('crash sim-2 (one share): the reference figure', { timeout: 180_000 }, asyn
   // NB: sim-2 still looks Ready to the scheduler until the node-monitor grace (40 s) has
   // passed; the next crash's replacements must not be scheduled onto a dead machine:
   // cordoned (what an operator does; waiting for NotReady cost this file about 25 s).
-  await cordon(['sim-2'], true);
+  await setUnschedulable(system(), ['sim-2'], true);
 });
 
 test('crash sim-1 (five of six shares): each serves again about as fast as the lone one; no storm pause', {

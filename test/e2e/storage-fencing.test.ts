@@ -68,7 +68,7 @@ import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { OUT_OF_SERVICE_TAINT } from '../../manager/failover/storage-fencing.ts';
 import { eventually } from '../support/cluster.ts';
-import { useSystem } from './e2e-support.ts';
+import { setUnschedulable, useSystem } from './e2e-support.ts';
 
 const FENCED = 'sf-fenced';
 const OPEN = 'sf-open';
@@ -86,13 +86,6 @@ after(async () => {
   await writer?.writer.stop();
   await tracker?.stop();
 });
-
-async function cordon(name: string, unschedulable: boolean): Promise<void> {
-  await system().core.patchNode(
-    { name, body: { spec: { unschedulable } } },
-    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch, withDeadline(5_000)),
-  );
-}
 
 /** The NFS share on the block kind of the fencing storage; sim-2 is cordoned meanwhile. */
 async function createNfsShareOnExt4(share: string): Promise<void> {
@@ -154,7 +147,7 @@ test('two shares on sim-1: NFS on the fencing ext4 storage with a writer, a stub
   const t0 = monotonicMs();
   const since = () => `${((monotonicMs() - t0) / 1000).toFixed(1)} s`;
   tracker = new ServerProcessTracker(sys, FENCED);
-  await cordon(OTHER, true);
+  await setUnschedulable(system(), OTHER, true);
   let phases = '';
   try {
     await createNfsShareOnExt4(FENCED);
@@ -166,7 +159,7 @@ test('two shares on sim-1: NFS on the fencing ext4 storage with a writer, a stub
     const serving = await waitServing(sys, OPEN, 120_000);
     assert.equal(serving.node, LOST);
   } finally {
-    await cordon(OTHER, false);
+    await setUnschedulable(system(), OTHER, false);
   }
   await unpinShare(sys, OPEN);
   writer = await startShareWriter(sys, FENCED, 3, WRITER_FILE, { writerId: 3 });
