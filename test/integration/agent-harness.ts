@@ -179,9 +179,12 @@ export async function slowApi(cluster: Cluster): Promise<{ proxy: SlowProxy; kub
       if (link.stalled) return;
       const atMs = Math.max(performance.now() + delayMs, lastDeliveryAtMs);
       lastDeliveryAtMs = atMs;
-      setTimeout(() => {
-        if (!link.stalled && !client.destroyed) client.write(chunk);
-      }, Math.max(0, atMs - performance.now())).unref();
+      setTimeout(
+        () => {
+          if (!link.stalled && !client.destroyed) client.write(chunk);
+        },
+        Math.max(0, atMs - performance.now()),
+      ).unref();
     });
     const close = () => {
       links.delete(link);
