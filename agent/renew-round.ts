@@ -44,7 +44,13 @@
  * fences anyway). Hedging off (hedge delay 0): one request at a time, as before hedging.
  */
 import type { LeaseRecord } from '../lib/lease-record.ts';
-import { decideAfterConflict, type Identity, type LossReason } from './lease-decision.ts';
+import {
+  decideAfterConflict,
+  type Identity,
+  type LossReason,
+  nextRetryAt,
+  requestBudgetMs,
+} from './lease-decision.ts';
 
 export type RoundStep = 'write' | 'read';
 
@@ -118,12 +124,12 @@ export function nextRoundAction(state: RoundState, nowMs: number, settings: Roun
   const last = ofStep.at(-1);
   let sendAtMs: number;
   if (last === undefined) sendAtMs = nowMs;
-  else if (inFlight === 0) sendAtMs = last.sentAtMs + settings.retryPeriodMs;
+  else if (inFlight === 0)
+    sendAtMs = nextRetryAt(last.sentAtMs, nowMs, settings.retryPeriodMs, state.deadlineAtMs);
   else if (inFlight === 1 && settings.hedgeDelayMs > 0) sendAtMs = last.sentAtMs + settings.hedgeDelayMs;
   else sendAtMs = Number.POSITIVE_INFINITY;
   if (sendAtMs > nowMs) return { kind: 'wait', untilMs: Math.min(sendAtMs, state.deadlineAtMs) };
-  // NB: whole ms, rounded down (AbortSignal.timeout rejects fractions; up could outlive T).
-  const budgetMs = Math.floor(Math.min(settings.requestTimeoutMs, state.deadlineAtMs - nowMs));
+  const budgetMs = requestBudgetMs(nowMs, state.deadlineAtMs, settings.requestTimeoutMs);
   if (budgetMs <= 0) return { kind: 'end', end: { kind: 'deadline-passed' } };
   const hedge = inFlight > 0;
   // A read goes fresh while a write is in flight: that write's socket may be the stuck one.

@@ -191,11 +191,20 @@ export async function slowApi(cluster: Cluster): Promise<{ proxy: SlowProxy; kub
       client.destroy();
       upstream.destroy();
     };
-    // A stalled link passes no close on to the client; the client's own close ends it.
+    // The server's close reaches the client after the data before it (NB: a server closes
+    // right after its answer to a `Connection: close` request). A stalled link passes no
+    // close on; the client's own close ends it.
+    const closeAfterData = () => {
+      if (link.stalled) return;
+      const waitMs = Math.max(0, lastDeliveryAtMs - performance.now()) + 1;
+      setTimeout(() => {
+        if (!link.stalled) client.end(() => close());
+      }, waitMs).unref();
+    };
     client.on('error', close);
     client.on('close', close);
-    upstream.on('error', () => (link.stalled ? undefined : close()));
-    upstream.on('close', () => (link.stalled ? undefined : close()));
+    upstream.on('error', closeAfterData);
+    upstream.on('close', closeAfterData);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as { port: number }).port;
