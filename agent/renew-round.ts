@@ -40,8 +40,10 @@
  * violations in test/unit/agent-renew-round.test.ts).
  *
  * Not guaranteed: that a request we abandoned (round over) did not reach the server; it
- * cannot commit (its version is gone, or the round ended at the deadline, where the agent
- * fences anyway). Hedging off (hedge delay 0): one request at a time, as before hedging.
+ * cannot commit (its version is gone), or it commits after the deadline, when the agent
+ * fences anyway (a late commit only delays a manager's verdict). Two requests stuck at
+ * once (both paths dead) get no third before one of them is cut at the request timeout.
+ * Hedging off (hedge delay 0): one request at a time, as before hedging.
  */
 import type { LeaseRecord } from '../lib/lease-record.ts';
 import {

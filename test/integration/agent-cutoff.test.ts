@@ -155,13 +155,34 @@ describe('agent on a slow or half-dead API path: hedged renewals', () => {
   const renewalsSince = (agent: AgentProcess, sinceMs: number) =>
     agent.lines.filter((l) => l.msg === 'lease renewed' && l.atMs > sinceMs);
 
-  // NB: three agents at once, ~7 s in all.
-  it('answers 1.3 s late: the default agent renews, the old one (hedging off, 1 s cap) fences; a silently dead connection is escaped by the hedge', async (t) => {
-    const [slow, old, dead] = await Promise.all([
+  // NB: four agents at once, ~7 s in all.
+  it('answers 1.3 s late: the default agent renews, the old one (hedging off, 1 s cap) fences; a silently dead connection is escaped by the hedge; a lost answer is not a loss', async (t) => {
+    const [slow, old, dead, lostAnswer] = await Promise.all([
       viaSlowApi('slow-hedged', DELAY),
       viaSlowApi('slow-old', DELAY, { LEASEHOLD_HEDGE_DELAY: '0' }),
       viaSlowApi('dead-conn', 0),
+      viaSlowApi('lost-answer', 0),
     ]);
+    // The first write commits but its answer never comes: the hedge gets 409, and the read
+    // (on a fresh connection) finds our renewTime: renewed by the FIRST write, not lost.
+    const lostAnswerCase = (async () => {
+      await nextRenewal(lostAnswer.agent);
+      lostAnswer.proxy.holdAnswersOpen();
+      const heldAt = performance.now();
+      const deadline = heldAt + R + 3_000;
+      while (renewalsSince(lostAnswer.agent, heldAt).length === 0 && performance.now() < deadline)
+        await new Promise((r) => setTimeout(r, 20));
+      const [renewed] = renewalsSince(lostAnswer.agent, heldAt);
+      assert.ok(
+        renewed,
+        `no renewal after the answers were held: ${JSON.stringify(lostAnswer.agent.lines.slice(-4))}`,
+      );
+      assert.equal(renewed.via, 'read', 'proven by reading back our renewTime');
+      assert.equal(renewed.hedge, false, 'credited to the first write, whose answer was lost');
+      const lease = await readLease(leaseApi(cluster()), 'lost-answer');
+      assert.equal(lease?.holder, 'pod-lost-answer');
+      return renewed;
+    })();
     // The dead connection: stalled just after a renewal, so the next one starts on it.
     const deadCase = (async () => {
       await nextRenewal(dead.agent);
@@ -202,8 +223,10 @@ describe('agent on a slow or half-dead API path: hedged renewals', () => {
 
     const deadRenewal = await deadCase;
     assert.equal(dead.agent.child.exitCode, null, 'still running after the dead connection');
+    const lostAnswerRenewal = await lostAnswerCase;
+    assert.equal(lostAnswer.agent.child.exitCode, null, 'still running after the lost answer');
     t.diagnostic(
-      `slow API (${DELAY} ms): default agent renewed in ${latencies.join(', ')} ms with ${hedges} hedges; old agent fenced ${Math.round(fenced.atMs - old.slowedAt)} ms after the slowdown; dead connection: hedge renewed in ${String(deadRenewal.latencyMs)} ms`,
+      `slow API (${DELAY} ms): default agent renewed in ${latencies.join(', ')} ms with ${hedges} hedges; old agent fenced ${Math.round(fenced.atMs - old.slowedAt)} ms after the slowdown; dead connection: hedge renewed in ${String(deadRenewal.latencyMs)} ms; lost answer: renewed by the read ${String(lostAnswerRenewal.latencyMs)} ms after the first write was sent`,
     );
   });
 });

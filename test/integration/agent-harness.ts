@@ -147,6 +147,9 @@ export async function proxiedApi(cluster: Cluster): Promise<{ proxy: TcpProxy; k
  *  - setResponseDelay(ms): every chunk from the API server reaches the client `ms` after it
  *    arrived (order kept). A request on an open connection answers ~ms late; a new
  *    connection pays it once more, for the server's TLS handshake flight.
+ *  - holdAnswersOpen(): every connection open now still carries requests to the server
+ *    but no answer back, and never closes (a write that commits, its answer lost);
+ *    connections made later pass.
  *  - stallOpen(): every connection open now forwards nothing more, either way, and never
  *    closes (a peer that died silently: no RST); connections made later pass.
  * Not modelled: packet loss, bandwidth, a slow server CPU (the API server itself answers at
@@ -156,6 +159,7 @@ export interface SlowProxy {
   readonly port: number;
   setResponseDelay(ms: number): void;
   stallOpen(): void;
+  holdAnswersOpen(): void;
   connections(): { accepted: number; open: number };
 }
 
@@ -163,11 +167,11 @@ export async function slowApi(cluster: Cluster): Promise<{ proxy: SlowProxy; kub
   const target = new URL(cluster.server);
   let delayMs = 0;
   let accepted = 0;
-  const links = new Set<{ client: Socket; upstream: Socket; stalled: boolean }>();
+  const links = new Set<{ client: Socket; upstream: Socket; stalled: boolean; answersHeld: boolean }>();
   const server = createServer((client) => {
     accepted++;
     const upstream = connect({ host: target.hostname, port: Number(target.port) });
-    const link = { client, upstream, stalled: false };
+    const link = { client, upstream, stalled: false, answersHeld: false };
     links.add(link);
     let lastDeliveryAtMs = 0;
     client.setNoDelay(true);
@@ -176,12 +180,12 @@ export async function slowApi(cluster: Cluster): Promise<{ proxy: SlowProxy; kub
       if (!link.stalled) upstream.write(chunk);
     });
     upstream.on('data', (chunk) => {
-      if (link.stalled) return;
+      if (link.stalled || link.answersHeld) return;
       const atMs = Math.max(performance.now() + delayMs, lastDeliveryAtMs);
       lastDeliveryAtMs = atMs;
       setTimeout(
         () => {
-          if (!link.stalled && !client.destroyed) client.write(chunk);
+          if (!link.stalled && !link.answersHeld && !client.destroyed) client.write(chunk);
         },
         Math.max(0, atMs - performance.now()),
       ).unref();
@@ -195,10 +199,10 @@ export async function slowApi(cluster: Cluster): Promise<{ proxy: SlowProxy; kub
     // right after its answer to a `Connection: close` request). A stalled link passes no
     // close on; the client's own close ends it.
     const closeAfterData = () => {
-      if (link.stalled) return;
+      if (link.stalled || link.answersHeld) return;
       const waitMs = Math.max(0, lastDeliveryAtMs - performance.now()) + 1;
       setTimeout(() => {
-        if (!link.stalled) client.end(() => close());
+        if (!link.stalled && !link.answersHeld) client.end(() => close());
       }, waitMs).unref();
     };
     client.on('error', close);
@@ -225,6 +229,9 @@ export async function slowApi(cluster: Cluster): Promise<{ proxy: SlowProxy; kub
       port,
       setResponseDelay: (ms) => {
         delayMs = ms;
+      },
+      holdAnswersOpen: () => {
+        for (const link of links) link.answersHeld = true;
       },
       stallOpen: () => {
         for (const link of links) link.stalled = true;

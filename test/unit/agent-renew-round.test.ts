@@ -21,7 +21,7 @@ import {
   renewTimeFor,
   startRound,
 } from '../../agent/renew-round.ts';
-import { type LeaseRecord, newLeaseRecord } from '../../lib/lease-record.ts';
+import { fromWire, type LeaseRecord, newLeaseRecord, toWire } from '../../lib/lease-record.ts';
 
 const ME = { podName: 'sm-vol-1-abcde', nodeName: 'node-a' };
 const SETTINGS: RoundSettings = { hedgeDelayMs: 500, retryPeriodMs: 500, requestTimeoutMs: 2_000 };
@@ -134,6 +134,13 @@ describe('renewal round: sending', () => {
     s = answer(s, a.id, { kind: 'failed' });
     const r = send(s, 1_000, OFF);
     assert.deepEqual(r.action, { kind: 'send', step: 'write', hedge: false, fresh: false, budgetMs: 1_000 });
+  });
+
+  it('a renewTime survives the wire to the millisecond (MicroTime), so a read can match it', () => {
+    const written = new Date(WALL0 + 123);
+    const wire = JSON.parse(JSON.stringify(toWire(base({ renewTime: written }))));
+    assert.match(wire.spec.renewTime, /\.123000Z$/);
+    assert.equal(fromWire(wire).renewTime?.getTime(), written.getTime());
   });
 
   it('renewTimeFor signs every write: unlike the base and every write of the round', () => {
