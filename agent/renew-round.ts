@@ -14,7 +14,9 @@
  *
  * Both writes carry the same resourceVersion, so at most one can commit; each writes its
  * own renewTime (unique within the round and unlike the base's, renewTimeFor), which
- * signs it: a renewTime is written only by the agent that chose it.
+ * signs it: a renewTime is chosen only by the agent that writes it (other writers keep
+ * the one they read, so finding ours means our write committed, at some point). NB: it
+ * is compared for equality with what this agent wrote, never with a clock.
  *
  * When is a 409 a loss? Never by itself: it says only that the version moved, and our
  * own other write may have moved it (the hedge's 409 while the first attempt committed
@@ -37,7 +39,7 @@
  * where the first attempt is stuck. Never the time of the 409, of the read, or of the
  * hedge when the first write committed: those are later than the committing send, so a
  * manager could declare the lease dead before the agent fenced (unit-tested as
- * violations in test/unit/agent-renew-round.test.ts).
+ * violations in test/unit/agent-renew-round.test.ts and -sim.test.ts).
  *
  * Not guaranteed: that a request we abandoned (round over) did not reach the server; it
  * cannot commit (its version is gone), or it commits after the deadline, when the agent
