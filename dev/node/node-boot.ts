@@ -1,7 +1,7 @@
 /**
  * The boot sequence of a real node (node.ts): the files a node needs before its first
  * boot, its client certificates, and one boot of the machine — PID 1 of new
- * namespaces (namespaces.ts), the two relays, containerd, the CSI driver's node part and
+ * namespaces (namespaces.ts), its `eth0` on the cluster's fabric (fabric.ts), the two relays, containerd, the CSI driver's node part and
  * its registrar when the node has `csi` (dev/csi), the kubelet and kube-proxy —
  * resolving when the Node is Ready and kube-proxy's table carries the `kubernetes`
  * Service. node.ts runs it at start and again as the reboot after a crash (same dirs).
@@ -73,6 +73,8 @@ export interface BootContext {
   cgroupsMade(): void;
   started(pid: number): void;
   held(hold: NamespaceHold): void;
+  /** Puts the machine's network namespace (of PID 1 `pid1`) on the cluster's fabric (fabric.ts). */
+  attach(pid1: number): Promise<void>;
   /** The API server's route file for this node (egress proxy). */
   routeFile: string;
   ctr(args: readonly string[]): Promise<string>;
@@ -132,6 +134,8 @@ export async function bootMachine(
   boot.pid1 = pid1;
   started(pid1);
   ctx.held(holdNamespaces(pid1));
+  // On the fabric before anything listens or dials: the kubelet relay dials the node IP.
+  await ctx.attach(pid1);
   await writeFile(routeFile, `/proc/${pid1}/ns/net\n`);
   const inNode = (what: string, bin: string, args: string[], env: string[] = []) =>
     new Component(

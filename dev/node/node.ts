@@ -43,7 +43,7 @@
  * at once (no route) instead of timing out, and open ones (exec, logs) are not cut;
  * a reboot keeps the CNI plugin's IP reservations (on disk, as host-local's are).
  */
-import { execFile } from 'node:child_process';
+import { type ChildProcess, execFile, type SpawnOptions, spawn } from 'node:child_process';
 import { readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -59,6 +59,7 @@ import { freePort } from '../net/free-port.ts';
 import { type ApiLink, startApiLink } from './api-link.ts';
 import { nodeBinaries } from './binaries.ts';
 import { removeCgroupRoot } from './cgroups.ts';
+import { type FabricUse, sharedFabric } from './fabric.ts';
 import { freezeNode, freezerMountIn, processesInPidNs, thawNode } from './freezer.ts';
 import { type NodeLayout, nodeLayout } from './layout.ts';
 import {
@@ -109,6 +110,24 @@ export interface RealNode {
   /** Imports an OCI/Docker image tarball into the node's containerd for the kubelet to use. */
   importImage(tarPath: string): Promise<void>;
   /**
+   * `/proc/<PID 1>/ns/net`: the node's network namespace, where its `eth0` is on the
+   * fabric; undefined while crashed (until the reboot's PID 1 exists) and after stop.
+   * NB: a process a caller starts in it by hand is not the node's (crash does not kill
+   * it, and it holds the namespace past stop: a leftover); use spawnInNetwork.
+   */
+  readonly netnsPath: string | undefined;
+  /**
+   * Starts `argv` on the host in the node's network namespace only (`nsenter --net`;
+   * the host's mounts, pid namespace and cgroups): it reaches what a pod on the node
+   * reaches (a Service's ClusterIP through the node's kube-proxy, other nodes' pod IPs
+   * over the fabric) from the node IP. `opts` are child_process.spawn's; the child is
+   * the process itself (its pid, exit code and signals are argv's). It is the
+   * machine's: freeze() stops it with the node, crash() and stop() SIGKILL it (stop
+   * your client first to end it gently), and it dies with this process (pdeathsig).
+   * Throws E_NODE_NETNS while crashed or stopped, E_NODE_ARGV on an empty argv.
+   */
+  spawnInNetwork(argv: readonly string[], opts?: SpawnOptions): ChildProcess;
+  /**
    * The machine dies: every process of the node's pid namespace (containers, shims,
    * containerd, the kubelet, kube-proxy) frozen, SIGKILLed and thawed so that none acts
    * after another died; its relays killed; its API link `down` (the API server's
@@ -149,7 +168,7 @@ export interface RealNode {
 export class NodeLeftoverError extends LeaseholdError {
   readonly leftovers: readonly Leftover[];
   constructor(node: string, leftovers: readonly Leftover[]) {
-    super('E_NODE_LEFTOVERS', describeLeftovers(node, leftovers));
+    super('E_NODE_LEFTOVERS', describeLeftovers(`real node ${node}`, leftovers));
     this.leftovers = leftovers;
   }
 }
@@ -194,6 +213,9 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
   };
   let boot: Boot = { components: [] };
   let cgroupsMade = false;
+  let fabricUse: FabricUse | undefined;
+  /** Host pids of spawnInNetwork's processes still running (also in identity.pids). */
+  const spawned = new Set<number>();
   const routeFile = join(net.routesDir, layout.nodeIp);
   const killNow = () => {
     rmSync(routeFile, { force: true });
@@ -231,6 +253,8 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
       if (on) await writeFile(routeFile, `/proc/${boot.pid1}/ns/net\n`);
       else await rm(routeFile, { force: true });
     },
+    offFabric: async () => fabricUse?.fabric.detach(layout.index),
+    spawned: () => [...spawned],
     powerOff,
     boot: () => bootNode(false),
     progress,
@@ -243,6 +267,11 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     forgetAbrupt();
     await rm(routeFile, { force: true });
     faults.stopped();
+    // Off the fabric first, as a crash: its peers get nothing from the dying machine.
+    const detached = await fabricUse?.fabric.detach(layout.index).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
     if (cgroupsMade) thawNode(layout.cgroupRoot);
     // The kubelet first, so it does not restart what goes next; then PID 1 of the
     // node's pid namespace takes containerd, the shims and the containers with it.
@@ -253,9 +282,16 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     const cgroupProblems = cgroupsMade ? removeCgroupRoot(layout.cgroupRoot) : [];
     const left = findLeftovers(node, hostSnapshot(node));
     releaseNamespaces();
+    // The last node's release stops the fabric and runs its leftover check.
+    const fabricLeft = await fabricUse?.release().then(
+      () => undefined,
+      (err: unknown) => err,
+    );
     if (left.length > 0 || cgroupProblems.length > 0) {
       throw new NodeLeftoverError(opts.name, left);
     }
+    if (detached) throw detached;
+    if (fabricLeft) throw fabricLeft;
     if (process.env.LEASEHOLD_KEEP_NODE !== '1') await rm(dir, { recursive: true, force: true });
   };
 
@@ -275,6 +311,11 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
         },
         started: (pid) => identity.pids.push(pid),
         held: (hold) => identity.holds.push(hold),
+        attach: async (pid1) => {
+          if (!fabricUse)
+            throw new LeaseholdError('E_NODE_FABRIC', `real node ${opts.name} has no fabric to attach to`);
+          await fabricUse.fabric.attach(layout.index, `/proc/${pid1}/ns/net`);
+        },
         routeFile,
         ctr,
         nodeReady,
@@ -287,6 +328,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     );
 
   try {
+    fabricUse = await sharedFabric(cluster.dir, cluster.logDir, [join(bins.dir, 'pause')]);
     await writeNodeFiles(layout, bins, cluster.caPath);
     // Issued while the namespaces and containerd come up, written before the kubelet starts.
     const writeKubeconfigs = clientKubeconfigs(cluster, opts.name, layout, net.apiAddress);
@@ -310,12 +352,48 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     }
   }
 
+  function netnsPath(): string | undefined {
+    const state = faults.state;
+    return state === 'crashed' || state === 'stopped' || !boot.pid1 ? undefined : `/proc/${boot.pid1}/ns/net`;
+  }
+
+  function spawnInNetwork(argv: readonly string[], spawnOpts: SpawnOptions = {}): ChildProcess {
+    if (argv.length === 0 || argv.some((a) => typeof a !== 'string'))
+      throw new LeaseholdError(
+        'E_NODE_ARGV',
+        `spawnInNetwork on ${opts.name}: argv must be a non-empty list of strings`,
+      );
+    const netns = netnsPath();
+    if (!netns)
+      throw new LeaseholdError(
+        'E_NODE_NETNS',
+        `real node ${opts.name} has no network namespace while ${faults.state}: cannot run ${argv[0]} in it`,
+      );
+    // setpriv's pdeathsig outlives the execs (nsenter with --net only does not fork).
+    const child = spawn(
+      'setpriv',
+      ['--pdeathsig', 'KILL', '--', 'nsenter', `--net=${netns}`, '--', ...argv],
+      spawnOpts,
+    );
+    const pid = child.pid;
+    if (pid !== undefined) {
+      identity.pids.push(pid);
+      spawned.add(pid);
+      child.once('exit', () => {
+        spawned.delete(pid);
+        const at = identity.pids.indexOf(pid);
+        if (at >= 0) identity.pids.splice(at, 1);
+      });
+    }
+    return child;
+  }
+
   /** The crash: every process of the boot dies at one instant; what a reboot loses goes. */
   async function powerOff(): Promise<void> {
     const ns = boot.pid1 ? readlinkSync(`/proc/${boot.pid1}/ns/pid`) : undefined;
     // Frozen first, so that no process of the node sees another die (containerd a shim,
     // the kubelet containerd) and acts on it.
-    if (ns && hasFreezer()) freezeNode(ns, layout.cgroupRoot);
+    if (ns && hasFreezer()) freezeNode(ns, layout.cgroupRoot, () => [...spawned]);
     for (const pid of ns ? processesInPidNs(ns) : []) signal(pid, 'SIGKILL');
     for (const pid of identity.pids) signal(pid, 'SIGKILL');
     thawNode(layout.cgroupRoot);
@@ -353,6 +431,10 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     faults: faults.faults,
     ctr,
     importImage,
+    get netnsPath() {
+      return netnsPath();
+    },
+    spawnInNetwork,
     crash: () => faults.crash(),
     freeze: () => faults.freeze(),
     partition: (mode) => faults.partition(mode),

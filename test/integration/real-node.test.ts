@@ -30,7 +30,7 @@
  * the images, about 3 minutes).
  */
 import assert from 'node:assert/strict';
-import { execFile, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:https';
@@ -223,7 +223,7 @@ describe('real nodes', () => {
     timeout: 240_000,
   }, async () => {
     assert.ok(node && node2 && imported, 'both nodes started and the import began');
-    const [crashed, ran] = await Promise.allSettled([crashAndReboot(node), imagesRun(node2)]);
+    const [crashed, ran] = await Promise.allSettled([crashAndReboot(node, node2), imagesRun(node2)]);
     for (const r of [crashed, ran]) if (r.status === 'rejected') throw r.reason;
   });
 
@@ -303,10 +303,67 @@ const readyStatus = async (name: string) =>
     (c) => c.type === 'Ready',
   )?.status;
 
-/** Crash real-1 running a pod: the node-lifecycle controller marks it NotReady; heal reboots it. */
-async function crashAndReboot(node: RealNode): Promise<void> {
+/**
+ * Crash real-1 running a pod: the node-lifecycle controller marks it NotReady; heal
+ * reboots it. Across it, the fabric (the api-probe pod and its Service on `peer`,
+ * real-2, from inClusterProbe): before the crash real-1's pod reaches the probe by pod
+ * IP, a process in real-1's network namespace reaches it by the Service's ClusterIP,
+ * and real-2 reaching real-1's pod on a port nobody listens on is reset (a live
+ * kernel's RST: what the check after the crash must not see); after the crash the same
+ * attempt gets no RST (it times out, or EHOSTUNREACH once ARP fails); after the reboot
+ * the pod's new IP is reset again (reachable) and the rebooted node reaches the Service.
+ */
+async function crashAndReboot(node: RealNode, peer: RealNode): Promise<void> {
   const core = cluster().kubeConfig.makeApiClient(CoreV1Api);
   const before = await runningPause(node, 'crash-me');
+  const podIp = async (name: string) =>
+    (await core.readNamespacedPod({ namespace: 'default', name })).status?.podIP ?? '';
+  const [meIp, probeIp, svc] = await Promise.all([
+    podIp('crash-me'),
+    podIp('api-probe'),
+    core.readNamespacedService({ namespace: 'default', name: 'api-probe' }),
+  ]);
+  const clusterIp = svc.spec?.clusterIP ?? '';
+  const tf = performance.now();
+  const fromPod = (host: string, port: number) =>
+    tcpProbe(
+      (argv) =>
+        spawn('setpriv', [
+          '--pdeathsig',
+          'KILL',
+          '--',
+          'nsenter',
+          `--net=/proc/${before.pids[0]}/ns/net`,
+          '--',
+          ...argv,
+        ]),
+      host,
+      port,
+      5_000,
+    );
+  const [podToPod, viaService, refused] = await Promise.all([
+    fromPod(probeIp, 8080),
+    eventually(
+      'the Service reached from real-1',
+      async () => {
+        const seen = await tcpProbe((argv) => node.spawnInNetwork(argv), clusterIp, 80, 5_000);
+        return PROBE_LINE.test(seen) ? seen : undefined;
+      },
+      20_000,
+      200,
+    ),
+    tcpProbe((argv) => peer.spawnInNetwork(argv), meIp, 8080, 5_000),
+  ]);
+  assert.match(podToPod, PROBE_LINE, `real-1's pod reaches real-2's pod ${probeIp}:8080 over the fabric`);
+  assert.match(viaService, PROBE_LINE);
+  assert.equal(
+    refused,
+    'ECONNREFUSED',
+    `real-2 reaches real-1's pod ${meIp}: a live kernel resets a closed port`,
+  );
+  console.log(
+    `real node: fabric pod to pod, Service and reset checks ${Math.round(performance.now() - tf)} ms`,
+  );
   const t0 = performance.now();
   const open = node.apiLink.connections().open;
   assert.ok(open > 0, 'the kubelet and kube-proxy hold connections to the API server');
@@ -320,11 +377,21 @@ async function crashAndReboot(node: RealNode): Promise<void> {
   );
   assert.deepEqual(podProcesses(node, before.uid, '/pause'), [], 'the pod’s processes died with the node');
   assert.deepEqual(node.leftovers(), [], 'no process, cgroup or mount of the node is left while it is down');
-  await eventually(
-    'real-1 NotReady (Unknown) by the node-lifecycle controller',
-    async () => ((await readyStatus(node.name)) === 'Unknown' ? true : undefined),
-    60_000,
-    250,
+  assert.equal(node.netnsPath, undefined, 'a crashed node has no network namespace');
+  assert.throws(() => node.spawnInNetwork(['true']), { code: 'E_NODE_NETNS' });
+  const tc = performance.now();
+  const [silent] = await Promise.all([
+    tcpProbe((argv) => peer.spawnInNetwork(argv), meIp, 8080, 3_000),
+    eventually(
+      'real-1 NotReady (Unknown) by the node-lifecycle controller',
+      async () => ((await readyStatus(node.name)) === 'Unknown' ? true : undefined),
+      60_000,
+      250,
+    ),
+  ]);
+  assert.ok(
+    silent === 'ETIMEDOUT' || silent === 'EHOSTUNREACH',
+    `a crashed node is off the fabric: no RST from it (got ${silent} in ${Math.round(performance.now() - tc)} ms)`,
   );
   console.log(`real node: crash to NotReady ${Math.round(performance.now() - t0)} ms`);
   const t1 = performance.now();
@@ -345,6 +412,25 @@ async function crashAndReboot(node: RealNode): Promise<void> {
     250,
   );
   console.log(`real node: heal to the old pod running again ${Math.round(performance.now() - t1)} ms`);
+  const meAgain = await podIp('crash-me');
+  const [back, serviceAgain] = await Promise.all([
+    tcpProbe((argv) => peer.spawnInNetwork(argv), meAgain, 8080, 5_000),
+    eventually(
+      'the Service reached from the rebooted real-1',
+      async () => {
+        const seen = await tcpProbe((argv) => node.spawnInNetwork(argv), clusterIp, 80, 5_000);
+        return PROBE_LINE.test(seen) ? seen : undefined;
+      },
+      20_000,
+      200,
+    ),
+  ]);
+  assert.equal(back, 'ECONNREFUSED', `the rebooted real-1 is on the fabric again (its pod at ${meAgain})`);
+  assert.match(serviceAgain, PROBE_LINE);
+  await Promise.all([
+    core.deleteNamespacedService({ namespace: 'default', name: 'api-probe' }),
+    core.deleteNamespacedPod({ namespace: 'default', name: 'api-probe', gracePeriodSeconds: 0 }),
+  ]);
   assert.ok(
     after.restarts >= 1,
     `the kubelet counts the reboot as a restart (restartCount ${after.restarts})`,
@@ -628,7 +714,7 @@ async function inClusterProbe(node: RealNode): Promise<void> {
   await core.createNamespacedPod({
     namespace: 'default',
     body: {
-      metadata: { name: 'api-probe' },
+      metadata: { name: 'api-probe', labels: { app: 'api-probe' } },
       spec: {
         nodeSelector: { 'kubernetes.io/hostname': node.name },
         containers: [{ name: 'probe', image: probeImage, imagePullPolicy: 'Never' }],
@@ -666,8 +752,49 @@ async function inClusterProbe(node: RealNode): Promise<void> {
   assert.match(execOut, PROBE_LINE, 'kubectl exec ran the call again in the container');
   assert.match(await portForwardGet(kubectl, 'api-probe', 8080), PROBE_LINE);
   console.log(`real node: kubectl exec and port-forward ${Math.round(performance.now() - t1)} ms`);
-  await core.deleteNamespacedPod({ namespace: 'default', name: 'api-probe', gracePeriodSeconds: 0 });
+  // Kept for the fabric's checks across real-1's crash (crashAndReboot), with a Service.
+  await core.createNamespacedService({
+    namespace: 'default',
+    body: {
+      metadata: { name: 'api-probe' },
+      spec: { selector: { app: 'api-probe' }, ports: [{ port: 80, targetPort: 8080 }] },
+    },
+  });
 }
+
+/**
+ * One TCP connection to host:port from wherever `start` runs this Node (a pod's or a
+ * node's network namespace), an HTTP GET / on it: the reply, or the error's code
+ * (ECONNREFUSED: reset; ETIMEDOUT: no answer within `ms`; EHOSTUNREACH: ARP failed).
+ */
+async function tcpProbe(
+  start: (argv: string[]) => ChildProcess,
+  host: string,
+  port: number,
+  ms: number,
+): Promise<string> {
+  const child = start([process.execPath, '-e', TCP_PROBE, host, String(port), String(ms)]);
+  let out = '';
+  child.stdout?.on('data', (c) => {
+    out += c;
+  });
+  child.stderr?.on('data', (c) => {
+    out += c;
+  });
+  const [code] = (await once(child, 'close')) as [number | null];
+  assert.equal(code, 0, `the probe ran: ${out}`);
+  return out.trim();
+}
+
+const TCP_PROBE = `
+  const [host, port, ms] = process.argv.slice(1);
+  const s = require('node:net').connect({ host, port: Number(port), timeout: Number(ms) });
+  let got = '';
+  s.on('connect', () => s.write('GET / HTTP/1.0\\r\\n\\r\\n'));
+  s.on('data', (d) => { got += d; });
+  s.on('end', () => { process.stdout.write(got.slice(got.indexOf('\\r\\n\\r\\n') + 4)); process.exit(0); });
+  s.on('timeout', () => { console.log('ETIMEDOUT'); process.exit(0); });
+  s.on('error', (e) => { console.log(e.code); process.exit(0); });`;
 
 /** `kubectl port-forward pod/NAME :PORT`, one GET / through it, then the kubectl ends. */
 async function portForwardGet(

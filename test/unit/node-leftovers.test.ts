@@ -251,6 +251,11 @@ test('the rendered configs keep the node off host-wide settings', () => {
   assert.equal(proxy.mode, 'nftables');
   assert.equal(proxy.conntrack.maxPerCore, 0, 'kube-proxy leaves the host-wide nf_conntrack_max alone');
   assert.equal(proxy.clientConnection.kubeconfig, layout.kubeProxyKubeconfig);
+  assert.equal(
+    proxy.clusterCIDR,
+    '10.244.0.0/16',
+    "every node's pod range: pods' Service traffic is not masqueraded",
+  );
 });
 
 test('the node network: the control plane address is on each node, the egress goes to the relay', () => {
@@ -259,9 +264,14 @@ test('the node network: the control plane address is on each node, the egress go
   const script = namespaceSetupScript(layout, '/bin-dir/pause');
   assert.match(
     script,
-    /ip addr add 10\.201\.0\.254\/32 dev eth0\n/,
-    'the API relay address, inside the node',
+    /ip addr add 10\.201\.0\.254\/32 dev lo\n/,
+    'the API relay address, inside the node, on lo (not answered on the fabric: fabric-plan.ts)',
   );
+  assert.ok(
+    script.indexOf('mount -t proc') < script.indexOf('/proc/sys/net/'),
+    "the node's net sysctls are written through its own /proc, in its namespace",
+  );
+  assert.ok(!script.includes('eth0'), 'eth0 comes from the fabric (fabric.ts), not the setup script');
   const net = nodeNetwork('/tmp/leasehold-cluster-x', 6443);
   assert.equal(net.apiAddress, '10.201.0.254:6443');
   const egress = JSON.parse(egressSelectorConfig(net));
