@@ -21,19 +21,34 @@
  * `kubectl logs`, exec and port-forward work. A second relay makes the kubelet's API
  * reachable at `kubeletUrl` on the host's loopback for tests.
  *
+ * Between nodes: the node's `eth0` is a port of its cluster's fabric (fabric.ts: one
+ * bridge in a namespace of its own, started by the cluster's first node, stopped by its
+ * last), holding the node IP, a default route and a route to every other node's pod
+ * range via that node's IP (fabric-plan.ts): pods reach pods on other nodes by pod IP,
+ * and a Service's ClusterIP reaches an endpoint on another node (kube-proxy's DNAT,
+ * then the fabric). `spawnInNetwork(argv)` runs a host program (e.g. dev/nfs-client's
+ * writer) in the node's network namespace, as a pod on the node would reach things:
+ *
+ *   const child = node.spawnInNetwork([writer, '--host', clusterIp, ...], { stdio: 'pipe' });
+ *
+ * It is a process of the machine: freeze stops it, crash and stop SIGKILL it.
+ *
  * Faults, the API of dev/sim's SimNode so that scenarios move over unchanged (each from
  * `running`; heal() undoes any; see each method): `await crash()` (the machine dies,
- * its disk stays; heal() is the reboot), `freeze()` (the cgroup freezer over every
- * process of the node, its kernel running), `partition('close' | 'stall')` (the API
- * link resets or holds everything), `heal()` (a promise: after a crash it resolves when
- * the rebooted node is Ready; an un-awaited heal() works as on the sim).
+ * off the fabric first, its disk stays; heal() is the reboot), `freeze()` (the cgroup
+ * freezer over every process of the node, its kernel running and on the fabric),
+ * `partition('close' | 'stall')` (the API link resets or holds everything; from the
+ * API server only: the fabric carries node-to-node traffic on), `heal()` (a promise:
+ * after a crash it resolves when the rebooted node is Ready; an un-awaited heal()
+ * works as on the sim).
  *
  * Guarantees: startRealNode resolves when the Node object is Ready, or rejects with
  * the failing part and its log, leaving nothing behind. stop() is idempotent, from any
  * state (a frozen node is thawed first: a frozen v1 task ignores SIGKILL); it kills
  * every process of the node (kubelet, kube-proxy, containerd, shims, containers, the relays,
- * the CSI driver's node part and registrar),
- * removes its cgroups and directory, and then runs the leftover check (leftovers.ts).
+ * the CSI driver's node part and registrar, spawnInNetwork's), takes it off the fabric,
+ * removes its cgroups and directory, and then runs the leftover check (leftovers.ts);
+ * the cluster's last node's stop also stops the fabric and runs its check (fabric.ts).
  * On SIGINT/SIGTERM of this process the same happens synchronously; on SIGKILL the
  * kernel still ends every process, mount, namespace and interface (pdeathsig and the
  * pid namespace), and the empty cgroup directories and the node's directory that stay
@@ -128,27 +143,32 @@ export interface RealNode {
    */
   spawnInNetwork(argv: readonly string[], opts?: SpawnOptions): ChildProcess;
   /**
-   * The machine dies: every process of the node's pid namespace (containers, shims,
-   * containerd, the kubelet, kube-proxy) frozen, SIGKILLed and thawed so that none acts
-   * after another died; its relays killed; its API link `down` (the API server's
-   * connections stay open and silent: no FIN, no RST); the API server's route to it
-   * removed. What a reboot loses goes too (its cgroups, containerd's state dir and
+   * The machine dies: first its API link `down` (the API server's connections stay
+   * open and silent: no FIN, no RST), the API server's route to it removed, and its
+   * port on the fabric deleted with its `eth0` (a peer's packets to it are dropped: it
+   * sees a timeout, or EHOSTUNREACH once its ARP entry is gone and ARP fails, never a
+   * RST or an ICMP from the node); then every process of the node's pid namespace
+   * (containers, shims, containerd, the kubelet, kube-proxy) and spawnInNetwork's
+   * frozen, SIGKILLed and thawed so that none acts after another died; its relays
+   * killed. What a reboot loses goes too (its cgroups, containerd's state dir and
    * /run); its disk stays (containerd's root, the kubelet's root, /var/lib, /var/log).
    * Resolves when every process is gone. From `running` only.
    */
   crash(): Promise<void>;
   /**
-   * Every process of the node's pid namespace stopped by the cgroup freezer
-   * (freezer.ts): no heartbeat, no status, no probe, containers stopped. Its kernel
-   * is not frozen (as dev/sim's SIGSTOP): TCP still ACKs and buffers up to the
-   * windows, nothing is answered. From `running` only.
+   * Every process of the node's pid namespace (and spawnInNetwork's) stopped by the
+   * cgroup freezer (freezer.ts): no heartbeat, no status, no probe, containers
+   * stopped. Its kernel is not frozen (as dev/sim's SIGSTOP) and stays on the fabric:
+   * TCP still ACKs and buffers up to the windows, nothing is answered. From `running`
+   * only.
    */
   freeze(): void;
   /**
    * The node loses the API server: its API link `close` (every connection reset, new
    * ones too) or `stall` (held, flowing on at heal); the API server's route to the
-   * node removed (its CONNECTs to the kubelet fail at once). Pods keep running.
-   * From `running` only.
+   * node removed (its CONNECTs to the kubelet fail at once). Pods keep running, and
+   * the fabric is untouched: other nodes and their pods still reach it (no node to
+   * node partition is modelled). From `running` only.
    */
   partition(mode?: 'close' | 'stall'): void;
   /**
@@ -233,6 +253,13 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
   // Outlives every boot: the API server's connections from a crashed node stay open on it.
   const link = await startApiLink({ host: apiUrl.hostname, port: Number(apiUrl.port) });
   const kubeletPort = await freePort();
+  // Comes up while the node's files, certificates and namespaces do; awaited at attach
+  // and at stop (so a fabric that started is released even when the node's start failed).
+  const fabricReady = sharedFabric(cluster.dir, cluster.logDir, [join(bins.dir, 'pause')]).then((use) => {
+    fabricUse = use;
+    return use;
+  });
+  fabricReady.catch(() => {});
   const kubeletUrl = `https://127.0.0.1:${kubeletPort}`;
   const ctrArgs = ['--address', layout.containerdSocket, '--namespace', 'k8s.io'];
   const ctr = async (args: readonly string[]) =>
@@ -267,6 +294,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     forgetAbrupt();
     await rm(routeFile, { force: true });
     faults.stopped();
+    await fabricReady.catch(() => undefined);
     // Off the fabric first, as a crash: its peers get nothing from the dying machine.
     const detached = await fabricUse?.fabric.detach(layout.index).then(
       () => undefined,
@@ -311,11 +339,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
         },
         started: (pid) => identity.pids.push(pid),
         held: (hold) => identity.holds.push(hold),
-        attach: async (pid1) => {
-          if (!fabricUse)
-            throw new LeaseholdError('E_NODE_FABRIC', `real node ${opts.name} has no fabric to attach to`);
-          await fabricUse.fabric.attach(layout.index, `/proc/${pid1}/ns/net`);
-        },
+        attach: async (pid1) => (await fabricReady).fabric.attach(layout.index, `/proc/${pid1}/ns/net`),
         routeFile,
         ctr,
         nodeReady,
@@ -328,7 +352,6 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     );
 
   try {
-    fabricUse = await sharedFabric(cluster.dir, cluster.logDir, [join(bins.dir, 'pause')]);
     await writeNodeFiles(layout, bins, cluster.caPath);
     // Issued while the namespaces and containerd come up, written before the kubelet starts.
     const writeKubeconfigs = clientKubeconfigs(cluster, opts.name, layout, net.apiAddress);

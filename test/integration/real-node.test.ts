@@ -256,8 +256,13 @@ describe('real nodes', () => {
 
   it('stop leaves nothing, also of a frozen node', { timeout: 60_000 }, async () => {
     assert.ok(node && node2, 'both nodes started');
+    // A host process in real-2's network is the machine's: stop ends it (frozen too).
+    const client = node2.spawnInNetwork(['sleep', '60'], { stdio: 'ignore' });
+    const clientExit = once(client, 'exit');
     node2.freeze();
     await Promise.all([node.stop(), node2.stop()]);
+    assert.deepEqual(await clientExit, [null, 'SIGKILL'], "stop killed the process in real-2's network");
+    assert.throws(() => node2?.spawnInNetwork(['true']), { code: 'E_NODE_NETNS' });
     assert.deepEqual(node.leftovers(), [], 'nothing of real-1 is left on the host');
     assert.deepEqual(node2.leftovers(), [], 'nothing of real-2 is left on the host');
     if (csi) {
@@ -380,8 +385,11 @@ async function crashAndReboot(node: RealNode, peer: RealNode): Promise<void> {
   assert.equal(node.netnsPath, undefined, 'a crashed node has no network namespace');
   assert.throws(() => node.spawnInNetwork(['true']), { code: 'E_NODE_NETNS' });
   const tc = performance.now();
+  let silentMs = 0;
   const [silent] = await Promise.all([
-    tcpProbe((argv) => peer.spawnInNetwork(argv), meIp, 8080, 3_000),
+    tcpProbe((argv) => peer.spawnInNetwork(argv), meIp, 8080, 3_000).finally(() => {
+      silentMs = performance.now() - tc;
+    }),
     eventually(
       'real-1 NotReady (Unknown) by the node-lifecycle controller',
       async () => ((await readyStatus(node.name)) === 'Unknown' ? true : undefined),
@@ -391,8 +399,9 @@ async function crashAndReboot(node: RealNode, peer: RealNode): Promise<void> {
   ]);
   assert.ok(
     silent === 'ETIMEDOUT' || silent === 'EHOSTUNREACH',
-    `a crashed node is off the fabric: no RST from it (got ${silent} in ${Math.round(performance.now() - tc)} ms)`,
+    `a crashed node is off the fabric: no RST from it (got ${silent} in ${Math.round(silentMs)} ms)`,
   );
+  console.log(`real node: real-2 to the crashed real-1's pod: ${silent} after ${Math.round(silentMs)} ms`);
   console.log(`real node: crash to NotReady ${Math.round(performance.now() - t0)} ms`);
   const t1 = performance.now();
   await node.heal();
@@ -412,6 +421,7 @@ async function crashAndReboot(node: RealNode, peer: RealNode): Promise<void> {
     250,
   );
   console.log(`real node: heal to the old pod running again ${Math.round(performance.now() - t1)} ms`);
+  const t2 = performance.now();
   const meAgain = await podIp('crash-me');
   const [back, serviceAgain] = await Promise.all([
     tcpProbe((argv) => peer.spawnInNetwork(argv), meAgain, 8080, 5_000),
@@ -427,6 +437,7 @@ async function crashAndReboot(node: RealNode, peer: RealNode): Promise<void> {
   ]);
   assert.equal(back, 'ECONNREFUSED', `the rebooted real-1 is on the fabric again (its pod at ${meAgain})`);
   assert.match(serviceAgain, PROBE_LINE);
+  console.log(`real node: fabric checks after the reboot ${Math.round(performance.now() - t2)} ms`);
   await Promise.all([
     core.deleteNamespacedService({ namespace: 'default', name: 'api-probe' }),
     core.deleteNamespacedPod({ namespace: 'default', name: 'api-probe', gracePeriodSeconds: 0 }),
@@ -486,14 +497,17 @@ async function freezeAndStall(node: RealNode): Promise<void> {
     (p) => p.cmdline.includes(node.layout.kubeletConfig) && !p.cmdline.startsWith('nsenter'),
   );
   assert.ok(kubelet, 'the kubelet process');
+  // A host process in the node's network namespace (spawnInNetwork) freezes with the node.
+  const client = node.spawnInNetwork(['sleep', '60'], { stdio: 'ignore' });
+  assert.ok(client.pid);
   // NB: no check that the lease moves before the fault: leaseMoves after each heal
   // proves the kubelet renews, so a lease that never moved cannot pass.
 
   node.freeze();
   await eventually(
-    'the pod’s and the kubelet’s freezer cgroups FROZEN',
+    'the pod’s, the kubelet’s and the spawned process’s freezer cgroups FROZEN',
     async () =>
-      [container, kubelet.pid].every(
+      [container, kubelet.pid, client.pid as number].every(
         (p) => readFileSync(`${freezerDirOf(p)}/freezer.state`, 'utf8').trim() === 'FROZEN',
       )
         ? true
@@ -508,6 +522,8 @@ async function freezeAndStall(node: RealNode): Promise<void> {
   const t0 = performance.now();
   await node.heal();
   assert.equal(readFileSync(`${freezerDirOf(container)}/freezer.state`, 'utf8').trim(), 'THAWED');
+  assert.match(processState(client.pid as number) ?? '', /^S /, 'the spawned process thawed');
+  client.kill('SIGKILL');
   await leaseMoves(node.name);
   console.log(`real node: thaw to lease renewed ${Math.round(performance.now() - t0)} ms`);
 
