@@ -54,6 +54,8 @@ const KUBERNETES_SERVICE_IP = '10.0.0.1';
 export interface Boot {
   readonly components: Component[];
   pid1?: number;
+  /** The attach to the fabric, once begun (a stop awaits it before it detaches). */
+  onFabric?: Promise<void>;
 }
 
 /** What one boot needs from the node (node.ts) that runs it. */
@@ -134,8 +136,12 @@ export async function bootMachine(
   boot.pid1 = pid1;
   started(pid1);
   ctx.held(holdNamespaces(pid1));
-  // On the fabric before anything listens or dials: the kubelet relay dials the node IP.
-  await ctx.attach(pid1);
+  // On the fabric while the relays and containerd start (the kubelet relay dials the
+  // node IP only per connection); awaited before the kubelet binds it. Kept, not left
+  // unhandled, until then.
+  const onFabric = ctx.attach(pid1);
+  boot.onFabric = onFabric;
+  onFabric.catch(() => {});
   await writeFile(routeFile, `/proc/${pid1}/ns/net\n`);
   const inNode = (what: string, bin: string, args: string[], env: string[] = []) =>
     new Component(
@@ -160,16 +166,21 @@ export async function bootMachine(
       10_000,
     );
   };
-  await startRelay('api-relay', [
-    `-listen=${apiAddress}`,
-    `-listen-netns=/proc/${pid1}/ns/net`,
-    `-dial=127.0.0.1:${linkPort}`,
+  // Both at once (each is recorded as it starts); allSettled, so that neither is left
+  // unhandled when the other fails.
+  const relays = await Promise.allSettled([
+    startRelay('api-relay', [
+      `-listen=${apiAddress}`,
+      `-listen-netns=/proc/${pid1}/ns/net`,
+      `-dial=127.0.0.1:${linkPort}`,
+    ]),
+    startRelay('kubelet-relay', [
+      `-listen=127.0.0.1:${kubeletPort}`,
+      `-dial=${layout.nodeIp}:10250`,
+      `-dial-netns=/proc/${pid1}/ns/net`,
+    ]),
   ]);
-  await startRelay('kubelet-relay', [
-    `-listen=127.0.0.1:${kubeletPort}`,
-    `-dial=${layout.nodeIp}:10250`,
-    `-dial-netns=/proc/${pid1}/ns/net`,
-  ]);
+  for (const r of relays) if (r.status === 'rejected') throw r.reason;
 
   const containerd = inNode(
     'containerd',
@@ -185,7 +196,8 @@ export async function bootMachine(
   }, 30_000);
   // After a reboot the image is still in containerd's root (its disk).
   if (first) await importImage(bins.pauseTar);
-  progress(`${name}: namespaces, relay and containerd up in ${ms(t0)}`);
+  await onFabric;
+  progress(`${name}: namespaces, fabric, relays and containerd up in ${ms(t0)}`);
   // Started before the kubelet, awaited with it: the plugin watcher finds the socket whenever it comes.
   const csiReady = ctx.csi ? startCsiNodePlugin(ctx.csi, name, layout, inNode, components) : undefined;
   // Handled below, with the kubelet's readiness; not unhandled meanwhile.

@@ -296,6 +296,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     faults.stopped();
     await fabricReady.catch(() => undefined);
     // Off the fabric first, as a crash: its peers get nothing from the dying machine.
+    await boot.onFabric?.catch(() => undefined);
     const detached = await fabricUse?.fabric.detach(layout.index).then(
       () => undefined,
       (err: unknown) => err,

@@ -12,17 +12,23 @@
  * it and port-forward to it. Then the faults of dev/sim's API: real-1 crashes with a
  * pod (its processes gone, its API connections left open and silent, NotReady by the
  * real node-lifecycle controller) and heal reboots it (Ready, the kubelet restarts the
- * old pod) while real-2 runs the project's images (dev/image; their import began when
+ * old pod); across it the node network (dev/node/fabric.ts): before, real-1's pod
+ * reaches the api-probe pod on real-2 by pod IP, a process in real-1's network
+ * namespace (spawnInNetwork) reaches it by its Service's ClusterIP, and real-2 is reset
+ * on a closed port of real-1's pod; after the crash real-2 gets no reset (a timeout or
+ * EHOSTUNREACH); after the reboot it is reset again and real-1 reaches the Service. All
+ * of this while real-2 runs the project's images (dev/image; their import began when
  * the nodes were Ready) under the project's securityContexts (real-node-images.ts says
  * what is checked: it is the longer branch, the import most of it); then a pod on
  * real-2 writes into a static PersistentVolume of the testbed's CSI driver (dev/csi:
  * attachRequired; the real attach-detach controller's VolumeAttachment, attached by the
  * real external-attacher before the pod runs; staged and published by the kubelet;
  * the file in the driver's backing dir; the VolumeAttachment gone after the pod); then
- * real-2 is frozen (freezer cgroups FROZEN, its
+ * real-2 is frozen (freezer cgroups FROZEN, a spawnInNetwork process's too, its
  * Lease stops) and thawed (renews), then partitioned with `stall` (Lease stops, the
  * container runs on) and healed (renews). stop(), also of a frozen node,
- * leaves nothing behind (its leftover check throws otherwise;
+ * leaves nothing behind, kills a process left in a node's network and stops the fabric
+ * (the node's and the fabric's leftover checks throw otherwise;
  * test/unit/node-leftovers.test.ts proves the check fails on a stray cgroup and
  * process and does not take a stranger in recycled namespace ids for one), and no host sysctl the kubelet cares about, host link or host nftables
  * rule changed; the CSI controller's processes and dir are gone. Bring the components and the images with
@@ -320,15 +326,25 @@ const readyStatus = async (name: string) =>
  */
 async function crashAndReboot(node: RealNode, peer: RealNode): Promise<void> {
   const core = cluster().kubeConfig.makeApiClient(CoreV1Api);
+  const svc = await core.readNamespacedService({ namespace: 'default', name: 'api-probe' });
+  const clusterIp = svc.spec?.clusterIP ?? '';
+  const serviceFrom = (what: string) =>
+    eventually(
+      `the Service reached from ${what}`,
+      async () => {
+        const seen = await tcpProbe((argv) => node.spawnInNetwork(argv), clusterIp, 80, 5_000);
+        return PROBE_LINE.test(seen) ? seen : undefined;
+      },
+      20_000,
+      200,
+    );
+  // While the pod starts: the Service (its endpoint on real-2) from real-1's network.
+  const viaService = serviceFrom('real-1');
+  viaService.catch(() => {}); // awaited below
   const before = await runningPause(node, 'crash-me');
   const podIp = async (name: string) =>
     (await core.readNamespacedPod({ namespace: 'default', name })).status?.podIP ?? '';
-  const [meIp, probeIp, svc] = await Promise.all([
-    podIp('crash-me'),
-    podIp('api-probe'),
-    core.readNamespacedService({ namespace: 'default', name: 'api-probe' }),
-  ]);
-  const clusterIp = svc.spec?.clusterIP ?? '';
+  const [meIp, probeIp] = await Promise.all([podIp('crash-me'), podIp('api-probe')]);
   const tf = performance.now();
   const fromPod = (host: string, port: number) =>
     tcpProbe(
@@ -346,21 +362,12 @@ async function crashAndReboot(node: RealNode, peer: RealNode): Promise<void> {
       port,
       5_000,
     );
-  const [podToPod, viaService, refused] = await Promise.all([
+  const [podToPod, refused] = await Promise.all([
     fromPod(probeIp, 8080),
-    eventually(
-      'the Service reached from real-1',
-      async () => {
-        const seen = await tcpProbe((argv) => node.spawnInNetwork(argv), clusterIp, 80, 5_000);
-        return PROBE_LINE.test(seen) ? seen : undefined;
-      },
-      20_000,
-      200,
-    ),
     tcpProbe((argv) => peer.spawnInNetwork(argv), meIp, 8080, 5_000),
   ]);
   assert.match(podToPod, PROBE_LINE, `real-1's pod reaches real-2's pod ${probeIp}:8080 over the fabric`);
-  assert.match(viaService, PROBE_LINE);
+  assert.match(await viaService, PROBE_LINE);
   assert.equal(
     refused,
     'ECONNREFUSED',
@@ -406,6 +413,9 @@ async function crashAndReboot(node: RealNode, peer: RealNode): Promise<void> {
   const t1 = performance.now();
   await node.heal();
   assert.equal(await readyStatus(node.name), 'True', 'heal resolves when the rebooted node is Ready');
+  // While the kubelet restarts the old pod: the Service from the rebooted real-1.
+  const serviceAgain = serviceFrom('the rebooted real-1');
+  serviceAgain.catch(() => {}); // awaited below
   console.log(`real node: heal (reboot) to Ready ${Math.round(performance.now() - t1)} ms`);
   const after = await eventually(
     'the kubelet restarted the old pod’s containers after the reboot',
@@ -423,20 +433,9 @@ async function crashAndReboot(node: RealNode, peer: RealNode): Promise<void> {
   console.log(`real node: heal to the old pod running again ${Math.round(performance.now() - t1)} ms`);
   const t2 = performance.now();
   const meAgain = await podIp('crash-me');
-  const [back, serviceAgain] = await Promise.all([
-    tcpProbe((argv) => peer.spawnInNetwork(argv), meAgain, 8080, 5_000),
-    eventually(
-      'the Service reached from the rebooted real-1',
-      async () => {
-        const seen = await tcpProbe((argv) => node.spawnInNetwork(argv), clusterIp, 80, 5_000);
-        return PROBE_LINE.test(seen) ? seen : undefined;
-      },
-      20_000,
-      200,
-    ),
-  ]);
+  const back = await tcpProbe((argv) => peer.spawnInNetwork(argv), meAgain, 8080, 5_000);
   assert.equal(back, 'ECONNREFUSED', `the rebooted real-1 is on the fabric again (its pod at ${meAgain})`);
-  assert.match(serviceAgain, PROBE_LINE);
+  assert.match(await serviceAgain, PROBE_LINE);
   console.log(`real node: fabric checks after the reboot ${Math.round(performance.now() - t2)} ms`);
   await Promise.all([
     core.deleteNamespacedService({ namespace: 'default', name: 'api-probe' }),

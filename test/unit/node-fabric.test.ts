@@ -3,14 +3,15 @@
  * routes, the holder's script, bad input named), the pure leftover judge on hand-made
  * snapshots, then one real fabric with two stand-in nodes (network namespaces made by
  * `unshare --net`, set up by the nodes' own setup lines, as root like the nodes):
- * TCP from one node IP to the other over the bridge; a second attach of an index is
- * refused; a detached node gets no RST (the peer times out or is told EHOSTUNREACH);
+ * TCP from one node IP to the other over the bridge; no node answers ARP for the
+ * control plane's address (and one would without arp_ignore); a second attach of an
+ * index is refused; a detached node gets no RST (the peer times out or is told EHOSTUNREACH);
  * and the stop's check fails on a stray process in the fabric's namespace and a port
  * left on its bridge, and passes on a clean fabric. About 3 s (1.5 s of it the detached
  * node's silence).
  */
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -113,8 +114,10 @@ after(() => {
 });
 
 /** A stand-in node: a process in a new network namespace, set up by the nodes' own lines. */
-async function standInNode(): Promise<{ netns: string; child: ChildProcess }> {
-  const script = `set -eu\n${nodeNetSetupLines('10.201.0.254').join('\n')}\nexec sleep 60\n`;
+async function standInNode(
+  lines = nodeNetSetupLines('10.201.0.254'),
+): Promise<{ netns: string; child: ChildProcess }> {
+  const script = `set -eu\n${lines.join('\n')}\nexec sleep 60\n`;
   const child = spawn('unshare', ['--net', '--', 'sh', '-c', script], {
     stdio: ['ignore', 'ignore', 'inherit'],
   });
@@ -173,6 +176,32 @@ test('a real fabric: node to node over the bridge, a taken index refused, no RST
     assert.equal(await inNetns(one.netns, CONNECT('10.201.0.3', 5000)), 'hello from node 2');
     // What the check below would see from a live kernel: a port nobody listens on is reset.
     assert.equal(await inNetns(one.netns, CONNECT('10.201.0.3', 5000, 8081)), 'ECONNREFUSED');
+
+    // A host on the fabric without the control plane's address asks ARP for it: no node
+    // answers (each has it on lo, arp_ignore 1); with node 1's arp_ignore 0 it would.
+    const outsider = await standInNode(['ip link set lo up']);
+    await fabric.attach(9, outsider.netns);
+    const arpFor254 = async () => {
+      await inNetns(outsider.netns, CONNECT('10.201.0.254', 500));
+      return execFileSync(
+        'nsenter',
+        [`--net=${outsider.netns}`, '--', 'ip', 'neigh', 'show', '10.201.0.254'],
+        {
+          encoding: 'utf8',
+        },
+      );
+    };
+    assert.doesNotMatch(await arpFor254(), /lladdr/, "no node answers ARP for the control plane's address");
+    execFileSync('nsenter', [
+      `--net=${one.netns}`,
+      '--',
+      'sh',
+      '-c',
+      'echo 0 > /proc/sys/net/ipv4/conf/all/arp_ignore',
+    ]);
+    execFileSync('nsenter', [`--net=${outsider.netns}`, '--', 'ip', 'neigh', 'flush', 'all']);
+    assert.match(await arpFor254(), /lladdr/, 'the violation: node 1 answers with arp_ignore 0');
+    await fabric.detach(9);
 
     await fabric.detach(2);
     await fabric.detach(2); // idempotent
