@@ -7,7 +7,8 @@
  * (what kindnet's routes or flannel's host-gw do).
  *
  * Invariants: node `i` (1..250) is 10.201.0.<i+1>/24 on its `eth0` and holds the pod
- * range 10.244.<i>.0/24 (layout.ts); its routes name every other index's range via
+ * range 10.244.<i>.0/24 (layout.ts; the CNI plugin's host-local IPAM hands it out:
+ * kube-controller-manager allocates no pod CIDRs here, so Node.spec.podCIDR is empty); its routes name every other index's range via
  * that index's node IP, whether or not that node exists (a route to an absent node
  * fails as on a LAN: ARP gets no answer, EHOSTUNREACH after about 3 s), so a node's
  * plan does not depend on which nodes started before it. The control plane's address
