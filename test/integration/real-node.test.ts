@@ -778,9 +778,10 @@ async function inClusterProbe(node: RealNode): Promise<void> {
 }
 
 /**
- * One TCP connection to host:port from wherever `start` runs this Node (a pod's or a
- * node's network namespace), an HTTP GET / on it: the reply, or the error's code
- * (ECONNREFUSED: reset; ETIMEDOUT: no answer within `ms`; EHOSTUNREACH: ARP failed).
+ * One TCP connection to host:port from wherever `start` runs the argv (a pod's or a
+ * node's network namespace; bash's /dev/tcp, no Node start per probe), an HTTP GET /
+ * on it: the reply's body, or ECONNREFUSED (reset), EHOSTUNREACH (ARP failed) or
+ * ETIMEDOUT (nothing within `ms`).
  */
 async function tcpProbe(
   start: (argv: string[]) => ChildProcess,
@@ -788,28 +789,23 @@ async function tcpProbe(
   port: number,
   ms: number,
 ): Promise<string> {
-  const child = start([process.execPath, '-e', TCP_PROBE, host, String(port), String(ms)]);
+  const get = `exec 3<>/dev/tcp/${host}/${port} && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && exec cat <&3`;
+  const child = start(['timeout', `${ms / 1000}`, 'bash', '-c', get]);
   let out = '';
+  let err = '';
   child.stdout?.on('data', (c) => {
     out += c;
   });
   child.stderr?.on('data', (c) => {
-    out += c;
+    err += c;
   });
   const [code] = (await once(child, 'close')) as [number | null];
-  assert.equal(code, 0, `the probe ran: ${out}`);
-  return out.trim();
+  if (code === 0) return out.slice(out.indexOf('\r\n\r\n') + 4).trim();
+  if (code === 124) return 'ETIMEDOUT';
+  if (/Connection refused/.test(err)) return 'ECONNREFUSED';
+  if (/No route to host/.test(err)) return 'EHOSTUNREACH';
+  return `probe exit ${code}: ${err.trim()}`;
 }
-
-const TCP_PROBE = `
-  const [host, port, ms] = process.argv.slice(1);
-  const s = require('node:net').connect({ host, port: Number(port), timeout: Number(ms) });
-  let got = '';
-  s.on('connect', () => s.write('GET / HTTP/1.0\\r\\n\\r\\n'));
-  s.on('data', (d) => { got += d; });
-  s.on('end', () => { process.stdout.write(got.slice(got.indexOf('\\r\\n\\r\\n') + 4)); process.exit(0); });
-  s.on('timeout', () => { console.log('ETIMEDOUT'); process.exit(0); });
-  s.on('error', (e) => { console.log(e.code); process.exit(0); });`;
 
 /** `kubectl port-forward pod/NAME :PORT`, one GET / through it, then the kubectl ends. */
 async function portForwardGet(
