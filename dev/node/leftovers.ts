@@ -168,9 +168,9 @@ export function hostSnapshot(node: NodeIdentity): HostSnapshot {
 
 /**
  * Open fds on a process's pid, net and mnt namespaces (or the `kinds` given: the
- * fabric holds only its net namespace, its pid and mnt are the host's): while held, those namespaces
- * live on (empty, once their processes are gone) and their ids cannot be given to
- * another. `ids` are read from the fds (fstat), so they name the namespaces held, even
+ * fabric holds only its net namespace, its pid and mnt are the host's): while held,
+ * those namespaces live on (empty, once their processes are gone) and their ids
+ * cannot be given to another. `ids` are read from the fds (fstat), so they name the namespaces held, even
  * if the process exited meanwhile. Node opens with O_CLOEXEC: no child inherits them.
  * `release()` closes them (idempotent); the process's exit closes them too.
  */

@@ -1,8 +1,9 @@
 /**
  * The boot sequence of a real node (node.ts): the files a node needs before its first
  * boot, its client certificates, and one boot of the machine — PID 1 of new
- * namespaces (namespaces.ts), its `eth0` on the cluster's fabric (fabric.ts), the two relays, containerd, the CSI driver's node part and
- * its registrar when the node has `csi` (dev/csi), the kubelet and kube-proxy —
+ * namespaces (namespaces.ts), its `eth0` on the cluster's fabric (fabric.ts), the two
+ * relays, containerd, the CSI driver's node part and its registrar when the node has
+ * `csi` (dev/csi), the kubelet and kube-proxy —
  * resolving when the Node is Ready and kube-proxy's table carries the `kubernetes`
  * Service. node.ts runs it at start and again as the reboot after a crash (same dirs).
  *

@@ -126,7 +126,7 @@ export interface RealNode {
   importImage(tarPath: string): Promise<void>;
   /**
    * `/proc/<PID 1>/ns/net`: the node's network namespace, where its `eth0` is on the
-   * fabric; undefined while crashed (until the reboot's PID 1 exists) and after stop.
+   * fabric; undefined while crashed (until heal() has rebooted it) and after stop.
    * NB: a process a caller starts in it by hand is not the node's (crash does not kill
    * it, and it holds the namespace past stop: a leftover); use spawnInNetwork.
    */
