@@ -48,6 +48,7 @@ import { type CsiController, startCsiController } from '../../dev/csi/controller
 import { type LocalImage, localImages } from '../../dev/image/images.ts';
 import { nodeBinaries } from '../../dev/node/binaries.ts';
 import { KUBELET_SYSCTLS } from '../../dev/node/config.ts';
+import { NODE_NET_SYSCTLS } from '../../dev/node/fabric-plan.ts';
 import { freezerCgroupOf, freezerMount } from '../../dev/node/freezer.ts';
 import { hostProcesses } from '../../dev/node/leftovers.ts';
 import { type RealNode, startRealNode } from '../../dev/node/node.ts';
@@ -72,8 +73,14 @@ type NodeFaultApi = Pick<SimNode, 'crash' | 'freeze' | 'partition' | 'state'> & 
 const _realNodeFitsTheSimFaultApi = (n: RealNode): NodeFaultApi => n;
 const run = promisify(execFile);
 
+/** The host's values of the sysctls the kubelet checks and the nodes' network namespaces set. */
 const hostSysctls = () =>
-  Object.fromEntries(Object.keys(KUBELET_SYSCTLS).map((k) => [k, readFileSync(`/proc/sys/${k}`, 'utf8')]));
+  Object.fromEntries(
+    [...Object.keys(KUBELET_SYSCTLS), ...Object.keys(NODE_NET_SYSCTLS)].map((k) => [
+      k,
+      readFileSync(`/proc/sys/${k}`, 'utf8'),
+    ]),
+  );
 
 /** The host's network links and nftables rules: the node must add none. */
 const hostNetwork = () => ({
