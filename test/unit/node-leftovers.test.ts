@@ -135,7 +135,8 @@ test('the host probe finds a real stray cgroup directory and a real stray proces
   const dir = mkdtempSync(join(tmpdir(), 'leasehold-leftover-test-'));
   const identity: NodeIdentity = { dir, cgroupRoot: `/${basename(dir)}`, namespaces: [], pids: [] };
   // `sh -c CMD NAME`: NAME is $0, so the command line names the node's dir.
-  const stray = spawn('sh', ['-c', 'sleep 60', dir], { stdio: 'ignore' });
+  // Its own process group: the kill below takes sh's sleep child with it (dash forks it).
+  const stray = spawn('sh', ['-c', 'sleep 60', dir], { stdio: 'ignore', detached: true });
   const exited = new Promise((r) => stray.once('exit', r));
   try {
     createCgroupRoot(`${identity.cgroupRoot}/kubepods`);
@@ -150,7 +151,7 @@ test('the host probe finds a real stray cgroup directory and a real stray proces
       `the stray cgroup is found: ${JSON.stringify(found)}`,
     );
   } finally {
-    stray.kill('SIGKILL');
+    process.kill(-(stray.pid as number), 'SIGKILL');
     await exited;
     assert.deepEqual(removeCgroupRoot(identity.cgroupRoot), []);
     rmSync(dir, { recursive: true, force: true });
