@@ -25,8 +25,9 @@
  * real external-attacher before the pod runs; staged and published by the kubelet;
  * the file in the driver's backing dir; the VolumeAttachment gone after the pod); then
  * real-2 is frozen (freezer cgroups FROZEN, a spawnInNetwork process's too, its
- * Lease stops) and thawed (renews), then partitioned with `stall` (Lease stops, the
- * container runs on) and healed (renews). stop(), also of a frozen node,
+ * Lease stops, its kernel still resets real-1 on a closed port) and thawed (renews),
+ * then partitioned with `stall` (Lease stops, the container runs on, the fabric still
+ * carries real-1's connects) and healed (renews). stop(), also of a frozen node,
  * leaves nothing behind, kills a process left in a node's network and stops the fabric
  * (the node's and the fabric's leftover checks throw otherwise;
  * test/unit/node-leftovers.test.ts proves the check fails on a stray cgroup and
@@ -252,8 +253,8 @@ describe('real nodes', () => {
   it('faults as on dev/sim: freeze and partition stall stop real-2 renewing its lease, heal renews it', {
     timeout: 120_000,
   }, async () => {
-    assert.ok(node2, 'the second node started');
-    await freezeAndStall(node2);
+    assert.ok(node && node2, 'both nodes started');
+    await freezeAndStall(node2, node);
   });
 
   /** The import (begun in before) done, the images run on real-2 (real-node-images.ts). */
@@ -496,8 +497,21 @@ const processState = (pid: number) =>
   /^State:\s+(.*)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
 
 /** Freeze real-2 running a pod, heal, partition it (stall), heal. */
-async function freezeAndStall(node: RealNode): Promise<void> {
+async function freezeAndStall(node: RealNode, peer: RealNode): Promise<void> {
   const pod = await runningPause(node, 'freeze-me');
+  const podIp =
+    (
+      await cluster()
+        .kubeConfig.makeApiClient(CoreV1Api)
+        .readNamespacedPod({ namespace: 'default', name: 'freeze-me' })
+    ).status?.podIP ?? '';
+  // Frozen or partitioned, the node's kernel is on the fabric: a closed port is reset.
+  const kernelAnswers = async (fault: string) =>
+    assert.equal(
+      await tcpProbe((argv) => peer.spawnInNetwork(argv), podIp, 8080, 5_000),
+      'ECONNREFUSED',
+      `${fault}: ${node.name}'s kernel still answers ${peer.name} over the fabric`,
+    );
   const [container] = pod.pids as [number];
   const kubelet = hostProcesses().find(
     (p) => p.cmdline.includes(node.layout.kubeletConfig) && !p.cmdline.startsWith('nsenter'),
@@ -524,7 +538,7 @@ async function freezeAndStall(node: RealNode): Promise<void> {
   console.log(
     `real node: frozen: container ${processState(container)}, kubelet ${processState(kubelet.pid)}`,
   );
-  await leaseStands(node.name, 4_000);
+  await Promise.all([leaseStands(node.name, 4_000), kernelAnswers('frozen')]);
   const t0 = performance.now();
   await node.heal();
   assert.equal(readFileSync(`${freezerDirOf(container)}/freezer.state`, 'utf8').trim(), 'THAWED');
@@ -534,7 +548,7 @@ async function freezeAndStall(node: RealNode): Promise<void> {
   console.log(`real node: thaw to lease renewed ${Math.round(performance.now() - t0)} ms`);
 
   node.partition('stall');
-  await leaseStands(node.name, 4_000);
+  await Promise.all([leaseStands(node.name, 4_000), kernelAnswers('partitioned')]);
   assert.match(
     processState(container) ?? '',
     /^S /,
