@@ -16,7 +16,7 @@ import { rmSync } from 'node:fs';
 import { sleep } from '../../lib/clock.ts';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
-import { type Cluster, type ClusterOptions, startCluster } from '../cluster/cluster.ts';
+import { type Cluster, type ClusterOptions, startCluster, timedProgress } from '../cluster/cluster.ts';
 import { type Sim, type SimOptions, startSim } from '../sim/sim.ts';
 import { helmInstall } from './helm-install.ts';
 
@@ -125,16 +125,18 @@ async function withCertClock<T>(
 }
 
 export async function startSystem(opts: SystemOptions = {}): Promise<System> {
-  const progress = opts.progress ?? (() => {});
+  const progress = timedProgress('system', opts.progress);
   progress('starting the control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager)');
   const cluster = await withCertClock(opts.backdateCerts, () => startCluster(opts.cluster ?? {}));
   let sim: Sim | undefined;
   const stop = async () => {
     try {
       await sim?.stop();
+      progress('simulated nodes stopped');
     } finally {
       await cluster.stop({ keepDir: opts.keepDirs === true });
       if (sim && !opts.keepDirs) rmSync(sim.root, { recursive: true, force: true });
+      progress('stopped');
     }
   };
   try {
@@ -156,6 +158,7 @@ export async function startSystem(opts: SystemOptions = {}): Promise<System> {
       });
       progress('waiting for a ready manager pod on every node');
       await waitForManagers(core, nodeNames, 120_000);
+      progress('a ready manager pod on every node');
     }
     const running = sim;
     return {
