@@ -73,7 +73,12 @@ describe('API server outage', () => {
         return holders.every((h) => h.lastRenewalAt > since) ? true : undefined;
       },
       30_000,
-    );
+    ).catch((err: unknown) => {
+      const behind = holders
+        .filter((h) => h.lastRenewalAt <= Date.now() - 1500)
+        .map((h) => `${h.name} ${h.lost ? 'lost' : `last renewed ${Date.now() - h.lastRenewalAt} ms ago`}`);
+      throw new Error(`${String(err)}; behind: ${behind.join(', ')}`, { cause: err });
+    });
     await eventually(
       'the manager watching leases again',
       async () => {
