@@ -89,8 +89,6 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
     await gate?.close();
   };
   try {
-    const certs = await makeCerts(certDir);
-    const ca = await readFile(certs.caCert);
     const [etcdClient, etcdPeer, apiPort, kcmPort, schedPort, gatePort] = (await freePorts(6)) as [
       number,
       number,
@@ -99,6 +97,35 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       number,
       number,
     ];
+    const etcd = new Component(
+      'etcd',
+      join(bin, 'etcd'),
+      [
+        '--name=leasehold',
+        `--data-dir=${join(dir, 'etcd')}`,
+        `--listen-client-urls=http://127.0.0.1:${etcdClient}`,
+        `--advertise-client-urls=http://127.0.0.1:${etcdClient}`,
+        `--listen-peer-urls=http://127.0.0.1:${etcdPeer}`,
+        `--initial-advertise-peer-urls=http://127.0.0.1:${etcdPeer}`,
+        `--initial-cluster=leasehold=http://127.0.0.1:${etcdPeer}`,
+        // Throwaway test data: skip fsync so a loaded 2-core machine stays responsive.
+        '--unsafe-no-fsync',
+        '--log-level=warn',
+      ],
+      join(logDir, 'etcd.log'),
+    );
+    started.push(etcd);
+    etcd.start();
+    // etcd needs no certificate (plain HTTP on loopback): it starts while openssl makes them.
+    const [made, etcdUp] = await Promise.allSettled([
+      makeCerts(certDir),
+      etcd.waitReady(() => httpOk(`http://127.0.0.1:${etcdClient}/health`), 30_000),
+    ]);
+    if (etcdUp.status === 'rejected') throw etcdUp.reason;
+    if (made.status === 'rejected') throw made.reason;
+    const certs = made.value;
+    progress(`etcd ready on 127.0.0.1:${etcdClient}, certificates made`);
+    const ca = await readFile(certs.caCert);
     const server = `https://127.0.0.1:${apiPort}`;
     // kube-scheduler reaches the API server through the readiness gate (see the
     // header); every other client directly.
@@ -122,28 +149,6 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       .map(([k, v]) => `${k}=${v}`)
       .join(',');
     const gateArgs = gates ? [`--feature-gates=${gates}`] : [];
-
-    const etcd = new Component(
-      'etcd',
-      join(bin, 'etcd'),
-      [
-        '--name=leasehold',
-        `--data-dir=${join(dir, 'etcd')}`,
-        `--listen-client-urls=http://127.0.0.1:${etcdClient}`,
-        `--advertise-client-urls=http://127.0.0.1:${etcdClient}`,
-        `--listen-peer-urls=http://127.0.0.1:${etcdPeer}`,
-        `--initial-advertise-peer-urls=http://127.0.0.1:${etcdPeer}`,
-        `--initial-cluster=leasehold=http://127.0.0.1:${etcdPeer}`,
-        // Throwaway test data: skip fsync so a loaded 2-core machine stays responsive.
-        '--unsafe-no-fsync',
-        '--log-level=warn',
-      ],
-      join(logDir, 'etcd.log'),
-    );
-    started.push(etcd);
-    etcd.start();
-    await etcd.waitReady(() => httpOk(`http://127.0.0.1:${etcdClient}/health`), 30_000);
-    progress(`etcd ready on 127.0.0.1:${etcdClient}`);
 
     let nodeNet: NodeNetwork | undefined;
     const nodeArgs: string[] = [];
