@@ -28,14 +28,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { waitReadyNfsPod } from '../../dev/system/nfs-share.ts';
-import {
-  createShare,
-  fetchRecords,
-  pvName,
-  shareStatus,
-  unpinShare,
-  waitServing,
-} from '../../dev/system/shares.ts';
+import { createShare, fetchRecords, pvName, shareStatus, waitServing } from '../../dev/system/shares.ts';
 import { eventually } from '../support/cluster.ts';
 import {
   ackedSeq,
@@ -60,10 +53,9 @@ const LONE = 'lone';
 const NFS_SHARES = new Set([LONE, 'big-1']);
 const nfs = new Map<string, NfsClientShare>();
 
-/** Creates the share pinned to `node` (spec.scheduling) until unpinShare. */
-async function createAny(share: string, node: string): Promise<void> {
-  if (NFS_SHARES.has(share)) nfs.set(share, await NfsClientShare.create(system(), share, { node }));
-  else await createShare(system(), share, { node });
+async function createAny(share: string): Promise<void> {
+  if (NFS_SHARES.has(share)) nfs.set(share, await NfsClientShare.create(system(), share));
+  else await createShare(system(), share);
 }
 
 /** The share's pod now (other than `notPod`): a Ready NFS server pod, or a toy server answering. */
@@ -171,15 +163,17 @@ const quantile = (xs: number[], q: number) => {
 };
 
 test('six shares: five on sim-1, one on sim-2', { timeout: 300_000 }, async () => {
-  // All six at once, pinned until they serve; then their replacements may go anywhere.
-  for (const share of BIG) await createAny(share, 'sim-1');
-  await createAny(LONE, 'sim-2');
-  for (const share of BIG) assert.equal((await podOf(share, 240_000)).node, 'sim-1');
-  assert.equal((await podOf(LONE, 120_000)).node, 'sim-2');
-  for (const share of [...BIG, LONE]) await unpinShare(system(), share);
-  // sim-1 cordoned until the lone share's crash is done, so its replacement goes to sim-3
-  // or sim-4 (uncordoned in the next test).
-  await setUnschedulable(system(), ['sim-1'], true);
+  await setUnschedulable(system(), ['sim-2', 'sim-3', 'sim-4'], true);
+  try {
+    for (const share of BIG) await createAny(share);
+    for (const share of BIG) assert.equal((await podOf(share, 240_000)).node, 'sim-1');
+    await setUnschedulable(system(), ['sim-1'], true);
+    await setUnschedulable(system(), ['sim-2'], false);
+    await createAny(LONE);
+    assert.equal((await podOf(LONE, 120_000)).node, 'sim-2');
+  } finally {
+    await setUnschedulable(system(), ['sim-2', 'sim-3', 'sim-4'], false);
+  }
   // The clients write (and the toy servers append records) meanwhile.
   for (const client of nfs.values()) await client.startWriting(10_000);
 });
