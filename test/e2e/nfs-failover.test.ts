@@ -51,10 +51,16 @@ import {
   startShareWriter,
   waitReadyNfsPod,
 } from '../../dev/system/nfs-share.ts';
-import { serviceEndpointPods, shareStatus, unpinShare } from '../../dev/system/shares.ts';
+import { serviceEndpointPods, shareStatus } from '../../dev/system/shares.ts';
 import { monotonicMs } from '../../lib/clock.ts';
 import { eventually } from '../support/cluster.ts';
-import { assertStoppedInOrder, eventsOf, useSystem, waitPodForgotten } from './e2e-support.ts';
+import {
+  assertStoppedInOrder,
+  eventsOf,
+  setUnschedulable,
+  useSystem,
+  waitPodForgotten,
+} from './e2e-support.ts';
 
 const system = useSystem({ nodes: 3, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
 const NFS = { versions: ['3', '4.0'], gracePeriod: '5s', leaseLifetime: '5s' };
@@ -75,20 +81,18 @@ after(async () => {
   }
 });
 
-/** Starts the share pinned to `node` until it serves (so one fault hits one share), then unpins it. */
-async function startShare(share: string, node: string): Promise<Running> {
+async function startShare(share: string): Promise<Running> {
   const sys = system();
   const tracker = new ServerProcessTracker(sys, share);
-  await createNfsShare(sys, share, { nfs: NFS, node });
-  assert.equal((await waitReadyNfsPod(sys, share, 120_000)).node, node);
+  await createNfsShare(sys, share, { nfs: NFS });
+  await waitReadyNfsPod(sys, share, 120_000);
   const writers = [
     await startShareWriter(sys, share, 3, 'records-v3.bin', { writerId: 3 }),
     await startShareWriter(sys, share, 4, 'records-v4.bin', { writerId: 4 }),
   ];
-  const r = { share, writers, tracker };
-  running.set(share, r); // stopped in after() from here on, also when a wait below fails
   for (const w of writers) await w.writer.waitForAck(25, 60_000);
-  await unpinShare(sys, share); // replacements go anywhere
+  const r = { share, writers, tracker };
+  running.set(share, r);
   return r;
 }
 
@@ -170,8 +174,15 @@ async function faultAndCheck(
 test('two NFS shares on the default server serve an NFSv3 and an NFSv4.0 writer through their Service addresses', {
   timeout: 240_000,
 }, async () => {
-  // On two different nodes, so that one fault hits one share; both at once.
-  await Promise.all([startShare('nfscrash', 'sim-1'), startShare('nfspart', 'sim-2')]);
+  // On two different nodes, so that one fault hits one share: cordon the first one's node meanwhile.
+  const first = await startShare('nfscrash');
+  const node = (await readyNfsPod(system(), first.share))?.node ?? '';
+  await setUnschedulable(system(), node, true);
+  try {
+    await startShare('nfspart');
+  } finally {
+    await setUnschedulable(system(), node, false);
+  }
 });
 
 test('node crash: writes resume on the replacement; nothing acknowledged lost; no stale handle; never two servers', {
