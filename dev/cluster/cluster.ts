@@ -85,10 +85,10 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       ? onAbruptExit(() => rmSync(dir, { recursive: true, force: true }))
       : () => {};
   // The final stop (its data goes with the dir). NB: the API server stops listening and
-  // drains within milliseconds of SIGTERM, then waits about 1 s more before it exits (Go's
-  // HTTP/2 GOAWAY timeout on its own loopback connections; measured 1.04 s, v1.36.3), so
-  // here it gets 0.3 s, then SIGKILL. stopApiServer() (the outage tests) keeps the full
-  // graceful stop.
+  // drains within milliseconds of SIGTERM, then waits about 1 s more before it exits
+  // (measured 1.04 s, v1.36.3; most likely Go's 1 s HTTP/2 GOAWAY timeout on its own
+  // loopback connections), so here it gets 0.3 s, then SIGKILL. stopApiServer() (the
+  // outage tests) keeps the full graceful stop.
   const stopAll = async () => {
     for (const c of [...started].reverse()) await c.stop(c.name === 'kube-apiserver' ? 300 : undefined);
     await gate?.close();
