@@ -72,7 +72,7 @@ function isReady(pod: k8s.V1Pod): boolean {
   return pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 }
 
-async function ensureNamespace(core: k8s.CoreV1Api, name: string): Promise<void> {
+export async function ensureNamespace(core: k8s.CoreV1Api, name: string): Promise<void> {
   await core.createNamespace({ body: { metadata: { name } } }, withDeadline(10_000)).catch((err: unknown) => {
     if (statusOf(err) !== 409) throw err;
   });

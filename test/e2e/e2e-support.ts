@@ -41,11 +41,14 @@ import {
   startShareWriter,
   waitReadyNfsPod,
 } from '../../dev/system/nfs-share.ts';
+import { podLog } from '../../dev/system/real-share.ts';
+import { type RealSystem, type RealSystemOptions, startRealSystem } from '../../dev/system/real-system.ts';
 import {
   fetchRecords,
   pvName,
   type Serving,
   type ShareStatus,
+  sharePods,
   shareStatus,
   waitServing,
 } from '../../dev/system/shares.ts';
@@ -505,4 +508,79 @@ export async function nfsFaultAndWaitForReplacement(
   assert.notEqual(r.after.node, r.before.node, 'the replacement runs on another node');
   const gaps = nfs.assertClientView(`${nfs.share} ${faultName}`);
   return { ...r, resumedS: nfs.resumed()?.afterS ?? Number.NaN, gapS: gaps.at(-1) ?? Number.NaN };
+}
+
+// ---- The system on real nodes (dev/system/real-system.ts) ----
+
+/**
+ * One real-node system per test file (real kubelets, the real images, the chart by
+ * helm), started in `before` and stopped in `after` (also when a test fails); the
+ * stop runs every node's leftover check, so anything a node left fails the file.
+ */
+export function useRealSystem(opts: RealSystemOptions): () => RealSystem {
+  let sys: RealSystem | undefined;
+  before(
+    async () => {
+      const t0 = performance.now();
+      sys = await startRealSystem({
+        ...opts,
+        keepDirs: process.env.LEASEHOLD_KEEP_CLUSTER === '1',
+        progress: (l) => process.stderr.write(`real system: ${l}\n`),
+      });
+      process.stderr.write(
+        `real system: ${sys.nodes.length} nodes with a ready manager ${((performance.now() - t0) / 1000).toFixed(1)} s after the start\n`,
+      );
+    },
+    { timeout: 300_000 },
+  );
+  after(async () => {
+    if (process.env.LEASEHOLD_KEEP_CLUSTER === '1' && sys)
+      process.stderr.write(`kept: cluster ${sys.cluster.dir}\n`);
+    await sys?.stop();
+  });
+  return () => {
+    if (!sys)
+      throw new Error('the real-node system is not running (did its start fail? see the before hook)');
+    return sys;
+  };
+}
+
+/** The share's Ready pod other than `notPod` (name, node and the pod), or undefined. */
+export async function readyRealPod(
+  sys: RealSystem,
+  share: string,
+  notPod?: string,
+): Promise<{ pod: string; node: string; object: k8s.V1Pod } | undefined> {
+  for (const p of await sharePods(sys, share).catch(() => [])) {
+    const name = p.metadata?.name ?? '';
+    if (name === notPod || !p.spec?.nodeName) continue;
+    if (p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'))
+      return { pod: name, node: p.spec.nodeName, object: p };
+  }
+  return undefined;
+}
+
+/**
+ * When the real pod's NFS server entrypoint first logged `msg` (its JSON `time`, wall
+ * ms), from the log the node's kubelet wrote; undefined when not (yet) there.
+ */
+export function realLogLineWall(
+  sys: RealSystem,
+  pod: k8s.V1Pod,
+  msg: string,
+  container = 'server',
+): number | undefined {
+  const text = podLog(sys.node(pod.spec?.nodeName ?? ''), pod, container);
+  const quoted = JSON.stringify(msg);
+  for (const line of text.split('\n')) {
+    const at = line.indexOf('{');
+    if (at < 0 || !line.includes(quoted)) continue;
+    try {
+      const entry = JSON.parse(line.slice(at)) as { msg?: string; time?: string | number };
+      if (entry.msg !== msg || entry.time === undefined) continue;
+      const ms = typeof entry.time === 'number' ? entry.time : Date.parse(entry.time);
+      if (Number.isFinite(ms)) return ms;
+    } catch {}
+  }
+  return undefined;
 }
