@@ -11,6 +11,7 @@
  * process behind (sim first, then the control plane).
  * NB: the compiled entrypoints must be current: callers run `tsc -p tsconfig.build.json`
  * first (dev/test.sh does; the demo and the benchmark do it themselves).
+ * The same system on real nodes (real kubelets, the project's images): real-system.ts.
  */
 import { rmSync } from 'node:fs';
 import { sleep } from '../../lib/clock.ts';
