@@ -545,12 +545,18 @@ export function useRealSystem(opts: RealSystemOptions): () => RealSystem {
   };
 }
 
+export interface ReadyRealPod {
+  pod: string;
+  node: string;
+  object: k8s.V1Pod;
+}
+
 /** The share's Ready pod other than `notPod` (name, node and the pod), or undefined. */
 export async function readyRealPod(
   sys: RealSystem,
   share: string,
   notPod?: string,
-): Promise<{ pod: string; node: string; object: k8s.V1Pod } | undefined> {
+): Promise<ReadyRealPod | undefined> {
   for (const p of await sharePods(sys, share).catch(() => [])) {
     const name = p.metadata?.name ?? '';
     if (name === notPod || !p.spec?.nodeName) continue;

@@ -36,7 +36,7 @@ import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { monotonicMs } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
-import { E2E_NFS, readyRealPod, realLogLineWall, useRealSystem } from './e2e-support.ts';
+import { E2E_NFS, type ReadyRealPod, readyRealPod, realLogLineWall, useRealSystem } from './e2e-support.ts';
 
 const system = useRealSystem({ nodes: 2, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
 const SHARE = 'realshare';
@@ -77,23 +77,22 @@ test('node crash on real nodes: the manager fails the share over, the replacemen
   const crashAt = new Date();
   const crashMono = monotonicMs();
   await sys.node(before.node).crash();
-  let after: NonNullable<Awaited<ReturnType<typeof readyRealPod>>>;
-  let servingWall: number;
+  let after: ReadyRealPod & { servingWall: number };
   try {
     after = await eventually(
       `${SHARE}: a replacement Ready and serving`,
       async () => {
         const ready = await readyRealPod(sys, SHARE, before.pod);
-        const at = ready && realLogLineWall(sys, ready.object, 'serving');
-        return ready && at ? { ...ready, at } : undefined;
+        const servingWall = ready ? realLogLineWall(sys, ready.object, 'serving') : undefined;
+        return ready && servingWall !== undefined ? { ...ready, servingWall } : undefined;
       },
       SERVING_WITHIN_MS,
       200,
     );
-    servingWall = (after as typeof after & { at: number }).at;
   } finally {
     await pods.stop();
   }
+  const { servingWall } = after;
   await ganesha.stop();
   assert.equal(after.node, other.name, 'the replacement runs on the other node');
 
