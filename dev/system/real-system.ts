@@ -130,9 +130,17 @@ export async function startRealSystem(opts: RealSystemOptions = {}): Promise<Rea
         'E_IMAGE_MISSING',
         `the local images lack leasehold or nfs-ganesha: ${Object.keys(all)}`,
       );
-    await Promise.all(nodes.flatMap((n) => [leasehold, nfsGanesha].map((img) => n.importImage(img.tar))));
+    // All four at once, but only the leasehold image (the managers') is awaited before
+    // the install: the NFS server's import (the larger) runs on while helm installs and
+    // the managers start, and is awaited before the system is ready. NB: a pod whose
+    // image is not imported yet would not wait for it (ErrImageNeverPull, or a failed
+    // pull and its backoff), so nothing may be created before its image is there.
+    const importsOf = (img: LocalImage) => Promise.all(nodes.map((n) => n.importImage(img.tar)));
+    const nfsImported = importsOf(nfsGanesha);
+    nfsImported.catch(() => {}); // awaited below; not an unhandled rejection meanwhile
+    await importsOf(leasehold);
     await ensureNamespace(core, SHARES_NAMESPACE);
-    progress(`images imported (${since()}); installing the chart with helm`);
+    progress(`leasehold image imported (${since()}); installing the chart with helm`);
     await helmInstall({
       kubeconfigPath: cluster.kubeconfigPath,
       release: RELEASE,
@@ -147,6 +155,8 @@ export async function startRealSystem(opts: RealSystemOptions = {}): Promise<Rea
     });
     progress('waiting for a ready manager pod on every node');
     await waitForManagers(core, names, 180_000);
+    progress(`managers ready (${since()}); waiting for the nfs-ganesha image's import`);
+    await nfsImported;
     progress(`system ready (${since()})`);
     const node = (name: string) => {
       const n = nodes.find((x) => x.name === name);
