@@ -130,15 +130,17 @@ export async function startRealSystem(opts: RealSystemOptions = {}): Promise<Rea
         'E_IMAGE_MISSING',
         `the local images lack leasehold or nfs-ganesha: ${Object.keys(all)}`,
       );
-    // All four at once, but only the leasehold image (the managers') is awaited before
-    // the install: the NFS server's import (the larger) runs on while helm installs and
-    // the managers start, and is awaited before the system is ready. NB: a pod whose
-    // image is not imported yet would not wait for it (ErrImageNeverPull, or a failed
-    // pull and its backoff), so nothing may be created before its image is there.
+    // The leasehold image (the managers') first on every node, then the NFS server's (the
+    // larger), which runs on while helm installs and the managers start and is awaited
+    // before the system is ready: all four at once made the managers wait for all of it
+    // (40 s for the leasehold image alone, load 8). NB: a pod whose image is not imported
+    // yet does not wait for it (ErrImageNeverPull, or a failed pull and its backoff), so
+    // nothing may be created before its image is there.
     const importsOf = (img: LocalImage) => Promise.all(nodes.map((n) => n.importImage(img.tar)));
-    const nfsImported = importsOf(nfsGanesha);
+    const leaseholdImported = importsOf(leasehold);
+    const nfsImported = leaseholdImported.then(() => importsOf(nfsGanesha));
     nfsImported.catch(() => {}); // awaited below; not an unhandled rejection meanwhile
-    await importsOf(leasehold);
+    await leaseholdImported;
     await ensureNamespace(core, SHARES_NAMESPACE);
     progress(`leasehold image imported (${since()}); installing the chart with helm`);
     await helmInstall({

@@ -23,7 +23,12 @@
  */
 
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before } from 'node:test';
+import { analyzeWriteRun } from '../../dev/nfs-client/write-analysis.ts';
+import { buildWriter, startWriter } from '../../dev/nfs-client/writer-process.ts';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
 import {
   type FailoverFacts,
@@ -41,7 +46,7 @@ import {
   startShareWriter,
   waitReadyNfsPod,
 } from '../../dev/system/nfs-share.ts';
-import { podLog } from '../../dev/system/real-share.ts';
+import { podLog, REAL_NFS_EXPORT, readRealShareFile } from '../../dev/system/real-share.ts';
 import { type RealSystem, type RealSystemOptions, startRealSystem } from '../../dev/system/real-system.ts';
 import {
   fetchRecords,
@@ -534,6 +539,8 @@ export function useRealSystem(opts: RealSystemOptions): () => RealSystem {
     { timeout: 300_000 },
   );
   after(async () => {
+    // No writer left retrying against a stopped system (also when a scenario failed half-way).
+    for (const c of [...openRealClients]) await c.stop();
     if (process.env.LEASEHOLD_KEEP_CLUSTER === '1' && sys)
       process.stderr.write(`kept: cluster ${sys.cluster.dir}\n`);
     await sys?.stop();
@@ -590,3 +597,114 @@ export function realLogLineWall(
   }
   return undefined;
 }
+
+/**
+ * The NFS client's view on real nodes: the libnfs writer (dev/nfs-client, NFSv3,
+ * numbered committed records) as a host process inside a node's network namespace
+ * (`netns`: a /proc/<pid>/ns/net or nsfs path; `nsenter --net` execs the writer in
+ * place, so its pid is the writer's and stop() reaches it), writing through the
+ * share's Service ClusterIP as a pod on that node would (the node's kube-proxy DNATs
+ * it to the server pod). The checks are NfsClientShare's: the file read back from the
+ * volume (the CSI driver's backing dir).
+ */
+export class RealNfsClient {
+  readonly faultsMs: number[] = [];
+  private constructor(
+    private readonly sys: RealSystem,
+    readonly share: string,
+    readonly w: ShareWriter,
+    private readonly scriptDir: string,
+  ) {}
+
+  static async start(
+    sys: RealSystem,
+    share: string,
+    netns: string,
+    opts: { file?: string; intervalMs?: number } = {},
+  ): Promise<RealNfsClient> {
+    const svc = await sys.core.readNamespacedService(
+      { namespace: SHARES_NAMESPACE, name: share },
+      withDeadline(5_000),
+    );
+    const host = svc.spec?.clusterIP;
+    const port = svc.spec?.ports?.find((p) => p.name === 'nfs')?.port;
+    const mountPort = svc.spec?.ports?.find((p) => p.name === 'nfs-mount')?.port;
+    assert.ok(
+      host && port && mountPort,
+      `Service ${SHARES_NAMESPACE}/${share} has a ClusterIP and the nfs and nfs-mount ports`,
+    );
+    const binary = await buildWriter();
+    // A wrapper startWriter can spawn: nsenter execs the writer in the node's netns.
+    const scriptDir = mkdtempSync(join(tmpdir(), 'leasehold-netns-writer-'));
+    const script = join(scriptDir, 'nfs-writer');
+    writeFileSync(script, `#!/bin/sh\nexec nsenter --net=${netns} -- ${binary} "$@"\n`, { mode: 0o755 });
+    const file = opts.file ?? 'records.bin';
+    const writer = startWriter(script, {
+      version: 3,
+      host,
+      port,
+      mountPort,
+      exportPath: REAL_NFS_EXPORT,
+      file,
+      intervalMs: opts.intervalMs ?? WRITE_INTERVAL_MS,
+    });
+    const client = new RealNfsClient(
+      sys,
+      share,
+      { writer, version: 3, file, address: { host, port, mountPort } },
+      scriptDir,
+    );
+    openRealClients.add(client);
+    return client;
+  }
+
+  /** Marks a fault now, on the writer's clock (CLOCK_MONOTONIC): call right before causing it. */
+  markFault(): number {
+    const ms = monotonicMs();
+    this.faultsMs.push(ms);
+    return ms;
+  }
+
+  /** Waits until the writer had RESUMED_ACKS acks after the last fault (or since its start). */
+  async waitResumed(timeoutMs: number): Promise<void> {
+    const since = this.faultsMs.at(-1) ?? 0;
+    await eventually(
+      `${this.share}: ${RESUMED_ACKS} acknowledged NFS writes from the node's netns${this.faultsMs.length > 0 ? ' after the fault' : ''}`,
+      async () =>
+        this.w.writer.events.filter((e) => e.event === 'ack' && e.ms > since).length >= RESUMED_ACKS
+          ? true
+          : undefined,
+      timeoutMs,
+      200,
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}; the writer's stderr: ${this.w.writer.stderr().slice(-2000)}`);
+    });
+  }
+
+  /** As NfsClientShare.assertClientView, against the file on the CSI volume; the gaps (s). */
+  assertClientView(label: string): number[] {
+    const report = analyzeWriteRun({
+      events: this.w.writer.events,
+      faultsMs: this.faultsMs,
+      content: readRealShareFile(this.sys, this.share, this.w.file),
+    });
+    const gapsS = report.clientWriteGaps.map((g) => (g.gapMs ?? Number.NaN) / 1000);
+    const resumedS = report.clientWriteGaps.map((g) => (g.resumedAfterMs ?? Number.NaN) / 1000);
+    process.stderr.write(
+      `${label}: ${this.share} NFSv3 (real node netns) clientWriteGap ${gapsS.map((g) => g.toFixed(2)).join(', ')} s (writes resumed ${resumedS.map((g) => g.toFixed(2)).join(', ')} s after the fault); acked ${report.acked}, lost ${report.ackedWritesLost}, duplicates ${report.duplicates.length}, stale ${report.staleHandles}, errors ${JSON.stringify(report.errors)}\n`,
+    );
+    assert.deepEqual(report.violations, [], `${this.share}: the NFS client's view upholds every guarantee`);
+    assert.equal(report.ackedWritesLost, 0, 'acknowledged writes lost');
+    assert.equal(report.duplicates.length, 0, 'records written twice');
+    assert.equal(report.staleHandles, 0, 'stale file handles');
+    for (const g of report.clientWriteGaps) assert.ok(g.firstAck, 'writes resumed after the fault');
+    return gapsS;
+  }
+
+  async stop(): Promise<void> {
+    openRealClients.delete(this);
+    await this.w.writer.stop();
+    rmSync(this.scriptDir, { recursive: true, force: true });
+  }
+}
+const openRealClients = new Set<RealNfsClient>();
