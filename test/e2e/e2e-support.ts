@@ -29,6 +29,8 @@ import { join } from 'node:path';
 import { after, before } from 'node:test';
 import { analyzeWriteRun } from '../../dev/nfs-client/write-analysis.ts';
 import { buildWriter, startWriter } from '../../dev/nfs-client/writer-process.ts';
+import { nodeBinaries } from '../../dev/node/binaries.ts';
+import { hostProcesses } from '../../dev/node/leftovers.ts';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
 import {
   type FailoverFacts,
@@ -690,8 +692,12 @@ export class RealNfsClient {
     });
     const gapsS = report.clientWriteGaps.map((g) => (g.gapMs ?? Number.NaN) / 1000);
     const resumedS = report.clientWriteGaps.map((g) => (g.resumedAfterMs ?? Number.NaN) / 1000);
+    const gaps =
+      gapsS.length === 0
+        ? 'no fault marked'
+        : `clientWriteGap ${gapsS.map((g) => g.toFixed(2)).join(', ')} s (writes resumed ${resumedS.map((g) => g.toFixed(2)).join(', ')} s after the fault)`;
     process.stderr.write(
-      `${label}: ${this.share} NFSv3 (real node netns) clientWriteGap ${gapsS.map((g) => g.toFixed(2)).join(', ')} s (writes resumed ${resumedS.map((g) => g.toFixed(2)).join(', ')} s after the fault); acked ${report.acked}, lost ${report.ackedWritesLost}, duplicates ${report.duplicates.length}, stale ${report.staleHandles}, errors ${JSON.stringify(report.errors)}\n`,
+      `${label}: ${this.share} NFSv3 from a pod's netns: ${gaps}; acked ${report.acked}, lost ${report.ackedWritesLost}, duplicates ${report.duplicates.length}, stale ${report.staleHandles}, errors ${JSON.stringify(report.errors)}\n`,
     );
     assert.deepEqual(report.violations, [], `${this.share}: the NFS client's view upholds every guarantee`);
     assert.equal(report.ackedWritesLost, 0, 'acknowledged writes lost');
@@ -708,3 +714,46 @@ export class RealNfsClient {
   }
 }
 const openRealClients = new Set<RealNfsClient>();
+
+/**
+ * A client pod on a real node: a pause container of the node's pause image, in
+ * `default`; resolves with its network namespace (the sandbox's /proc/<pid>/ns/net)
+ * once it runs, for RealNfsClient.start: the writer then uses the pod's network as
+ * any pod on that node would (its default route via the node's bridge, the node's
+ * kube-proxy for ClusterIPs).
+ */
+export async function clientPodNetns(sys: RealSystem, node: string): Promise<string> {
+  const { pauseImage } = await nodeBinaries();
+  const name = `nfs-client-${node}`;
+  await sys.core.createNamespacedPod(
+    {
+      namespace: 'default',
+      body: {
+        metadata: { name },
+        spec: {
+          nodeSelector: { 'kubernetes.io/hostname': node },
+          containers: [{ name: 'pause', image: pauseImage, imagePullPolicy: 'Never' }],
+          terminationGracePeriodSeconds: 1,
+        },
+      },
+    },
+    withDeadline(10_000),
+  );
+  const layout = sys.node(node).layout;
+  return eventually(
+    `client pod ${name} running on ${node}`,
+    async () => {
+      const pod = await sys.core.readNamespacedPod({ namespace: 'default', name }, withDeadline(5_000));
+      if (pod.status?.phase !== 'Running') return undefined;
+      const p = hostProcesses().find(
+        (x) =>
+          x.cmdline === '/pause' &&
+          x.cgroup.includes(`${layout.cgroupRoot}/`) &&
+          x.cgroup.includes(`pod${pod.metadata?.uid}`),
+      );
+      return p ? `/proc/${p.pid}/ns/net` : undefined;
+    },
+    90_000,
+    200,
+  );
+}

@@ -36,7 +36,15 @@ import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { monotonicMs } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
-import { E2E_NFS, type ReadyRealPod, readyRealPod, realLogLineWall, useRealSystem } from './e2e-support.ts';
+import {
+  clientPodNetns,
+  E2E_NFS,
+  type ReadyRealPod,
+  RealNfsClient,
+  readyRealPod,
+  realLogLineWall,
+  useRealSystem,
+} from './e2e-support.ts';
 
 const system = useRealSystem({ nodes: 2, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
 const SHARE = 'realshare';
@@ -54,6 +62,11 @@ test('node crash on real nodes: the manager fails the share over, the replacemen
   const sys = system();
   ganesha = new GaneshaTracker(sys, SHARE);
   const t0 = performance.now();
+  // A client pod on each node meanwhile (the NFS client uses the surviving node's).
+  const clientNetns = Promise.all(
+    sys.nodes.map(async (n) => [n.name, await clientPodNetns(sys, n.name)] as const),
+  );
+  clientNetns.catch(() => {}); // awaited below
   await createRealNfsShare(sys, SHARE, { nfs: E2E_NFS });
   const before = await eventually(
     `${SHARE}: a Ready pod whose server logged serving`,
@@ -172,6 +185,15 @@ test('node crash on real nodes: the manager fails the share over, the replacemen
   );
   const oldStop = old[0]?.stopMonoMs;
   assert.ok(oldStop !== undefined && oldStop >= crashMono, "the old ganesha ended with its node's crash");
+  // The replacement serves NFS through the Service's ClusterIP to a pod on its node
+  // (the node's kube-proxy), into the volume the real attach-detach controller moved.
+  const netns = new Map(await clientNetns).get(after.node);
+  assert.ok(netns, `a client pod on ${after.node}`);
+  const client = await RealNfsClient.start(sys, SHARE, netns);
+  await client.waitResumed(60_000);
+  client.assertClientView(`${SHARE} after the failover`);
+  await client.stop();
+
   const cover = ganesha.coverage();
   process.stderr.write(
     `${SHARE}: ganesha windows ${windows.map((w) => `${w.id}[${w.startWall}..${w.stopWall ?? 'open'}]`).join(', ')}; old stop to new start ${((fresh[0]?.startMonoMs ?? 0) - oldStop).toFixed(0)} ms; ${cover.samples} samples, longest gap ${cover.maxGapMs.toFixed(0)} ms\n`,
