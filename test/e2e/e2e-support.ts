@@ -602,12 +602,16 @@ export function realLogLineWall(
 
 /**
  * The NFS client's view on real nodes: the libnfs writer (dev/nfs-client, NFSv3,
- * numbered committed records) as a host process inside a node's network namespace
- * (`netns`: a /proc/<pid>/ns/net or nsfs path; `nsenter --net` execs the writer in
- * place, so its pid is the writer's and stop() reaches it), writing through the
- * share's Service ClusterIP as a pod on that node would (the node's kube-proxy DNATs
- * it to the server pod). The checks are NfsClientShare's: the file read back from the
- * volume (the CSI driver's backing dir).
+ * numbered committed records) as a host process inside a network namespace on a node
+ * (`netns`: a /proc/<pid>/ns/net path, e.g. a client pod's from clientPodNetns;
+ * `nsenter --net` execs the writer in place, so its pid is the writer's and stop()
+ * reaches it), writing through the share's Service ClusterIP as that pod would (the
+ * node's kube-proxy DNATs it to the server pod). The checks are NfsClientShare's, the
+ * file read back from the volume (the CSI driver's backing dir).
+ * NB: a node's own namespace has no default route (dev/node), so from there a
+ * ClusterIP is unreachable (ENETUNREACH, measured): a pod's namespace routes via the
+ * node's bridge. Without a network between the nodes a pod reaches only servers on
+ * its own node.
  */
 export class RealNfsClient {
   readonly faultsMs: number[] = [];
