@@ -7,6 +7,10 @@
  *   leasehold_agent_renew_failures_total{reason}       failed attempts: timeout, unreachable,
  *                                                      conflict, http_<status>, server_check
  *   leasehold_agent_renew_duration_seconds             latency of successful renewal requests
+ *   leasehold_agent_renew_hedges_total                 hedges sent: a second request of a renewal
+ *                                                      (or of the read after a 409) on a fresh
+ *                                                      connection while the first was in flight
+ *   leasehold_agent_renew_hedge_wins_total             renewals proven by a hedge's write
  *   leasehold_agent_seconds_since_last_renewal         age of the last successful renewal (by send time)
  *   leasehold_agent_lease_held                         1 while the lease is held
  *   leasehold_agent_fenced                             1 once the agent has fenced
@@ -33,6 +37,8 @@ export class AgentMetrics {
   /** By reason, in first-seen order. */
   private readonly failures = new Map<FailureReason, number>();
   private readonly latency = new Histogram(LATENCY_BUCKETS);
+  private hedges = 0;
+  private hedgeWins = 0;
   private held = 0;
   private fenced = 0;
   private lastSuccessSentAtMs: number | undefined;
@@ -52,6 +58,16 @@ export class AgentMetrics {
 
   failed(reason: FailureReason): void {
     this.failures.set(reason, (this.failures.get(reason) ?? 0) + 1);
+  }
+
+  /** A hedge was sent (renew-round.ts). */
+  hedged(): void {
+    this.hedges += 1;
+  }
+
+  /** The renewal just recorded with renewed() was a hedge's write. */
+  hedgeWon(): void {
+    this.hedgeWins += 1;
   }
 
   setHeld(held: boolean): void {
@@ -86,6 +102,18 @@ export class AgentMetrics {
         help: 'Latency of successful renewal requests',
         type: 'histogram',
         samples: this.latency.samples({}),
+      },
+      {
+        name: `${PREFIX}renew_hedges_total`,
+        help: 'Hedged requests sent: a second renewal request on a fresh connection while the first was in flight',
+        type: 'counter',
+        samples: [{ value: this.hedges }],
+      },
+      {
+        name: `${PREFIX}renew_hedge_wins_total`,
+        help: 'Renewals proven by a hedged request',
+        type: 'counter',
+        samples: [{ value: this.hedgeWins }],
       },
       {
         name: `${PREFIX}seconds_since_last_renewal`,

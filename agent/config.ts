@@ -13,7 +13,8 @@
  * | LEASEHOLD_RENEW_INTERVAL   (R)    | 2s       | one CAS renewal every R |
  * | LEASEHOLD_RENEW_DEADLINE   (T)    | 4s       | fence when T passed since the last successful renewal was SENT |
  * | LEASEHOLD_RETRY_PERIOD            | 500ms    | pause between failed attempts (and between reads while waiting to acquire) |
- * | LEASEHOLD_REQUEST_TIMEOUT         | 1s       | cap on one API request; each is also cut at the renew deadline |
+ * | LEASEHOLD_HEDGE_DELAY             | min(500ms, (T-R)/2) | a renewal (or the read after a 409) not answered after this gets a second attempt on a fresh connection (renew-round.ts); 0 = off. Hazard: up to 2x the renewal requests while the API is slow |
+ * | LEASEHOLD_REQUEST_TIMEOUT         | T-R (1s when hedging is off) | cap on one API request; each is also cut at the renew deadline. Hazard: below the API's latency every attempt is cut and the agent fences a healthy server |
  * | LEASEHOLD_ACQUIRE_TIMEOUT         | 0        | give up acquiring (exit 3) after this long; 0 waits forever |
  * | LEASEHOLD_RELEASE_TIMEOUT         | 900ms    | budget for releasing the lease on SIGTERM |
  * | LEASEHOLD_FENCE_ACTION            | pod      | pod (every process of the pod but the agent), signal (processes by name), command, or none (explicit opt-out: the server keeps running) |
@@ -30,7 +31,8 @@
  * | LEASEHOLD_SERVER_CHECK_FAILURES   | 3        | consecutive failures (after the first success) that fence |
  *
  * Cross-field rules (docs/design.md, "Why it is safe"): D > T > R; T - R >= retry period (room for
- * at least one retry); fence grace < fence timeout < D - T (the fence must end before a
+ * at least one retry); hedging on: hedge delay < request timeout and < T - R (the hedge is sent
+ * while the first attempt still runs, inside the round); fence grace < fence timeout < D - T (the fence must end before a
  * manager may declare the holder dead; lib/fence-timing.ts). LEASEHOLD_FENCE_COMMAND_TIMEOUT
  * was renamed LEASEHOLD_FENCE_TIMEOUT and is refused, so an old manifest is not silently
  * given another bound. KUBECONFIG is read by kube-connection.ts
@@ -67,6 +69,8 @@ export interface Timings {
   renewDeadlineMs: number;
   retryPeriodMs: number;
   requestTimeoutMs: number;
+  /** 0 = hedging off: one request at a time, as before hedging existed. */
+  hedgeDelayMs: number;
 }
 
 export interface AgentConfig {
@@ -126,13 +130,27 @@ function readTimings(r: EnvReader): Timings {
   const renewIntervalMs = r.duration('LEASEHOLD_RENEW_INTERVAL', 2_000, 100, HOUR);
   const renewDeadlineMs = r.duration('LEASEHOLD_RENEW_DEADLINE', 4_000, 100, HOUR);
   const retryPeriodMs = r.duration('LEASEHOLD_RETRY_PERIOD', 500, 10, HOUR);
+  const sound = r.ok && renewDeadlineMs > renewIntervalMs;
+  const defaults = defaultRequestTimings(sound ? renewDeadlineMs - renewIntervalMs : 2_000);
   // NB: whole ms: request deadlines become AbortSignal.timeout(ms), which rejects fractions.
-  const requestTimeoutMs = Math.floor(r.duration('LEASEHOLD_REQUEST_TIMEOUT', 1_000, 50, HOUR));
+  const hedgeDelayMs = Math.floor(r.duration('LEASEHOLD_HEDGE_DELAY', defaults.hedgeDelayMs, 0, HOUR));
+  const requestTimeoutMs = Math.floor(
+    r.duration('LEASEHOLD_REQUEST_TIMEOUT', hedgeDelayMs > 0 ? defaults.requestTimeoutMs : 1_000, 50, HOUR),
+  );
+  const timings = {
+    leaseDurationMs,
+    renewIntervalMs,
+    renewDeadlineMs,
+    retryPeriodMs,
+    requestTimeoutMs,
+    hedgeDelayMs,
+  };
   const d = `LEASEHOLD_LEASE_DURATION=${formatDuration(leaseDurationMs)}`;
   const t = `LEASEHOLD_RENEW_DEADLINE=${formatDuration(renewDeadlineMs)}`;
   const rr = `LEASEHOLD_RENEW_INTERVAL=${formatDuration(renewIntervalMs)}`;
   const p = `LEASEHOLD_RETRY_PERIOD=${formatDuration(retryPeriodMs)}`;
-  if (!r.ok) return { leaseDurationMs, renewIntervalMs, renewDeadlineMs, retryPeriodMs, requestTimeoutMs };
+  const h = `LEASEHOLD_HEDGE_DELAY=${formatDuration(hedgeDelayMs)}`;
+  if (!r.ok) return timings;
   r.require(
     leaseDurationMs > renewDeadlineMs,
     `${d} must be longer than ${t} (rule D > T: the holder must fence before others may declare it dead)`,
@@ -146,8 +164,36 @@ function readTimings(r: EnvReader): Timings {
       renewDeadlineMs - renewIntervalMs >= retryPeriodMs,
       `${t} minus ${rr} must be at least ${p} (rule T - R >= retry period: room for one retry)`,
     );
+    if (hedgeDelayMs > 0) {
+      r.require(
+        hedgeDelayMs < renewDeadlineMs - renewIntervalMs,
+        `${h} must be shorter than ${t} minus ${rr} (${formatDuration(renewDeadlineMs - renewIntervalMs)}) (rule hedge delay < T - R: the hedge must go out inside the round; 0 turns hedging off)`,
+      );
+    }
   }
-  return { leaseDurationMs, renewIntervalMs, renewDeadlineMs, retryPeriodMs, requestTimeoutMs };
+  if (hedgeDelayMs > 0) {
+    r.require(
+      hedgeDelayMs < requestTimeoutMs,
+      `${h} must be shorter than LEASEHOLD_REQUEST_TIMEOUT=${formatDuration(requestTimeoutMs)} (rule hedge delay < request timeout: the hedge must go out while the first attempt still runs; 0 turns hedging off)`,
+    );
+  }
+  return timings;
+}
+
+/**
+ * The defaults of the hedge delay and the request cap, from the room a renewal round has
+ * (T - R: a round starts R after the last proof and must succeed by T):
+ *  - request timeout = T - R: an attempt sent at the round's start may use the whole round;
+ *    a shorter cap only cuts answers the round could still use (the API server's SLO is
+ *    p99 <= 1 s for mutating calls, so a 1 s cap fenced healthy servers under load). The
+ *    dead connection the cap used to escape is escaped by the hedge instead.
+ *  - hedge delay = min(500 ms, (T - R) / 2): far above a healthy renewal's latency (a few
+ *    ms), so hedges go out only when the API or the connection is slow; early enough that a
+ *    hedge on a fresh connection has at least half the round to answer.
+ * Valid for every valid T > R (both rules above hold).
+ */
+export function defaultRequestTimings(roomMs: number): { requestTimeoutMs: number; hedgeDelayMs: number } {
+  return { requestTimeoutMs: Math.floor(roomMs), hedgeDelayMs: Math.floor(Math.min(500, roomMs / 2)) };
 }
 
 /** `timings` is undefined when they are unsound: rules relative to them are skipped. */

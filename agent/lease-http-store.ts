@@ -6,6 +6,9 @@
  * one small request every 2 s for its whole life, in every share-manager pod, so it
  * talks to the three Lease endpoints it needs directly:
  *  - one keep-alive connection reused across requests (one TLS handshake, not one per renewal);
+ *  - `fresh: true` (a hedge, renew-round.ts): the request gets a new connection of its own,
+ *    never a pooled socket (which may be the stuck one), closed after its answer;
+ *  - `signal`: the caller abandons a request (its round ended); its socket is destroyed;
  *  - each call is exactly one HTTP request, with a hard deadline (AbortSignal): connect,
  *    TLS, send and read included; an aborted request destroys its socket, so a dead
  *    connection is never reused;
@@ -20,32 +23,73 @@ import { fromWire, type LeaseRecord, leaseKey, toWire } from '../lib/lease-recor
 import type { LeaseStore, WriteOutcome } from '../lib/lease-store.ts';
 import type { KubeConnection } from './kube-connection.ts';
 
+export interface RequestOptions {
+  /** On a new connection of its own, never a pooled one. */
+  fresh?: boolean;
+  /** Aborts the request (and destroys its socket). */
+  signal?: AbortSignal;
+}
+
+/** The LeaseStore port plus what hedged renewals need (renew-loop.ts). */
+export interface HedgeableLeaseStore extends LeaseStore {
+  get(
+    namespace: string,
+    name: string,
+    deadlineMs: number,
+    options?: RequestOptions,
+  ): Promise<LeaseRecord | undefined>;
+  update(record: LeaseRecord, deadlineMs: number, options?: RequestOptions): Promise<WriteOutcome>;
+}
+
 interface Answer {
   status: number;
   body: string;
 }
 
-export class HttpLeaseStore implements LeaseStore {
+export class HttpLeaseStore implements HedgeableLeaseStore {
   private readonly agent: Agent;
+  /** For `fresh` requests: no keep-alive and no socket limit, so every request opens its own. */
+  private readonly freshAgent: Agent;
 
   constructor(private readonly connection: KubeConnection) {
+    const tls = {
+      ca: connection.ca,
+      cert: connection.cert,
+      key: connection.key,
+      servername: connection.servername,
+      rejectUnauthorized: connection.rejectUnauthorized,
+    };
     this.agent = new Agent({
       keepAlive: true,
       // Longer than any renew interval, so the renewal connection stays warm.
       keepAliveMsecs: 30_000,
       timeout: 0,
       maxSockets: 4,
-      ca: connection.ca,
-      cert: connection.cert,
-      key: connection.key,
-      servername: connection.servername,
-      rejectUnauthorized: connection.rejectUnauthorized,
+      ...tls,
+    });
+    this.freshAgent = new Agent({
+      keepAlive: false,
+      timeout: 0,
+      maxSockets: Number.POSITIVE_INFINITY,
+      ...tls,
     });
   }
 
-  async get(namespace: string, name: string, deadlineMs: number): Promise<LeaseRecord | undefined> {
+  async get(
+    namespace: string,
+    name: string,
+    deadlineMs: number,
+    options: RequestOptions = {},
+  ): Promise<LeaseRecord | undefined> {
     const operation = `reading lease ${namespace}/${name}`;
-    const answer = await this.send(operation, 'GET', leasePath(namespace, name), undefined, deadlineMs);
+    const answer = await this.send(
+      operation,
+      'GET',
+      leasePath(namespace, name),
+      undefined,
+      deadlineMs,
+      options,
+    );
     if (answer.status === 404) return undefined;
     if (answer.status !== 200) throw apiError(operation, answer);
     return fromWire(JSON.parse(answer.body));
@@ -58,7 +102,7 @@ export class HttpLeaseStore implements LeaseStore {
     return this.writeOutcome(operation, answer);
   }
 
-  async update(record: LeaseRecord, deadlineMs: number): Promise<WriteOutcome> {
+  async update(record: LeaseRecord, deadlineMs: number, options: RequestOptions = {}): Promise<WriteOutcome> {
     const operation = `updating lease ${leaseKey(record)}`;
     const answer = await this.send(
       operation,
@@ -66,6 +110,7 @@ export class HttpLeaseStore implements LeaseStore {
       leasePath(record.namespace, record.name),
       toWire(record),
       deadlineMs,
+      options,
     );
     return this.writeOutcome(operation, answer);
   }
@@ -73,6 +118,7 @@ export class HttpLeaseStore implements LeaseStore {
   /** Closes idle keep-alive connections (the process is about to exit). */
   close(): void {
     this.agent.destroy();
+    this.freshAgent.destroy();
   }
 
   private writeOutcome(operation: string, answer: Answer): WriteOutcome {
@@ -87,6 +133,7 @@ export class HttpLeaseStore implements LeaseStore {
     path: string,
     body: unknown,
     deadlineMs: number,
+    options: RequestOptions = {},
   ): Promise<Answer> {
     const payload = body === undefined ? undefined : JSON.stringify(body);
     const url = new URL(path, this.connection.server);
@@ -103,8 +150,8 @@ export class HttpLeaseStore implements LeaseStore {
         {
           method,
           headers,
-          agent: this.agent,
-          signal: AbortSignal.timeout(Math.max(1, Math.floor(deadlineMs))),
+          agent: options.fresh ? this.freshAgent : this.agent,
+          signal: withDeadline(deadlineMs, options.signal),
         },
         (res) => {
           const chunks: Buffer[] = [];
@@ -119,6 +166,11 @@ export class HttpLeaseStore implements LeaseStore {
       req.end(payload);
     });
   }
+}
+
+function withDeadline(deadlineMs: number, signal: AbortSignal | undefined): AbortSignal {
+  const timeout = AbortSignal.timeout(Math.max(1, Math.floor(deadlineMs)));
+  return signal ? AbortSignal.any([timeout, signal]) : timeout;
 }
 
 function leasePath(namespace: string, name?: string): string {

@@ -1,18 +1,24 @@
 /**
- * The renewal loop: one CAS update of the cached Lease every R, until the lease is lost,
+ * The renewal loop: one renewal round (renew-round.ts) every R, until the lease is lost,
  * the renew deadline passes, the server check fails, or a planned stop is requested.
  *
  * Guarantees (docs/design.md, "Why it is safe"):
  *  - Happy path: exactly one API request per renewal (update with the cached object and
  *    its resourceVersion; no read before the write).
- *  - The deadline is T after the last successful request was SENT (monotonic clock).
- *    Every request's own deadline is min(request timeout, time left until T), and the
- *    loop itself wakes at T whatever a request is doing: it returns `deadline-passed` at
- *    T (plus timer latency), never later.
- *  - 409: one re-read; still ours and not delinquent -> continue with that version (and
- *    write again at once); otherwise `lost` at once. 404 on update is `lost` too.
+ *  - The deadline is T after the last successful renewal was SENT (monotonic clock; with
+ *    a hedge, the send of the write that committed: renew-round.ts says why). Every
+ *    request's own deadline is min(request timeout, time left until T), and the loop
+ *    itself wakes at T whatever a request is doing: it returns `deadline-passed` at T
+ *    (plus timer latency), never later.
+ *  - A slow or stuck renewal gets one hedge on a fresh connection after the hedge delay
+ *    (at most two requests of a step in flight); when the round ends, the requests still
+ *    in flight are aborted.
+ *  - 409: the Lease is read; lost (another holder, delinquent, deleted) -> `lost` at once;
+ *    one of this round's writes committed -> renewed; another writer, still ours ->
+ *    continue with that version (and write again at once). 404 on update is `lost` too.
  *  - Any other failure is retried every retry period until T.
- * Logs one line per state change (renewals failing, recovered); none per renewal at info.
+ * Logs one line per state change (renewals failing, recovered, won by hedges, hedges no
+ * longer needed); none per renewal at info.
  *
  * Not guaranteed: that an in-flight write did NOT commit after the loop gave up; that is
  * why the deadline counts from the send time (a late commit only makes us fence earlier).
@@ -20,20 +26,27 @@
 import type { Clock } from '../lib/clock.ts';
 import { KubeApiError } from '../lib/errors.ts';
 import type { LeaseRecord } from '../lib/lease-record.ts';
-import type { LeaseStore, WriteOutcome } from '../lib/lease-store.ts';
 import type { Logger } from '../lib/logger.ts';
 import { type AgentMetrics, failureReason } from './agent-metrics.ts';
 import type { AgentConfig } from './config.ts';
 import {
-  decideAfterConflict,
   type Identity,
   type LossReason,
   nextRenewalAt,
-  nextRetryAt,
   renewDeadlineAt,
   renewedRecord,
-  requestBudgetMs,
 } from './lease-decision.ts';
+import type { HedgeableLeaseStore } from './lease-http-store.ts';
+import {
+  nextRoundAction,
+  type RoundAnswer,
+  type RoundEnd,
+  type RoundSettings,
+  recordAnswer,
+  recordSend,
+  renewTimeFor,
+  startRound,
+} from './renew-round.ts';
 import { checkServer, INITIAL_SERVER_CHECK_STATE, nextServerCheckState } from './server-check.ts';
 
 export type RenewEnd =
@@ -45,7 +58,7 @@ export type RenewEnd =
 
 export interface RenewDeps {
   config: AgentConfig;
-  store: LeaseStore;
+  store: HedgeableLeaseStore;
   clock: Clock;
   log: Logger;
   metrics: AgentMetrics;
@@ -61,23 +74,22 @@ export async function renewLoop(
   acquired: LeaseRecord,
   acquiredSentAtMs: number,
 ): Promise<RenewEnd> {
-  const { config, store, clock, log, metrics, stop } = deps;
-  const { renewIntervalMs, renewDeadlineMs, retryPeriodMs, requestTimeoutMs } = config.timings;
-  const me: Identity = { podName: config.podName, nodeName: config.nodeName };
+  const { config, clock, log, metrics, stop } = deps;
+  const { renewIntervalMs, renewDeadlineMs } = config.timings;
   let lease = acquired;
   let lastSuccessSentAtMs = acquiredSentAtMs;
   let nextAtMs = nextRenewalAt(acquiredSentAtMs, renewIntervalMs);
   let firstAttemptOfCycle = true;
-  let failing = false;
   let checkState = INITIAL_SERVER_CHECK_STATE;
-
-  /** Waits for `work`, but no later than the deadline and no longer than until a stop. */
-  const bounded = <T>(work: Promise<T>, deadlineAtMs: number): Promise<T | Interrupt> =>
-    raceInterrupts(work, deadlineAtMs - clock.now(), stop);
+  const status = { failing: false, hedgeWinning: false };
 
   for (;;) {
     const deadlineAtMs = renewDeadlineAt(lastSuccessSentAtMs, renewDeadlineMs);
-    const woke = await bounded(waitUntil(clock, Math.min(nextAtMs, deadlineAtMs)), deadlineAtMs + 1);
+    const woke = await raceInterrupts(
+      waitUntil(clock, Math.min(nextAtMs, deadlineAtMs)),
+      deadlineAtMs + 1 - clock.now(),
+      stop,
+    );
     if (woke === STOPPED) return { kind: 'stopped', lease };
     if (clock.now() >= deadlineAtMs) return deadlinePassed(clock, lastSuccessSentAtMs);
 
@@ -104,61 +116,136 @@ export async function renewLoop(
       if (clock.now() >= deadlineAtMs) return deadlinePassed(clock, lastSuccessSentAtMs);
     }
 
-    const sentAtMs = clock.now();
     firstAttemptOfCycle = false;
-    const budgetMs = requestBudgetMs(sentAtMs, deadlineAtMs, requestTimeoutMs);
-    if (budgetMs <= 0) return deadlinePassed(clock, lastSuccessSentAtMs);
-    let outcome: WriteOutcome | Interrupt;
-    try {
-      outcome = await bounded(store.update(renewedRecord(lease, clock.wallNow()), budgetMs), deadlineAtMs);
-    } catch (err) {
-      if (err instanceof KubeApiError && err.status === 404) return { kind: 'lost', reason: 'deleted' };
-      metrics.failed(failureReason(err));
-      if (!failing)
-        log.warn({ err: String(err) }, 'lease renewal failing; retrying until the renew deadline');
-      failing = true;
-      nextAtMs = nextRetryAt(sentAtMs, clock.now(), retryPeriodMs, deadlineAtMs);
+    const end = await runRound(deps, lease, deadlineAtMs, status);
+    if (end === STOPPED) return { kind: 'stopped', lease };
+    if (end.kind === 'deadline-passed') return deadlineReached(clock, deadlineAtMs, lastSuccessSentAtMs);
+    if (end.kind === 'lost') return { kind: 'lost', reason: end.reason };
+    if (end.kind === 'changed') {
+      log.info(
+        { resourceVersion: end.lease.resourceVersion },
+        'lease changed by another writer but still ours',
+      );
+      lease = end.lease;
+      nextAtMs = clock.now();
       continue;
     }
-    if (outcome === STOPPED) return { kind: 'stopped', lease };
-    if (outcome === DEADLINE) return deadlineReached(clock, deadlineAtMs, lastSuccessSentAtMs);
+    const { winner } = end;
+    const latencyMs = clock.now() - winner.sentAtMs;
+    lease = end.lease;
+    lastSuccessSentAtMs = end.proofSentAtMs;
+    metrics.renewed(end.proofSentAtMs, latencyMs, true);
+    if (winner.hedge) metrics.hedgeWon();
+    log.debug({ latencyMs: Math.round(latencyMs), hedge: winner.hedge, via: end.via }, 'lease renewed');
+    if (status.failing) log.info('lease renewal recovered');
+    if (winner.hedge && !status.hedgeWinning)
+      log.info(
+        { latencyMs: Math.round(latencyMs) },
+        'lease renewed by a hedge on a fresh connection: the first attempt was slow or its connection stuck',
+      );
+    if (!winner.hedge && status.hedgeWinning) log.info('lease renewed without a hedge again');
+    status.failing = false;
+    status.hedgeWinning = winner.hedge;
+    firstAttemptOfCycle = true;
+    nextAtMs = nextRenewalAt(end.proofSentAtMs, renewIntervalMs);
+  }
+}
 
-    if (outcome.kind === 'written') {
-      lease = outcome.lease;
-      lastSuccessSentAtMs = sentAtMs;
-      metrics.renewed(sentAtMs, clock.now() - sentAtMs, true);
-      log.debug({ latencyMs: Math.round(clock.now() - sentAtMs) }, 'lease renewed');
-      if (failing) log.info('lease renewal recovered');
-      failing = false;
-      firstAttemptOfCycle = true;
-      nextAtMs = nextRenewalAt(sentAtMs, renewIntervalMs);
-      continue;
-    }
+/**
+ * Runs one round: sends what nextRoundAction says, feeds it the answers, and aborts what
+ * is still in flight when the round ends. Returns STOPPED on a planned stop.
+ */
+async function runRound(
+  deps: RenewDeps,
+  base: LeaseRecord,
+  deadlineAtMs: number,
+  status: { failing: boolean },
+): Promise<RoundEnd | typeof STOPPED> {
+  const { config, store, clock, log, metrics, stop } = deps;
+  const me: Identity = { podName: config.podName, nodeName: config.nodeName };
+  const settings: RoundSettings = config.timings;
+  const inFlight = new Map<number, AbortController>();
+  const answers: Array<{ id: number; answer: RoundAnswer }> = [];
+  let wake: (() => void) | undefined;
+  let state = startRound(base, deadlineAtMs);
 
-    // 409: someone else wrote the Lease. Read it once to learn whether it is still ours.
-    metrics.failed('conflict');
-    let reread: LeaseRecord | undefined | Interrupt;
-    try {
-      const readBudgetMs = requestBudgetMs(clock.now(), deadlineAtMs, requestTimeoutMs);
-      if (readBudgetMs <= 0) return deadlinePassed(clock, lastSuccessSentAtMs);
-      reread = await bounded(store.get(lease.namespace, lease.name, readBudgetMs), deadlineAtMs);
-    } catch (err) {
-      metrics.failed(failureReason(err));
-      if (!failing) log.warn({ err: String(err) }, 'reading the lease after a conflict failed; retrying');
-      failing = true;
-      nextAtMs = nextRetryAt(sentAtMs, clock.now(), retryPeriodMs, deadlineAtMs);
-      continue;
+  const deliver = (id: number, answer: RoundAnswer) => {
+    if (!inFlight.delete(id)) return; // the round is over: nobody waits for it
+    answers.push({ id, answer });
+    wake?.();
+  };
+  const failed = (id: number, step: 'write' | 'read', err: unknown) => {
+    if (!inFlight.has(id)) return; // aborted by us at the end of the round
+    if (err instanceof KubeApiError && err.status === 404 && step === 'write')
+      return deliver(id, { kind: 'deleted' });
+    metrics.failed(failureReason(err));
+    if (!status.failing)
+      log.warn(
+        { err: String(err) },
+        step === 'write'
+          ? 'lease renewal failing; retrying until the renew deadline'
+          : 'reading the lease after a conflict failed; retrying',
+      );
+    status.failing = true;
+    deliver(id, { kind: 'failed' });
+  };
+
+  try {
+    for (;;) {
+      const nowMs = clock.now();
+      const action = nextRoundAction(state, nowMs, settings);
+      if (action.kind === 'end') return action.end;
+      if (action.kind === 'send') {
+        const controller = new AbortController();
+        const options = { fresh: action.fresh, signal: controller.signal };
+        if (action.step === 'write') {
+          const renewTimeMs = renewTimeFor(state, clock.wallNow().getTime());
+          const sent = recordSend(state, {
+            step: 'write',
+            hedge: action.hedge,
+            sentAtMs: nowMs,
+            renewTimeMs,
+          });
+          state = sent.state;
+          const id = sent.id;
+          inFlight.set(id, controller);
+          store.update(renewedRecord(base, new Date(renewTimeMs)), action.budgetMs, options).then(
+            (outcome) => {
+              if (outcome.kind === 'conflict' && inFlight.has(id)) metrics.failed('conflict');
+              deliver(id, outcome.kind === 'written' ? outcome : { kind: 'conflict' });
+            },
+            (err: unknown) => failed(id, 'write', err),
+          );
+        } else {
+          const sent = recordSend(state, { step: 'read', hedge: action.hedge, sentAtMs: nowMs });
+          state = sent.state;
+          const id = sent.id;
+          inFlight.set(id, controller);
+          store.get(base.namespace, base.name, action.budgetMs, options).then(
+            (lease) => deliver(id, { kind: 'read', lease }),
+            (err: unknown) => failed(id, 'read', err),
+          );
+        }
+        if (action.hedge) metrics.hedged();
+        continue;
+      }
+      if (answers.length === 0) {
+        const arrived = new Promise<void>((resolve) => {
+          wake = resolve;
+        });
+        const woke = await raceInterrupts(
+          Promise.race([arrived, waitUntil(clock, action.untilMs)]),
+          deadlineAtMs + 1 - clock.now(),
+          stop,
+        );
+        wake = undefined;
+        if (woke === STOPPED) return STOPPED;
+      }
+      for (const { id, answer } of answers.splice(0)) state = recordAnswer(state, id, answer, me);
     }
-    if (reread === STOPPED) return { kind: 'stopped', lease };
-    if (reread === DEADLINE) return deadlineReached(clock, deadlineAtMs, lastSuccessSentAtMs);
-    const decision = decideAfterConflict(reread, me);
-    if (decision.kind === 'lost') return { kind: 'lost', reason: decision.reason };
-    log.info(
-      { resourceVersion: decision.lease.resourceVersion },
-      'lease changed by another writer but still ours',
-    );
-    lease = decision.lease;
-    nextAtMs = clock.now();
+  } finally {
+    for (const controller of inFlight.values()) controller.abort();
+    inFlight.clear();
   }
 }
 

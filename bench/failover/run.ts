@@ -47,7 +47,7 @@ import { type CrashSample, leaseholdCrashRuns } from './leasehold-runs.ts';
 import { LONGHORN_LEASE_MS, MODES, type Mode, modeChartValues, modeLease, modeSettings } from './modes.ts';
 import { parseNfsOptions, runNfsMode } from './nfs-client-runs.ts';
 import { type NfsModeResult, runNfsModes } from './nfs-modes.ts';
-import { ratio, type Summary, summarize, summarizeLoad } from './stats.ts';
+import { ratio, ratiosToLeasehold, type Summary, summarize, summarizeLoad } from './stats.ts';
 import { stockCrash, TOLERATION_SECONDS } from './stock-runs.ts';
 
 const FIVE_MODES: readonly Exclude<Mode, 'nfs'>[] = [
@@ -266,19 +266,10 @@ async function mainToy(): Promise<void> {
     ? 'failover.json'
     : `failover-adc-${adcSync}-grace-${grace}-hb-${heartbeat}-${modes.join('+')}.json`;
   mkdirSync(dir, { recursive: true });
-  const ratios = Object.fromEntries(
-    results
-      .filter((r) => r.mode !== 'leasehold' && lh)
-      .map((r) => [
-        `${r.mode}/leasehold`,
-        {
-          detectionP50: ratio(r.detection.p50, lh?.detection.p50),
-          detectionP95: ratio(r.detection.p95, lh?.detection.p95),
-          crashToServingP50: ratio(r.crashToServing.p50, lh?.crashToServing.p50),
-          crashToServingP95: ratio(r.crashToServing.p95, lh?.crashToServing.p95),
-        },
-      ]),
-  );
+  const ratios = ratiosToLeasehold(results, {
+    detection: (r) => r.detection,
+    crashToServing: (r) => r.crashToServing,
+  });
   writeFileSync(
     join(dir, resultFile),
     `${JSON.stringify({ date: new Date().toISOString(), runs, share: 'toy', adcSync, timings: { ...timings, leases: Object.fromEntries(results.filter((r) => r.lease).map((r) => [r.mode, r.lease])) }, load: loadRecord(), results, ratios }, null, 2)}\n`,
@@ -357,19 +348,10 @@ async function mainNfs(others: Exclude<Mode, 'nfs'>[]): Promise<void> {
   const file = `failover-nfs-client-${client}-adc-${adcSync}-nmg-${grace}-hb-${heartbeat}-${named ? 'five-modes' : others.join('+')}.json`;
   const dir = join(REPO_ROOT, 'bench', 'results');
   mkdirSync(dir, { recursive: true });
-  const ratios = Object.fromEntries(
-    results
-      .filter((r) => r.mode !== 'leasehold' && lh)
-      .map((r) => [
-        `${r.mode}/leasehold`,
-        {
-          crashToServingP50: ratio(r.crashToServing.p50, lh?.crashToServing.p50),
-          crashToServingP95: ratio(r.crashToServing.p95, lh?.crashToServing.p95),
-          clientWriteGapP50: ratio(r.clientWriteGap.p50, lh?.clientWriteGap.p50),
-          clientWriteGapP95: ratio(r.clientWriteGap.p95, lh?.clientWriteGap.p95),
-        },
-      ]),
-  );
+  const ratios = ratiosToLeasehold(results, {
+    crashToServing: (r) => r.crashToServing,
+    clientWriteGap: (r) => r.clientWriteGap,
+  });
   const record = {
     date: new Date().toISOString(),
     runs,

@@ -56,6 +56,31 @@ export function ratio(a: number | undefined, b: number | undefined): number | un
 }
 
 /**
+ * Each other mode's p50 and p95 of the named figures over leasehold's (`<mode>/leasehold`:
+ * { <figure>P50, <figure>P95 }), for a result file; empty without a leasehold result.
+ */
+export function ratiosToLeasehold<R extends { mode: string }>(
+  results: readonly R[],
+  figures: Record<string, (r: R) => Summary>,
+): Record<string, Record<string, number | undefined>> {
+  const lh = results.find((r) => r.mode === 'leasehold');
+  if (!lh) return {};
+  return Object.fromEntries(
+    results
+      .filter((r) => r !== lh)
+      .map((r) => [
+        `${r.mode}/leasehold`,
+        Object.fromEntries(
+          Object.entries(figures).flatMap(([name, of]) => [
+            [`${name}P50`, ratio(of(r).p50, of(lh).p50)],
+            [`${name}P95`, ratio(of(r).p95, of(lh).p95)],
+          ]),
+        ),
+      ]),
+  );
+}
+
+/**
  * One crash's crash-to-serving, judged from the crash moment and the moment the share
  * was served again (the same clock for both). A serving that began at or before the
  * crash is not this crash's failover: the share had moved before it (e.g. an agent that

@@ -32,7 +32,7 @@ import {
 import { createVolume } from '../../dev/system/shares.ts';
 import { SHARES_NAMESPACE, type System } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
-import { k8s, withDeadline } from '../../lib/kube-client.ts';
+import { type k8s, withDeadline } from '../../lib/kube-client.ts';
 import {
   NFS_RUN_MOUNT,
   NFS_RUN_VOLUME,
@@ -41,7 +41,7 @@ import {
 } from '../../manager/reconciliation/nfs-server-preset.ts';
 import type { NfsCrashSample, NfsSettingsUsed } from './nfs-client-runs.ts';
 import { crashToServing, round } from './stats.ts';
-import { cappedNotes, cordon, stockTolerations } from './stock-runs.ts';
+import { cappedNotes, cordon, createStockDeployment } from './stock-runs.ts';
 
 const FILE = 'records.bin';
 const LABEL = 'leasehold.dev/share-manager';
@@ -58,45 +58,24 @@ export interface StockNfsResult {
 }
 
 async function createNfsDeployment(sys: System, name: string, claim: string, nfs: NfsSettingsUsed) {
-  const apps = sys.kc.makeApiClient(k8s.AppsV1Api);
-  const labels = { [LABEL]: name };
   const settings = {
     versions: nfs.versions as ('3' | '4.0' | '4.1' | '4.2')[],
     gracePeriod: nfs.gracePeriod,
     leaseLifetime: nfs.leaseLifetime,
   };
   const server = nfsServerContainer(`${NFS_SERVER_IMAGE}:dev`, NFS_EXPORT, settings);
-  await apps.createNamespacedDeployment(
+  const labels = await createStockDeployment(
+    sys,
+    name,
+    claim,
     {
-      namespace: SHARES_NAMESPACE,
-      body: {
-        metadata: { name, namespace: SHARES_NAMESPACE },
-        spec: {
-          replicas: 1,
-          selector: { matchLabels: labels },
-          template: {
-            metadata: { labels },
-            spec: {
-              tolerations: stockTolerations(),
-              containers: [
-                {
-                  ...server,
-                  volumeMounts: [
-                    { name: 'share', mountPath: NFS_EXPORT },
-                    { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_MOUNT },
-                  ],
-                },
-              ],
-              volumes: [
-                { name: 'share', persistentVolumeClaim: { claimName: claim } },
-                { name: NFS_RUN_VOLUME, emptyDir: {} },
-              ],
-            },
-          },
-        },
-      },
+      ...server,
+      volumeMounts: [
+        { name: 'share', mountPath: NFS_EXPORT },
+        { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_MOUNT },
+      ],
     },
-    withDeadline(10_000),
+    [{ name: NFS_RUN_VOLUME, emptyDir: {} }],
   );
   await sys.core.createNamespacedService(
     {

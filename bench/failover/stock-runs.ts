@@ -47,7 +47,18 @@ export function stockTolerations(): k8s.V1Toleration[] {
   }));
 }
 
-async function createDeployment(sys: System, name: string, claim: string): Promise<void> {
+/**
+ * The stock way to run a share's server: a one-replica Deployment of `server` with the
+ * volume's claim mounted (as `share`) and the stock tolerations; nothing fences it, and
+ * it moves only when the pod is evicted.
+ */
+export async function createStockDeployment(
+  sys: System,
+  name: string,
+  claim: string,
+  server: k8s.V1Container,
+  extraVolumes: k8s.V1Volume[] = [],
+): Promise<Record<string, string>> {
   const apps = sys.kc.makeApiClient(k8s.AppsV1Api);
   const labels = { 'leasehold.dev/share-manager': name };
   await apps.createNamespacedDeployment(
@@ -62,16 +73,8 @@ async function createDeployment(sys: System, name: string, claim: string): Promi
             metadata: { labels },
             spec: {
               tolerations: stockTolerations(),
-              containers: [
-                {
-                  name: 'server',
-                  image: `${SHARE_SERVER_IMAGE}:dev`,
-                  args: ['--dir=/export'],
-                  ports: [{ name: 'http', containerPort: 8080 }],
-                  volumeMounts: [{ name: 'share', mountPath: '/export' }],
-                },
-              ],
-              volumes: [{ name: 'share', persistentVolumeClaim: { claimName: claim } }],
+              containers: [server],
+              volumes: [{ name: 'share', persistentVolumeClaim: { claimName: claim } }, ...extraVolumes],
             },
           },
         },
@@ -79,7 +82,17 @@ async function createDeployment(sys: System, name: string, claim: string): Promi
     },
     withDeadline(10_000),
   );
+  return labels;
 }
+
+const createDeployment = (sys: System, name: string, claim: string) =>
+  createStockDeployment(sys, name, claim, {
+    name: 'server',
+    image: `${SHARE_SERVER_IMAGE}:dev`,
+    args: ['--dir=/export'],
+    ports: [{ name: 'http', containerPort: 8080 }],
+    volumeMounts: [{ name: 'share', mountPath: '/export' }],
+  });
 
 export async function stockCrash(
   sys: System,

@@ -6,6 +6,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { connect, createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoordinationV1Api, type V1Lease, V1MicroTime } from '@kubernetes/client-node';
@@ -136,18 +137,128 @@ export function spawnAgent(env: Record<string, string>, wrapper: readonly string
 export async function proxiedApi(cluster: Cluster): Promise<{ proxy: TcpProxy; kubeconfigPath: string }> {
   const url = new URL(cluster.server);
   const proxy = await startTcpProxy({ target: { host: url.hostname, port: Number(url.port) } });
-  const dir = await mkdtemp(join(tmpdir(), 'leasehold-agent-test-'));
-  started.push(async () => {
-    await proxy.close();
-    await rm(dir, { recursive: true, force: true });
+  started.push(() => proxy.close());
+  return { proxy, kubeconfigPath: await kubeconfigThrough(cluster, proxy.port) };
+}
+
+/**
+ * A loopback TCP forwarder for the slow and the half-dead API path (dev/net/tcp-proxy.ts
+ * has neither; this one is the agent tests' own):
+ *  - setResponseDelay(ms): every chunk from the API server reaches the client `ms` after it
+ *    arrived (order kept). A request on an open connection answers ~ms late; a new
+ *    connection pays it once more, for the server's TLS handshake flight.
+ *  - holdAnswersOpen(): every connection open now still carries requests to the server
+ *    but no answer back, and never closes (a write that commits, its answer lost);
+ *    connections made later pass.
+ *  - stallOpen(): every connection open now forwards nothing more, either way, and never
+ *    closes (a peer that died silently: no RST); connections made later pass.
+ * Not modelled: packet loss, bandwidth, a slow server CPU (the API server itself answers at
+ * once; only the delivery of its answer is late).
+ */
+export interface SlowProxy {
+  readonly port: number;
+  setResponseDelay(ms: number): void;
+  stallOpen(): void;
+  holdAnswersOpen(): void;
+  connections(): { accepted: number; open: number };
+}
+
+export async function slowApi(cluster: Cluster): Promise<{ proxy: SlowProxy; kubeconfigPath: string }> {
+  const target = new URL(cluster.server);
+  let delayMs = 0;
+  let accepted = 0;
+  const links = new Set<{ client: Socket; upstream: Socket; stalled: boolean; answersHeld: boolean }>();
+  const server = createServer((client) => {
+    accepted++;
+    const upstream = connect({ host: target.hostname, port: Number(target.port) });
+    const link = { client, upstream, stalled: false, answersHeld: false };
+    links.add(link);
+    let lastDeliveryAtMs = 0;
+    client.setNoDelay(true);
+    upstream.setNoDelay(true);
+    client.on('data', (chunk) => {
+      if (!link.stalled) upstream.write(chunk);
+    });
+    upstream.on('data', (chunk) => {
+      if (link.stalled || link.answersHeld) return;
+      const atMs = Math.max(performance.now() + delayMs, lastDeliveryAtMs);
+      lastDeliveryAtMs = atMs;
+      setTimeout(
+        () => {
+          if (!link.stalled && !link.answersHeld && !client.destroyed) client.write(chunk);
+        },
+        Math.max(0, atMs - performance.now()),
+      ).unref();
+    });
+    const close = () => {
+      links.delete(link);
+      client.destroy();
+      upstream.destroy();
+    };
+    // The server's close reaches the client after the data before it (NB: a server closes
+    // right after its answer to a `Connection: close` request). A stalled link passes no
+    // close on; the client's own close ends it.
+    const closeAfterData = () => {
+      if (link.stalled || link.answersHeld) return;
+      const waitMs = Math.max(0, lastDeliveryAtMs - performance.now()) + 1;
+      setTimeout(() => {
+        if (!link.stalled && !link.answersHeld) client.end(() => close());
+      }, waitMs).unref();
+    };
+    client.on('error', close);
+    client.on('close', close);
+    upstream.on('error', closeAfterData);
+    upstream.on('close', closeAfterData);
   });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as { port: number }).port;
+  const kubeconfigPath = await kubeconfigThrough(cluster, port);
+  started.push(
+    () =>
+      new Promise<void>((resolve) => {
+        for (const link of links) {
+          link.client.destroy();
+          link.upstream.destroy();
+        }
+        server.close(() => resolve());
+      }),
+  );
+  return {
+    kubeconfigPath,
+    proxy: {
+      port,
+      setResponseDelay: (ms) => {
+        delayMs = ms;
+      },
+      holdAnswersOpen: () => {
+        for (const link of links) link.answersHeld = true;
+      },
+      stallOpen: () => {
+        for (const link of links) link.stalled = true;
+      },
+      connections: () => ({ accepted, open: links.size }),
+    },
+  };
+}
+
+/** A kubeconfig (admin creds) whose server is 127.0.0.1:`port`; removed by cleanup(). */
+async function kubeconfigThrough(cluster: Cluster, port: number): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'leasehold-agent-test-'));
+  started.push(() => rm(dir, { recursive: true, force: true }));
   const config = JSON.parse(await readFile(cluster.kubeconfigPath, 'utf8')) as {
     clusters: Array<{ cluster: { server: string } }>;
   };
-  for (const entry of config.clusters) entry.cluster.server = `https://127.0.0.1:${proxy.port}`;
+  for (const entry of config.clusters) entry.cluster.server = `https://127.0.0.1:${port}`;
   const kubeconfigPath = join(dir, 'kubeconfig.json');
   await writeFile(kubeconfigPath, JSON.stringify(config), { mode: 0o600 });
-  return { proxy, kubeconfigPath };
+  return kubeconfigPath;
+}
+
+/** The agent's /metrics sample `name` (no labels), or undefined. */
+export async function agentMetric(port: number, name: string): Promise<number | undefined> {
+  const { text } = await probe(port, '/metrics');
+  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
+  return line === undefined ? undefined : Number(line.slice(name.length + 1));
 }
 
 export function leaseApi(cluster: Cluster): CoordinationV1Api {

@@ -36,7 +36,9 @@ describe('agent config', () => {
       renewIntervalMs: 2000,
       renewDeadlineMs: 4000,
       retryPeriodMs: 500,
-      requestTimeoutMs: 1000,
+      // Hedging on: the request cap is the round's room T - R, the hedge after 500 ms.
+      requestTimeoutMs: 2000,
+      hedgeDelayMs: 500,
     });
     // No unfenced default: every process of the pod but the agent, SIGKILL after 750 ms,
     // the whole fence within 1.5 s (3/4 of D - T = 2 s).
@@ -103,6 +105,47 @@ describe('agent config', () => {
       readAgentConfig({ ...BASE, LEASEHOLD_RENEW_INTERVAL: '3500ms' }).timings.renewIntervalMs,
       3500,
     );
+  });
+
+  it('hedging: defaults scale with T - R; off restores the 1 s cap; explicit values are kept', () => {
+    const tight = readAgentConfig({ ...BASE, LEASEHOLD_RENEW_INTERVAL: '3200ms' }).timings;
+    assert.deepEqual([tight.hedgeDelayMs, tight.requestTimeoutMs], [400, 800]);
+    const off = readAgentConfig({ ...BASE, LEASEHOLD_HEDGE_DELAY: '0' }).timings;
+    assert.deepEqual([off.hedgeDelayMs, off.requestTimeoutMs], [0, 1000]);
+    const set = readAgentConfig({
+      ...BASE,
+      LEASEHOLD_HEDGE_DELAY: '300ms',
+      LEASEHOLD_REQUEST_TIMEOUT: '1500ms',
+    });
+    assert.deepEqual([set.timings.hedgeDelayMs, set.timings.requestTimeoutMs], [300, 1500]);
+  });
+
+  it('rule hedge delay < request timeout', () => {
+    assertOneProblem(
+      { LEASEHOLD_REQUEST_TIMEOUT: '500ms' },
+      'LEASEHOLD_HEDGE_DELAY=500ms',
+      'LEASEHOLD_REQUEST_TIMEOUT=500ms',
+      'hedge delay < request timeout',
+    );
+    assert.equal(
+      readAgentConfig({ ...BASE, LEASEHOLD_REQUEST_TIMEOUT: '500ms', LEASEHOLD_HEDGE_DELAY: '0' }).timings
+        .requestTimeoutMs,
+      500,
+    );
+  });
+
+  it('rule hedge delay < T - R', () => {
+    assertOneProblem(
+      { LEASEHOLD_HEDGE_DELAY: '2s', LEASEHOLD_REQUEST_TIMEOUT: '3s' },
+      'LEASEHOLD_HEDGE_DELAY=2s',
+      'LEASEHOLD_RENEW_DEADLINE=4s',
+      'LEASEHOLD_RENEW_INTERVAL=2s',
+      'hedge delay < T - R',
+    );
+  });
+
+  it('rejects an unparsable hedge delay, naming it', () => {
+    assertOneProblem({ LEASEHOLD_HEDGE_DELAY: 'fast' }, 'LEASEHOLD_HEDGE_DELAY="fast"', 'duration');
   });
 
   it('skips cross-field rules when a timing itself is invalid (no misleading second message)', () => {

@@ -70,6 +70,16 @@ async function referenceText(): Promise<string> {
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4],
     registers,
   }).observe(0.012);
+  new Counter({
+    name: 'leasehold_agent_renew_hedges_total',
+    help: 'Hedged requests sent: a second renewal request on a fresh connection while the first was in flight',
+    registers,
+  }).inc(2);
+  new Counter({
+    name: 'leasehold_agent_renew_hedge_wins_total',
+    help: 'Renewals proven by a hedged request',
+    registers,
+  }).inc();
   new Gauge({
     name: 'leasehold_agent_seconds_since_last_renewal',
     help: 'Seconds since the last successful renewal was sent (-1 before the first)',
@@ -93,6 +103,9 @@ function exercised(): { metrics: AgentMetrics; clock: ManualClock } {
   metrics.failed('timeout');
   metrics.failed('http_503');
   metrics.failed('timeout');
+  metrics.hedged();
+  metrics.hedged();
+  metrics.hedgeWon();
   metrics.setHeld(true);
   clock.advance(500);
   return { metrics, clock };
@@ -148,6 +161,8 @@ describe('agent metrics exposition', () => {
     assert.match(text, /^leasehold_agent_renew_duration_seconds_sum 0.012$/m);
     assert.match(text, /^leasehold_agent_renew_duration_seconds_count 1$/m);
     assert.match(text, /^leasehold_agent_seconds_since_last_renewal 0.5$/m);
+    assert.match(text, /^leasehold_agent_renew_hedges_total 2$/m);
+    assert.match(text, /^leasehold_agent_renew_hedge_wins_total 1$/m);
     assert.match(text, /^leasehold_agent_lease_held 1$/m);
     assert.match(text, /^leasehold_agent_fenced 0$/m);
     assert.match(text, /^leasehold_agent_process_resident_memory_bytes [1-9]\d{6,}$/m);

@@ -5,7 +5,13 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { longhornVerdictMs, percentile, ratio, summarize } from '../../bench/failover/stats.ts';
+import {
+  longhornVerdictMs,
+  percentile,
+  ratio,
+  ratiosToLeasehold,
+  summarize,
+} from '../../bench/failover/stats.ts';
 import { timelineOf } from '../../dev/system/failover-facts.ts';
 
 test('percentile: nearest rank over the finite values', () => {
@@ -58,4 +64,17 @@ test('timelineOf: seconds since the crash from every source, unknown steps left 
   assert.equal(at('volume attached to sim-2'), 6.25);
   assert.equal(at('new agent acquired'), 7.5);
   assert.equal(at('share served from sim-2'), 8);
+});
+
+test('ratiosToLeasehold: each other mode over leasehold, per figure and percentile; none without leasehold', () => {
+  const results = [
+    { mode: 'stock', gap: { n: 2, p50: 300, p95: 600 } },
+    { mode: 'leasehold', gap: { n: 2, p50: 6, p95: 12 } },
+    { mode: 'longhorn', gap: { n: 0 } },
+  ];
+  assert.deepEqual(ratiosToLeasehold(results, { gap: (r) => r.gap }), {
+    'stock/leasehold': { gapP50: 50, gapP95: 50 },
+    'longhorn/leasehold': { gapP50: undefined, gapP95: undefined },
+  });
+  assert.deepEqual(ratiosToLeasehold(results.slice(0, 1), { gap: (r) => r.gap }), {});
 });
