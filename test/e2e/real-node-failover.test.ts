@@ -36,7 +36,7 @@ import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
 import { formatTimeline, PodTracker, timelineOf } from '../../dev/system/failover-facts.ts';
-import { createRealNfsShare, GaneshaTracker, realVolumeHandle } from '../../dev/system/real-share.ts';
+import { createRealNfsShare, GaneshaTracker, podLog, realVolumeHandle } from '../../dev/system/real-share.ts';
 import { shareStatus } from '../../dev/system/shares.ts';
 import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { monotonicMs } from '../../lib/clock.ts';
@@ -88,6 +88,15 @@ test('node crash on real nodes: the manager fails the share over, the replacemen
   );
   await eventually(`ganesha of ${before.pod} seen in /proc`, async () =>
     ganesha?.windows().some((w) => w.id === before.pod && w.stopMonoMs === undefined) ? true : undefined,
+  );
+  // Under the preset's read-only root filesystem ganesha must still find a writable
+  // /tmp for its OFD-lock test, or it serves with byte-range locking off (FSAL_VFS
+  // "disabling lock support": every client LOCK refused).
+  const serverLog = podLog(sys.node(before.node), before.object, 'server');
+  assert.doesNotMatch(
+    serverLog,
+    /Could not create file \/tmp\/ganesha\.nfsd\.locktest/,
+    'ganesha ran its OFD-lock test (lock support on)',
   );
   const other = sys.nodes.find((n) => n.name !== before.node);
   assert.ok(other, 'a second node');
