@@ -37,8 +37,10 @@
  * test (NFS_TMP_MOUNT); recovery state is on the
  * volume (LEASEHOLD_NFS_RECOVERY_DIR). Verified with exactly these capability sets and
  * no_new_privs as the simulated kubelet applies them the way containerd + runc do
- * (test/integration/sim-nfs-service.test.ts: ganesha reports them and serves); not yet
- * in a real container runtime (issue 12).
+ * (test/integration/sim-nfs-service.test.ts: ganesha reports them and serves), and on
+ * real containerd + runc nodes (test/integration/real-node-images.ts: exactly these
+ * capabilities; test/e2e/real-node-failover.test.ts: the manager's pod serves and fails
+ * over, its OFD-lock test ran).
  *
  * Mount options (NFS_MOUNT_OPTIONS), for Linux clients, see mountOptions below.
  */
