@@ -18,17 +18,15 @@
  *    process's life; test/unit/real-share-windows.test.ts proves the check fails on an
  *    overlap), both servers seen;
  *  - the Lease's holder is the new pod;
- *  - after the failover, the replacement serves NFS: a libnfs NFSv3 writer in a client
- *    pod's network namespace on the surviving node (e2e-support.ts RealNfsClient)
- *    writes through the Service's ClusterIP (that node's kube-proxy), its records read
- *    back from the moved CSI volume: 0 acknowledged writes lost, 0 duplicates, 0 stale
- *    handles;
+ *  - the NFS client's view across the crash: a libnfs NFSv3 writer in the surviving
+ *    node's network namespace (e2e-support.ts RealNfsClient, RealNode.spawnInNetwork)
+ *    writes through the Service's ClusterIP (that node's kube-proxy; before the crash
+ *    over the node fabric to the other node's pod): writes resumed, 0 acknowledged
+ *    writes lost (read back from the moved CSI volume), 0 duplicates, 0 stale handles;
  *  - the crashed node is not healed: the file ends with it down, and the system's stop
  *    runs every node's leftover check.
- * Printed: crash -> serving (the replacement's `serving` line) and the timeline.
- * Not here yet: the NFS client writing before and across the crash (the nodes'
- * network namespaces are islands until the node fabric lands, so a pod on one node
- * cannot reach a server on the other; the sim's nfs-failover.test.ts has that).
+ * Printed: crash -> serving (the replacement's `serving` line), the clientWriteGap (with
+ * the writer's errors and reconnects after the crash) and the timeline.
  * Cost: one system start (29 s quiet, 64-104 s with a load of 8-19) and one crash with
  * its checks (about 20 s): the file took 101-144 s on the loaded 2 cores.
  */
