@@ -27,8 +27,8 @@
  *    runs every node's leftover check.
  * Printed: crash -> serving (the replacement's `serving` line), the clientWriteGap (with
  * the writer's errors and reconnects after the crash) and the timeline.
- * Cost: one system start (29 s quiet, 64-104 s with a load of 8-19) and one crash with
- * its checks (about 20 s): the file took 101-144 s on the loaded 2 cores.
+ * Cost: one system start (29 s quiet, 34-104 s with a load of 4-19) and one crash with
+ * the client's checks (about 40 s): the file took 84-144 s on the loaded 2 cores.
  */
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
