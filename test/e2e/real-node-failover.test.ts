@@ -59,7 +59,7 @@ after(async () => {
   await ganesha?.stop();
 });
 
-test('node crash on real nodes: the manager fails the share over, the replacement serves; never two ganesha; the lease held by the new pod', {
+test('node crash on real nodes: the manager fails the share over, the NFS client writes on to the replacement (nothing acknowledged lost, no stale handle); never two ganesha; the lease held by the new pod', {
   timeout: 300_000,
 }, async (t) => {
   const sys = system();
