@@ -33,7 +33,7 @@ export class PodTracker {
   private readonly done: Promise<void>;
   private readonly startedAt = Date.now();
 
-  constructor(sys: System, share: string, periodMs = 100) {
+  constructor(sys: Pick<System, 'kc' | 'core'>, share: string, periodMs = 100) {
     this.done = (async () => {
       while (this.running) {
         const pods = await sharePods(sys, share).catch(() => []);

@@ -112,7 +112,7 @@ export async function createShare(sys: System, name: string, opts: ShareOptions 
   );
 }
 
-export async function shareStatus(sys: System, name: string): Promise<ShareStatus> {
+export async function shareStatus(sys: Pick<System, 'kc'>, name: string): Promise<ShareStatus> {
   const custom = sys.kc.makeApiClient(k8s.CustomObjectsApi);
   const sm = (await custom.getNamespacedCustomObject(
     { ...SM, namespace: SHARES_NAMESPACE, name },
@@ -154,7 +154,7 @@ export async function fetchRecords(
 }
 
 /** The pods of a share (label leasehold.dev/share-manager=<name>), live ones only. */
-export async function sharePods(sys: System, name: string): Promise<k8s.V1Pod[]> {
+export async function sharePods(sys: Pick<System, 'core'>, name: string): Promise<k8s.V1Pod[]> {
   const list = await sys.core.listNamespacedPod(
     { namespace: SHARES_NAMESPACE, labelSelector: `leasehold.dev/share-manager=${name}` },
     withDeadline(5_000),

@@ -14,6 +14,7 @@
  * the other, 1.3-1.6 s at once, 2026-12-01).
  * NB: the compiled entrypoints must be current: callers run `tsc -p tsconfig.build.json`
  * first (dev/test.sh does; the demo and the benchmark do it themselves).
+ * The same system on real nodes (real kubelets, the project's images): real-system.ts.
  */
 import { rmSync } from 'node:fs';
 import { sleep } from '../../lib/clock.ts';
@@ -75,7 +76,7 @@ function isReady(pod: k8s.V1Pod): boolean {
   return pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 }
 
-async function ensureNamespace(core: k8s.CoreV1Api, name: string): Promise<void> {
+export async function ensureNamespace(core: k8s.CoreV1Api, name: string): Promise<void> {
   await core.createNamespace({ body: { metadata: { name } } }, withDeadline(10_000)).catch((err: unknown) => {
     if (statusOf(err) !== 409) throw err;
   });

@@ -33,11 +33,14 @@
  * of Docker and containerd allow open_by_handle_at when the container holds
  * DAC_READ_SEARCH), read-only root filesystem with an emptyDir on /run holding the
  * entrypoint's run directory (rendered ganesha.conf, pid file, ccache dir) and, with
- * NFSv3, rpcbind's socket and lock; recovery state is on the
+ * NFSv3, rpcbind's socket and lock, and (subPath `tmp`) on /tmp for ganesha's OFD-lock
+ * test (NFS_TMP_MOUNT); recovery state is on the
  * volume (LEASEHOLD_NFS_RECOVERY_DIR). Verified with exactly these capability sets and
  * no_new_privs as the simulated kubelet applies them the way containerd + runc do
- * (test/integration/sim-nfs-service.test.ts: ganesha reports them and serves); not yet
- * in a real container runtime (issue 12).
+ * (test/integration/sim-nfs-service.test.ts: ganesha reports them and serves), and on
+ * real containerd + runc nodes (test/integration/real-node-images.ts: exactly these
+ * capabilities; test/e2e/real-node-failover.test.ts: the manager's pod serves and fails
+ * over, its OFD-lock test ran).
  *
  * Mount options (NFS_MOUNT_OPTIONS), for Linux clients, see mountOptions below.
  */
@@ -85,6 +88,17 @@ export const NFS_RUN_DIR = '/run/leasehold-nfs';
  */
 export const NFS_RUN_MOUNT = '/run';
 export const NFS_RUN_VOLUME = 'nfs-run';
+/**
+ * /tmp, from the same emptyDir (subPath `tmp`): at start ganesha's VFS FSAL tests OFD
+ * locks on a file it makes at the fixed path /tmp/ganesha.nfsd.locktestXXXXXX, and when
+ * it cannot (the read-only root filesystem) it logs CRIT "Could not create file … to
+ * test OFD locks" and serves with lock support off ("FSAL_VFS disabling lock
+ * support"): every client's byte-range LOCK refused. Seen on a real containerd + runc
+ * node (test/e2e/real-node-failover.test.ts); the simulator shares the host's /tmp and
+ * never showed it.
+ */
+export const NFS_TMP_MOUNT = '/tmp';
+export const NFS_TMP_SUBPATH = 'tmp';
 
 /**
  * Recommended Linux client mount options (nfs(5)); every choice is for a failover:

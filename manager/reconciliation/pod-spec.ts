@@ -41,7 +41,7 @@
  *  - the server container is `spec.server` as written, or without it the shipped NFS
  *    server (nfs-server-preset.ts: image from the manager's settings, port 2049 `nfs`,
  *    the export at the mount path, its securityContext, an emptyDir on /run for its
- *    run directory and NFSv3's rpcbind) with
+ *    run directory and NFSv3's rpcbind, and on /tmp for ganesha's OFD-lock test) with
  *    the agent checking tcp://127.0.0.1:2049 unless spec.serverCheck says otherwise.
  *  - owner reference to the ShareManager (controller), labels for the Service selector.
  *  - node anti-affinity against a lost node, `required` or `preferred` as decided by the
@@ -59,7 +59,13 @@ import type {
 import { formatDuration } from '../../lib/env-config.ts';
 import { LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import type { LeaseTimings, ManagerConfig } from '../config.ts';
-import { NFS_RUN_MOUNT, NFS_RUN_VOLUME, nfsServerContainer } from './nfs-server-preset.ts';
+import {
+  NFS_RUN_MOUNT,
+  NFS_RUN_VOLUME,
+  NFS_TMP_MOUNT,
+  NFS_TMP_SUBPATH,
+  nfsServerContainer,
+} from './nfs-server-preset.ts';
 import {
   type FenceAction,
   resolveSpec,
@@ -240,7 +246,11 @@ function serverContainer(input: PodSpecInput): V1Container {
       ...nfs,
       name: SERVER_CONTAINER,
       env: [...(nfs.env ?? []), ...nfsLeaseGateEnv(input.agentPort)],
-      volumeMounts: [...volumeMounts, { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_MOUNT }],
+      volumeMounts: [
+        ...volumeMounts,
+        { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_MOUNT },
+        { name: NFS_RUN_VOLUME, mountPath: NFS_TMP_MOUNT, subPath: NFS_TMP_SUBPATH },
+      ],
       startupProbe: leaseStartupProbe(input.agentPort, NFS_STARTUP_FAILURES),
       livenessProbe,
     };

@@ -24,6 +24,8 @@
 
 import assert from 'node:assert/strict';
 import { after, before } from 'node:test';
+import { analyzeWriteRun } from '../../dev/nfs-client/write-analysis.ts';
+import { buildWriter, startWriter } from '../../dev/nfs-client/writer-process.ts';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
 import {
   type FailoverFacts,
@@ -41,11 +43,14 @@ import {
   startShareWriter,
   waitReadyNfsPod,
 } from '../../dev/system/nfs-share.ts';
+import { podLog, REAL_NFS_EXPORT, readRealShareFile } from '../../dev/system/real-share.ts';
+import { type RealSystem, type RealSystemOptions, startRealSystem } from '../../dev/system/real-system.ts';
 import {
   fetchRecords,
   pvName,
   type Serving,
   type ShareStatus,
+  sharePods,
   shareStatus,
   waitServing,
 } from '../../dev/system/shares.ts';
@@ -519,3 +524,231 @@ export async function nfsFaultAndWaitForReplacement(
   const gaps = nfs.assertClientView(`${nfs.share} ${faultName}`);
   return { ...r, resumedS: nfs.resumed()?.afterS ?? Number.NaN, gapS: gaps.at(-1) ?? Number.NaN };
 }
+
+// ---- The system on real nodes (dev/system/real-system.ts) ----
+
+/**
+ * One real-node system per test file (real kubelets, the real images, the chart by
+ * helm), started in `before` and stopped in `after` (also when a test fails); the
+ * stop runs every node's leftover check, so anything a node left fails the file.
+ */
+export function useRealSystem(opts: RealSystemOptions): () => RealSystem {
+  let sys: RealSystem | undefined;
+  before(
+    async () => {
+      const t0 = performance.now();
+      sys = await startRealSystem({
+        ...opts,
+        keepDirs: process.env.LEASEHOLD_KEEP_CLUSTER === '1',
+        progress: (l) => process.stderr.write(`real system: ${l}\n`),
+      });
+      process.stderr.write(
+        `real system: ${sys.nodes.length} nodes with a ready manager ${((performance.now() - t0) / 1000).toFixed(1)} s after the start\n`,
+      );
+    },
+    { timeout: 300_000 },
+  );
+  after(async () => {
+    // No writer left retrying against a stopped system (also when a scenario failed half-way).
+    for (const c of [...openRealClients]) await c.stop();
+    if (process.env.LEASEHOLD_KEEP_CLUSTER === '1' && sys)
+      process.stderr.write(`kept: cluster ${sys.cluster.dir}\n`);
+    await sys?.stop();
+  });
+  return () => {
+    if (!sys)
+      throw new Error('the real-node system is not running (did its start fail? see the before hook)');
+    return sys;
+  };
+}
+
+export interface ReadyRealPod {
+  pod: string;
+  node: string;
+  object: k8s.V1Pod;
+}
+
+/** The share's Ready pod other than `notPod` (name, node and the pod), or undefined. */
+export async function readyRealPod(
+  sys: RealSystem,
+  share: string,
+  notPod?: string,
+): Promise<ReadyRealPod | undefined> {
+  for (const p of await sharePods(sys, share).catch(() => [])) {
+    const name = p.metadata?.name ?? '';
+    if (name === notPod || !p.spec?.nodeName) continue;
+    if (p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'))
+      return { pod: name, node: p.spec.nodeName, object: p };
+  }
+  return undefined;
+}
+
+/**
+ * When the real pod's NFS server entrypoint first logged `msg` (its JSON `time`, wall
+ * ms), from the log the node's kubelet wrote; undefined when not (yet) there.
+ */
+export function realLogLineWall(
+  sys: RealSystem,
+  pod: k8s.V1Pod,
+  msg: string,
+  container = 'server',
+): number | undefined {
+  const text = podLog(sys.node(pod.spec?.nodeName ?? ''), pod, container);
+  const quoted = JSON.stringify(msg);
+  for (const line of text.split('\n')) {
+    const at = line.indexOf('{');
+    if (at < 0 || !line.includes(quoted)) continue;
+    try {
+      const entry = JSON.parse(line.slice(at)) as { msg?: string; time?: string | number };
+      if (entry.msg !== msg || entry.time === undefined) continue;
+      const ms = typeof entry.time === 'number' ? entry.time : Date.parse(entry.time);
+      if (Number.isFinite(ms)) return ms;
+    } catch {}
+  }
+  return undefined;
+}
+
+/**
+ * The NFS client's view on real nodes: the libnfs writer (dev/nfs-client, NFSv3,
+ * numbered committed records) as a host process in a real node's network namespace
+ * (RealNode.spawnInNetwork: the node's process, so freeze stops it and crash kills
+ * it), writing through the share's Service ClusterIP as a pod on that node would (the
+ * node's kube-proxy DNATs it to the server pod, on this node or over the fabric on
+ * another). The checks are NfsClientShare's, the file read back from the volume (the
+ * CSI driver's backing dir).
+ */
+export class RealNfsClient {
+  readonly faultsMs: number[] = [];
+  private constructor(
+    private readonly sys: RealSystem,
+    readonly share: string,
+    readonly w: ShareWriter,
+  ) {}
+
+  /** Starts the writer on `node` (a RealNode name), on `file` of the share. */
+  static async start(
+    sys: RealSystem,
+    share: string,
+    node: string,
+    opts: { file?: string; intervalMs?: number } = {},
+  ): Promise<RealNfsClient> {
+    const svc = await sys.core.readNamespacedService(
+      { namespace: SHARES_NAMESPACE, name: share },
+      withDeadline(5_000),
+    );
+    const host = svc.spec?.clusterIP;
+    const port = svc.spec?.ports?.find((p) => p.name === 'nfs')?.port;
+    const mountPort = svc.spec?.ports?.find((p) => p.name === 'nfs-mount')?.port;
+    assert.ok(
+      host && port && mountPort,
+      `Service ${SHARES_NAMESPACE}/${share} has a ClusterIP and the nfs and nfs-mount ports`,
+    );
+    const binary = await buildWriter();
+    const on = sys.node(node);
+    const file = opts.file ?? 'records.bin';
+    const writer = startWriter(
+      binary,
+      {
+        version: 3,
+        host,
+        port,
+        mountPort,
+        exportPath: REAL_NFS_EXPORT,
+        file,
+        intervalMs: opts.intervalMs ?? WRITE_INTERVAL_MS,
+      },
+      (argv, spawnOpts) => on.spawnInNetwork(argv, spawnOpts),
+    );
+    const client = new RealNfsClient(sys, share, {
+      writer,
+      version: 3,
+      file,
+      address: { host, port, mountPort },
+    });
+    openRealClients.add(client);
+    return client;
+  }
+
+  /** Marks a fault now, on the writer's clock (CLOCK_MONOTONIC): call right before causing it. */
+  markFault(): number {
+    const ms = monotonicMs();
+    this.faultsMs.push(ms);
+    return ms;
+  }
+
+  /** Waits until the writer had RESUMED_ACKS acks after the last fault (or since its start). */
+  async waitResumed(timeoutMs: number): Promise<void> {
+    const since = this.faultsMs.at(-1) ?? 0;
+    await eventually(
+      `${this.share}: ${RESUMED_ACKS} acknowledged NFS writes from the node's netns${this.faultsMs.length > 0 ? ' after the fault' : ''}`,
+      async () =>
+        this.w.writer.events.filter((e) => e.event === 'ack' && e.ms > since).length >= RESUMED_ACKS
+          ? true
+          : undefined,
+      timeoutMs,
+      200,
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}; the writer's stderr: ${this.w.writer.stderr().slice(-2000)}`);
+    });
+  }
+
+  /**
+   * When writes resumed after the last fault: the write analysis's first ack after the
+   * gap (NB: not the first ack after the mark: a write in flight when the fault was
+   * marked may be acknowledged by the old server just before the crash takes it).
+   */
+  resumed(): { afterS: number; at: Date } | undefined {
+    const report = analyzeWriteRun({
+      events: this.w.writer.events,
+      faultsMs: this.faultsMs,
+      content: readRealShareFile(this.sys, this.share, this.w.file),
+    });
+    const gap = report.clientWriteGaps.at(-1);
+    if (!gap?.firstAck) return undefined;
+    return {
+      afterS: (gap.firstAck.ms - gap.faultMs) / 1000,
+      at: new Date(gap.firstAck.ms + Date.now() - monotonicMs()),
+    };
+  }
+
+  /** As NfsClientShare.assertClientView, against the file on the CSI volume; the gaps (s). */
+  assertClientView(label: string): number[] {
+    const report = analyzeWriteRun({
+      events: this.w.writer.events,
+      faultsMs: this.faultsMs,
+      content: readRealShareFile(this.sys, this.share, this.w.file),
+    });
+    const gapsS = report.clientWriteGaps.map((g) => (g.gapMs ?? Number.NaN) / 1000);
+    const resumedS = report.clientWriteGaps.map((g) => (g.resumedAfterMs ?? Number.NaN) / 1000);
+    const gaps =
+      gapsS.length === 0
+        ? 'no fault marked'
+        : `clientWriteGap ${gapsS.map((g) => g.toFixed(2)).join(', ')} s (writes resumed ${resumedS.map((g) => g.toFixed(2)).join(', ')} s after the fault)`;
+    // Each error and reconnect after the first fault, in seconds after it: where a long gap went.
+    const since = this.faultsMs[0];
+    const after =
+      since === undefined
+        ? []
+        : this.w.writer.events
+            .filter((e) => (e.event === 'error' || e.event === 'connected') && e.ms > since)
+            .map(
+              (e) =>
+                `+${((e.ms - since) / 1000).toFixed(1)} s ${e.event === 'error' ? `${e.kind} (${e.op}: ${e.message.slice(0, 120)})` : 'connected'}`,
+            );
+    process.stderr.write(
+      `${label}: ${this.share} NFSv3 from a real node's netns: ${gaps}; acked ${report.acked}, lost ${report.ackedWritesLost}, duplicates ${report.duplicates.length}, stale ${report.staleHandles}, errors ${JSON.stringify(report.errors)}${after.length > 0 ? `; after the fault: ${after.join('; ')}` : ''}\n`,
+    );
+    assert.deepEqual(report.violations, [], `${this.share}: the NFS client's view upholds every guarantee`);
+    assert.equal(report.ackedWritesLost, 0, 'acknowledged writes lost');
+    assert.equal(report.duplicates.length, 0, 'records written twice');
+    assert.equal(report.staleHandles, 0, 'stale file handles');
+    for (const g of report.clientWriteGaps) assert.ok(g.firstAck, 'writes resumed after the fault');
+    return gapsS;
+  }
+
+  async stop(): Promise<void> {
+    openRealClients.delete(this);
+    await this.w.writer.stop();
+  }
+}
+const openRealClients = new Set<RealNfsClient>();

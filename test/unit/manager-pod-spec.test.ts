@@ -318,6 +318,8 @@ describe('no spec.server: the shipped NFS server', () => {
     assert.deepEqual(server?.volumeMounts, [
       { name: 'share', mountPath: '/srv/share' },
       { name: 'nfs-run', mountPath: '/run' },
+      // ganesha's OFD-lock test needs a writable /tmp under the read-only root.
+      { name: 'nfs-run', mountPath: '/tmp', subPath: 'tmp' },
     ]);
     assert.deepEqual(pod.spec?.volumes, [
       { name: 'share', persistentVolumeClaim: { claimName: 'data-n' } },

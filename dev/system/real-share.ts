@@ -1,0 +1,278 @@
+/**
+ * A share on the shipped NFS server on real nodes (dev/system/real-system.ts), and
+ * what the e2e scenarios read of it there:
+ *  - createRealNfsShare: a static PersistentVolume of the testbed's CSI driver (dev/csi,
+ *    `attachRequired: true`: the real attach-detach controller and the real
+ *    external-attacher move it, and the manager's handoff through the lost node's
+ *    `status.volumesInUse` is the real one) bound to a claim, and a ShareManager with
+ *    only spec.volume (+ spec.nfs): the manager builds the pod of the real images;
+ *  - readRealShareFile: a file's bytes on the volume (the driver's backing dir);
+ *  - GaneshaTracker: every ganesha.nfsd process of the share's pods on the nodes, from
+ *    the host's /proc (the pod's cgroup under the node's cgroup root names its uid),
+ *    sampled every `periodMs`, turned into windows by the pure ganeshaWindows():
+ *    a window starts at the process's own start time (/proc/<pid>/stat, clock ticks
+ *    since boot, mapped to CLOCK_MONOTONIC) and ends at the first sample that no
+ *    longer sees it; so a window is never shorter than the process's life, and an
+ *    overlap check on them is stricter, never looser;
+ *  - podLog: a container's log as the node's kubelet wrote it.
+ *
+ * Not guaranteed: that the tracker sees a ganesha that lived shorter than its sampling
+ * period (on a 2-core machine a sample can take longer than the period); a process
+ * seen once has its full start. The mapping of boot time to CLOCK_MONOTONIC assumes
+ * the host was never suspended (CLOCK_BOOTTIME = CLOCK_MONOTONIC + time suspended).
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { k8s, withDeadline } from '../../lib/kube-client.ts';
+import type { RealNode } from '../node/node.ts';
+import type { ServingWindow } from '../share-server/serving-window-log.ts';
+import type { RealSystem } from './real-system.ts';
+import { SHARES_NAMESPACE } from './system.ts';
+
+const SM = { group: 'leasehold.dev', version: 'v1alpha1', plural: 'sharemanagers' };
+export const REAL_NFS_EXPORT = '/export';
+export const realPvName = (share: string) => `pv-${share}`;
+export const realVolumeHandle = (share: string) => `vol-${share}`;
+
+export interface RealNfsShareOptions {
+  /** spec.nfs (README "NFS settings of a share"). */
+  nfs?: { versions?: string[]; gracePeriod?: string; leaseLifetime?: string };
+  /** Pin the share's pods to a node (spec.scheduling.nodeSelector). */
+  node?: string;
+}
+
+/** The volume (a static CSI PV + its claim `<share>-data`) and the ShareManager. */
+export async function createRealNfsShare(
+  sys: RealSystem,
+  share: string,
+  opts: RealNfsShareOptions = {},
+): Promise<void> {
+  const claim = `${share}-data`;
+  await sys.csi.makeVolume(realVolumeHandle(share));
+  await sys.core.createPersistentVolume(
+    {
+      body: {
+        metadata: { name: realPvName(share) },
+        spec: {
+          capacity: { storage: '1Gi' },
+          accessModes: ['ReadWriteOnce'],
+          persistentVolumeReclaimPolicy: 'Retain',
+          storageClassName: '',
+          claimRef: { namespace: SHARES_NAMESPACE, name: claim },
+          csi: { driver: sys.csi.driverName, volumeHandle: realVolumeHandle(share) },
+        },
+      },
+    },
+    withDeadline(10_000),
+  );
+  await sys.core.createNamespacedPersistentVolumeClaim(
+    {
+      namespace: SHARES_NAMESPACE,
+      body: {
+        metadata: { name: claim },
+        spec: {
+          accessModes: ['ReadWriteOnce'],
+          storageClassName: '',
+          volumeName: realPvName(share),
+          resources: { requests: { storage: '1Gi' } },
+        },
+      },
+    },
+    withDeadline(10_000),
+  );
+  const custom = sys.kc.makeApiClient(k8s.CustomObjectsApi);
+  await custom.createNamespacedCustomObject(
+    {
+      ...SM,
+      namespace: SHARES_NAMESPACE,
+      body: {
+        apiVersion: `${SM.group}/${SM.version}`,
+        kind: 'ShareManager',
+        metadata: { name: share, namespace: SHARES_NAMESPACE },
+        spec: {
+          volume: { pvc: claim, mountPath: REAL_NFS_EXPORT },
+          serviceAccountName: 'leasehold-agent',
+          ...(opts.nfs ? { nfs: opts.nfs } : {}),
+          ...(opts.node ? { scheduling: { nodeSelector: { 'kubernetes.io/hostname': opts.node } } } : {}),
+        },
+      },
+    },
+    withDeadline(10_000),
+  );
+}
+
+/** The file's bytes in the share's volume (the CSI driver's backing dir); empty when absent. */
+export function readRealShareFile(sys: RealSystem, share: string, file: string): Buffer {
+  try {
+    return readFileSync(join(sys.csi.backingDir, realVolumeHandle(share), file));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return Buffer.alloc(0);
+    throw err;
+  }
+}
+
+/** A container's log as `node`'s kubelet wrote it (its podLogsDir), '' when there is none yet. */
+export function podLog(node: RealNode, pod: k8s.V1Pod, container: string): string {
+  const dir = join(
+    node.layout.kubeletRoot,
+    'pod-logs', // the kubelet's podLogsDir (dev/node/config.ts)
+    `${pod.metadata?.namespace}_${pod.metadata?.name}_${pod.metadata?.uid}`,
+    container,
+  );
+  try {
+    return readdirSync(dir)
+      .sort()
+      .map((f) => readFileSync(join(dir, f), 'utf8'))
+      .join('');
+  } catch {
+    return '';
+  }
+}
+
+/** One sample: the ganesha processes seen, each with its own start on CLOCK_MONOTONIC. */
+export interface GaneshaSample {
+  atMonoMs: number;
+  /** `startTicks`: the raw start (clock ticks since boot), which with the pid names one process. */
+  seen: { podUid: string; pid: number; startTicks: number; startMonoMs: number; node: string }[];
+}
+
+/**
+ * Windows of the ganesha processes from samples in time order (pure): one per
+ * (pod uid, pid), from its start to the first later sample without it (open when the
+ * last sample still saw it). `podName` names a window by its pod (the uid when unknown).
+ */
+export function ganeshaWindows(
+  samples: readonly GaneshaSample[],
+  podName: (uid: string) => string | undefined,
+  wallOf: (monoMs: number) => string,
+): ServingWindow[] {
+  const open = new Map<string, ServingWindow>();
+  const done: ServingWindow[] = [];
+  for (const s of samples) {
+    const now = new Set<string>();
+    for (const p of s.seen) {
+      const key = `${p.podUid}/${p.pid}/${p.startTicks}`;
+      now.add(key);
+      if (!open.has(key))
+        open.set(key, {
+          id: podName(p.podUid) ?? p.podUid,
+          pid: p.pid,
+          startMonoMs: p.startMonoMs,
+          startWall: wallOf(p.startMonoMs),
+          firstSeq: 0,
+          stopMonoMs: undefined,
+          stopWall: undefined,
+          lastSeq: undefined,
+          reason: undefined,
+        });
+    }
+    for (const [key, w] of open) {
+      if (now.has(key)) continue;
+      open.delete(key);
+      done.push({ ...w, stopMonoMs: s.atMonoMs, stopWall: wallOf(s.atMonoMs), reason: 'gone' });
+    }
+  }
+  return [...done, ...open.values()].sort((a, b) => a.startMonoMs - b.startMonoMs);
+}
+
+const CLK_TCK = 100; // USER_HZ on Linux x86-64
+
+/** A process's start from /proc/<pid>/stat field 22 (ticks since boot), and on CLOCK_MONOTONIC (ms). */
+function processStart(
+  pid: number,
+  nowMono: number,
+  uptimeS: number,
+): { ticks: number; monoMs: number } | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const ticks = Number(fields[19]); // field 22 overall; fields[0] is field 3
+    if (!Number.isFinite(ticks)) return undefined;
+    return { ticks, monoMs: nowMono - (uptimeS - ticks / CLK_TCK) * 1000 };
+  } catch {
+    return undefined;
+  }
+}
+
+/** The ganesha.nfsd processes on the host in a pod cgroup under one of `nodes`' cgroup roots. */
+function sampleGanesha(nodes: readonly RealNode[]): GaneshaSample {
+  const atMonoMs = monotonicMs();
+  const uptimeS = Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]);
+  const seen: GaneshaSample['seen'] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const pid = Number(name);
+    try {
+      const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      if (!cmdline.startsWith('ganesha.nfsd') && !cmdline.includes('/ganesha.nfsd\0')) continue;
+      const cgroup = readFileSync(`/proc/${pid}/cgroup`, 'utf8');
+      const node = nodes.find((n) => cgroup.includes(`${n.layout.cgroupRoot}/`));
+      const uid = /pod([0-9a-f-]{36})/.exec(cgroup)?.[1];
+      if (!node || !uid) continue;
+      const start = processStart(pid, atMonoMs, uptimeS);
+      if (start)
+        seen.push({ podUid: uid, pid, startTicks: start.ticks, startMonoMs: start.monoMs, node: node.name });
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return { atMonoMs, seen };
+}
+
+/**
+ * The ganesha processes of one share's pods on the real nodes (see the header). Pod
+ * names come from the API (its pods' uids), read as they appear.
+ */
+export class GaneshaTracker {
+  private readonly samples: GaneshaSample[] = [];
+  private readonly names = new Map<string, string>();
+  private running = true;
+  private readonly done: Promise<void>;
+
+  constructor(
+    private readonly sys: RealSystem,
+    private readonly share: string,
+    periodMs = 100,
+  ) {
+    this.done = (async () => {
+      while (this.running) {
+        const s = sampleGanesha(this.sys.nodes);
+        this.samples.push(s);
+        if (s.seen.some((p) => !this.names.has(p.podUid))) await this.learnNames();
+        await sleep(periodMs);
+      }
+    })();
+  }
+
+  private async learnNames(): Promise<void> {
+    const pods = await this.sys.core
+      .listNamespacedPod({ namespace: SHARES_NAMESPACE }, withDeadline(5_000))
+      .catch(() => undefined);
+    for (const p of pods?.items ?? [])
+      if (p.metadata?.uid && p.metadata.name) this.names.set(p.metadata.uid, p.metadata.name);
+  }
+
+  /** Windows of this share's ganesha processes (pods named `<share>-…`). */
+  windows(): ServingWindow[] {
+    const offset = Date.now() - monotonicMs();
+    return ganeshaWindows(
+      this.samples,
+      (uid) => this.names.get(uid),
+      (ms) => new Date(ms + offset).toISOString(),
+    ).filter((w) => w.id.startsWith(`${this.share}-`) || !this.names.has(w.id));
+  }
+
+  /** How many samples were taken, and the longest gap between two (ms). */
+  coverage(): { samples: number; maxGapMs: number } {
+    let maxGapMs = 0;
+    for (let i = 1; i < this.samples.length; i++)
+      maxGapMs = Math.max(maxGapMs, (this.samples[i]?.atMonoMs ?? 0) - (this.samples[i - 1]?.atMonoMs ?? 0));
+    return { samples: this.samples.length, maxGapMs };
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    await this.done;
+  }
+}

@@ -1,0 +1,193 @@
+/**
+ * The whole leasehold system on real nodes (issue 12), as a user runs it: a real
+ * control plane (dev/cluster, `realNodes: true`), the testbed CSI driver's controller
+ * side with the real external-attacher (dev/csi), N real nodes (dev/node: the real
+ * kubelet, containerd, runc, kube-proxy; each with the CSI driver's node part), the
+ * project's locally built images (dev/image: `leasehold` and `nfs-ganesha`) imported
+ * into every node's containerd, and charts/leasehold installed with `helm install`,
+ * its images set to those local refs with pullPolicy Never (no registry exists; the
+ * share pods the manager builds name the same refs, IfNotPresent by their tags, and
+ * find them imported). So the managers are real DaemonSet pods of the real image,
+ * under the chart's securityContexts, reaching the API server the in-cluster way
+ * (the `kubernetes` Service through kube-proxy, their projected tokens).
+ *
+ *   const sys = await startRealSystem({ nodes: 2 });
+ *   sys.node('real-1').crash();  // the RealNode fault API (dev/node/node.ts)
+ *   await sys.stop();            // throws when a node's leftover check finds anything
+ *
+ * Guarantees: startRealSystem() resolves when every node runs a Ready manager pod, or
+ * rejects having stopped whatever it started. stop() is idempotent: the nodes (each
+ * runs its leftover check and throws NodeLeftoverError on anything left), then the CSI
+ * controller (throws when one of its processes stays), then the control plane; a
+ * failure of one part does not skip the next, and every failure is reported.
+ * Same shape as dev/system/system.ts's System where it applies (cluster, kc, core,
+ * managerPods, stop), with `nodes` the RealNodes instead of the sim.
+ * NB: the pods run the images' own dist/ (dev/image compiles the sources when it builds
+ * them: `bash dev/toolchain.sh --image`, or localImages() when no image dir is given),
+ * not this worktree's dist/: a source change reaches the pods only through a rebuild.
+ * The nodes are on one network (dev/node's fabric): pods and ClusterIPs reach across
+ * them, and RealNode.spawnInNetwork runs a host client in a node's namespace.
+ * Not provided: cluster DNS.
+ */
+import { LeaseholdError } from '../../lib/errors.ts';
+import { k8s } from '../../lib/kube-client.ts';
+import { startCluster } from '../cluster/cluster.ts';
+import type { Cluster, ClusterOptions } from '../cluster/types.ts';
+import { type CsiController, startCsiController } from '../csi/controller.ts';
+import { type LocalImage, localImages } from '../image/images.ts';
+import { type RealNode, startRealNode } from '../node/node.ts';
+import { helmInstall } from './helm-install.ts';
+import {
+  ensureNamespace,
+  managerPodsByNode,
+  RELEASE,
+  SHARES_NAMESPACE,
+  SYSTEM_NAMESPACE,
+  waitForManagers,
+} from './system.ts';
+
+export interface RealSystemOptions {
+  /** How many real nodes (named real-1..real-N, indexes 1..N); default 2. */
+  nodes?: number;
+  cluster?: Omit<ClusterOptions, 'realNodes'>;
+  /** Chart values (helm --set) on top of the image refs and agent.namespaces. */
+  values?: Record<string, string>;
+  progress?: (line: string) => void;
+  keepDirs?: boolean;
+}
+
+export interface RealSystem {
+  cluster: Cluster;
+  kc: k8s.KubeConfig;
+  core: k8s.CoreV1Api;
+  nodes: readonly RealNode[];
+  /** The node by name; throws naming the names there are. */
+  node(name: string): RealNode;
+  csi: CsiController;
+  images: { leasehold: LocalImage; nfsGanesha: LocalImage };
+  /** The manager pod on each node (node name -> pod name). */
+  managerPods(): Promise<Map<string, string>>;
+  stop(): Promise<void>;
+}
+
+/** `repo/name:tag` -> its chart values (the tag after the last colon past the last slash). */
+export function imageValues(prefix: string, ref: string): Record<string, string> {
+  const at = ref.lastIndexOf(':');
+  if (at <= ref.lastIndexOf('/'))
+    throw new LeaseholdError(
+      'E_IMAGE_REF',
+      `image ref ${JSON.stringify(ref)} has no tag (repo:tag expected)`,
+    );
+  return { [`${prefix}.repository`]: ref.slice(0, at), [`${prefix}.tag`]: ref.slice(at + 1) };
+}
+
+export async function startRealSystem(opts: RealSystemOptions = {}): Promise<RealSystem> {
+  const progress = opts.progress ?? (() => {});
+  const count = opts.nodes ?? 2;
+  if (!Number.isInteger(count) || count < 1 || count > 250)
+    throw new LeaseholdError('E_SYSTEM_OPTIONS', `nodes=${count}: an integer 1..250 expected`);
+  const t0 = performance.now();
+  const since = () => `${((performance.now() - t0) / 1000).toFixed(1)} s`;
+  // Built (or read from the cache) while the control plane starts.
+  const imagesP = localImages();
+  imagesP.catch(() => {}); // awaited below; not an unhandled rejection meanwhile
+  progress('starting the control plane for real nodes');
+  const cluster = await startCluster({ ...(opts.cluster ?? {}), realNodes: true });
+  let csi: CsiController | undefined;
+  const nodes: RealNode[] = [];
+  let stopped = false;
+  const stop = async () => {
+    if (stopped) return;
+    stopped = true;
+    const errors: unknown[] = [];
+    const settled = await Promise.allSettled(nodes.map((n) => n.stop()));
+    for (const r of settled) if (r.status === 'rejected') errors.push(r.reason);
+    await csi?.stop().catch((e: unknown) => errors.push(e));
+    await cluster.stop({ keepDir: opts.keepDirs === true }).catch((e: unknown) => errors.push(e));
+    if (errors.length === 1) throw errors[0];
+    if (errors.length > 1)
+      throw new LeaseholdError('E_SYSTEM_STOP', 'stopping the real-node system failed in several parts', {
+        cause: new AggregateError(errors),
+      });
+  };
+  try {
+    const kc = cluster.kubeConfig;
+    const core = kc.makeApiClient(k8s.CoreV1Api);
+    csi = await startCsiController(cluster);
+    progress(`CSI controller up (${since()}); starting ${count} real nodes`);
+    const names = Array.from({ length: count }, (_, i) => `real-${i + 1}`);
+    const backingDir = csi.backingDir;
+    const started = await Promise.allSettled(
+      names.map((name, i) => startRealNode(cluster, { name, index: i + 1, csi: { backingDir } })),
+    );
+    for (const r of started) if (r.status === 'fulfilled') nodes.push(r.value);
+    for (const r of started) if (r.status === 'rejected') throw r.reason;
+    progress(`nodes Ready (${since()}); importing the images into each`);
+    const all = await imagesP;
+    const leasehold = all.leasehold;
+    const nfsGanesha = all['nfs-ganesha'];
+    if (!leasehold || !nfsGanesha)
+      throw new LeaseholdError(
+        'E_IMAGE_MISSING',
+        `the local images lack leasehold or nfs-ganesha: ${Object.keys(all)}`,
+      );
+    // The leasehold image (the managers') first on every node, then the NFS server's (the
+    // larger), which runs on while helm installs and the managers start and is awaited
+    // before the system is ready: all four at once made the managers wait for all of it
+    // (40 s for the leasehold image alone, load 8). NB: a pod whose image is not imported
+    // yet does not wait for it (ErrImageNeverPull, or a failed pull and its backoff), so
+    // nothing may be created before its image is there.
+    const importsOf = (img: LocalImage) => Promise.all(nodes.map((n) => n.importImage(img.tar)));
+    const leaseholdImported = importsOf(leasehold);
+    const nfsImported = leaseholdImported.then(() => importsOf(nfsGanesha));
+    nfsImported.catch(() => {}); // awaited below; not an unhandled rejection meanwhile
+    await leaseholdImported;
+    await ensureNamespace(core, SHARES_NAMESPACE);
+    progress(`leasehold image imported (${since()}); installing the chart with helm`);
+    await helmInstall({
+      kubeconfigPath: cluster.kubeconfigPath,
+      release: RELEASE,
+      namespace: SYSTEM_NAMESPACE,
+      values: {
+        ...imageValues('image', leasehold.ref),
+        'image.pullPolicy': 'Never',
+        ...imageValues('nfsServer.image', nfsGanesha.ref),
+        'agent.namespaces': `{${SHARES_NAMESPACE}}`,
+        ...(opts.values ?? {}),
+      },
+    });
+    progress('waiting for a ready manager pod on every node');
+    await waitForManagers(core, names, 180_000);
+    progress(`managers ready (${since()}); waiting for the nfs-ganesha image's import`);
+    await nfsImported;
+    progress(`system ready (${since()})`);
+    const node = (name: string) => {
+      const n = nodes.find((x) => x.name === name);
+      if (!n)
+        throw new LeaseholdError(
+          'E_NO_NODE',
+          `no real node ${name} (there are ${nodes.map((x) => x.name).join(', ')})`,
+        );
+      return n;
+    };
+    return {
+      cluster,
+      kc,
+      core,
+      nodes,
+      node,
+      csi,
+      images: { leasehold, nfsGanesha },
+      managerPods: async () =>
+        new Map([...(await managerPodsByNode(core))].map(([n, p]) => [n, p.metadata?.name ?? ''])),
+      stop,
+    };
+  } catch (err) {
+    await stop().catch((stopErr: unknown) => {
+      throw new LeaseholdError('E_SYSTEM_START', 'the real-node system failed to start and to clean up', {
+        cause: new AggregateError([err, stopErr]),
+      });
+    });
+    throw err;
+  }
+}

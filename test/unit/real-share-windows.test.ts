@@ -1,0 +1,84 @@
+/**
+ * The no-two-ganesha check on real nodes (dev/system/real-share.ts ganeshaWindows +
+ * overlappingWindows): windows from /proc samples must pass for a clean handover and
+ * fail whenever two ganesha processes were seen alive at once or one's life reached
+ * into another's; a window ends at the first sample without its process (never at the
+ * last one that saw it), and starts at the process's own start, not when first seen.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
+import { type GaneshaSample, ganeshaWindows } from '../../dev/system/real-share.ts';
+
+const names: Record<string, string> = { 'uid-a': 'share-a', 'uid-b': 'share-b' };
+// The start as /proc gives it (ticks) and as mapped to CLOCK_MONOTONIC, which jitters by
+// a few ms from sample to sample: a window follows the ticks, not the mapping.
+let jitter = 0;
+const p = (podUid: string, pid: number, startMonoMs: number) => ({
+  podUid,
+  pid,
+  startTicks: startMonoMs / 10,
+  startMonoMs: startMonoMs + (jitter++ % 3) * 0.3,
+  node: 'real-1',
+});
+const windowsOf = (samples: GaneshaSample[]) =>
+  ganeshaWindows(
+    samples,
+    (u) => names[u],
+    (ms) => `wall-${ms}`,
+  );
+
+test('a clean handover: the old process gone before the new one started', () => {
+  const w = windowsOf([
+    { atMonoMs: 100, seen: [p('uid-a', 10, 50)] },
+    { atMonoMs: 200, seen: [p('uid-a', 10, 50)] },
+    { atMonoMs: 300, seen: [] },
+    { atMonoMs: 400, seen: [p('uid-b', 20, 350)] },
+  ]);
+  assert.deepEqual(
+    w.map((x) => [x.id, Math.floor(x.startMonoMs), x.stopMonoMs]),
+    [
+      ['share-a', 50, 300],
+      ['share-b', 350, undefined],
+    ],
+    'starts at the process start, ends at the first sample without it; the live one open',
+  );
+  assert.deepEqual(overlappingWindows(w, 500), []);
+});
+
+test('two seen in one sample: an overlap', () => {
+  const w = windowsOf([
+    { atMonoMs: 100, seen: [p('uid-a', 10, 50)] },
+    { atMonoMs: 200, seen: [p('uid-a', 10, 50), p('uid-b', 20, 150)] },
+    { atMonoMs: 300, seen: [p('uid-b', 20, 150)] },
+  ]);
+  assert.equal(overlappingWindows(w, 400).length, 1);
+});
+
+test('the new process started before the old one was seen gone (never seen together): an overlap', () => {
+  const w = windowsOf([
+    { atMonoMs: 100, seen: [p('uid-a', 10, 50)] },
+    // uid-b started at 180, before the sample at 200 that no longer saw uid-a.
+    { atMonoMs: 200, seen: [] },
+    { atMonoMs: 300, seen: [p('uid-b', 20, 180)] },
+  ]);
+  assert.equal(overlappingWindows(w, 400).length, 1, 'the old window reaches the first sample without it');
+});
+
+test('a restart in the same pod (new pid) is a second window; an unnamed pod keeps its uid as id', () => {
+  const w = windowsOf([
+    { atMonoMs: 100, seen: [p('uid-a', 10, 50)] },
+    { atMonoMs: 200, seen: [] },
+    { atMonoMs: 300, seen: [p('uid-a', 11, 250)] },
+    { atMonoMs: 400, seen: [p('uid-x', 30, 350), p('uid-a', 11, 250)] },
+  ]);
+  assert.deepEqual(
+    w.map((x) => [x.id, x.pid, x.stopMonoMs]),
+    [
+      ['share-a', 10, 200],
+      ['share-a', 11, undefined],
+      ['uid-x', 30, undefined],
+    ],
+  );
+  assert.equal(overlappingWindows(w, 400).length, 1, 'pid 11 and the unnamed pod overlap');
+});
