@@ -4,7 +4,7 @@
  * both sides must agree on, and the API server's egress configuration.
  *
  *  - Nodes to the API server: inside every node's network namespace the address
- *    CONTROL_PLANE_IP is the node's own (a /32 on its eth0), and a relay there forwards
+ *    CONTROL_PLANE_IP is the node's own (a /32 on its lo), and a relay there forwards
  *    CONTROL_PLANE_IP:<API port> to the API server on host loopback. The API server
  *    advertises that address, so the `kubernetes` Service's Endpoints point at it and
  *    kube-proxy carries a pod's 10.0.0.1:443 there; its serving certificate has it.
@@ -15,8 +15,14 @@
  *    Addresses with no route file are dialed on the host as without a proxy, so the
  *    API server's other `cluster` traffic (webhooks, aggregated APIs) is unchanged.
  *
- * Not provided: node-to-node or pod-to-pod traffic across nodes (each node's namespace
- * is an island; no node reaches another's node IP or pod range).
+ *  - Node to node and pod to pod: the fabric (dev/node/fabric.ts, its plan
+ *    dev/node/fabric-plan.ts), a bridge in a network namespace of its own that each
+ *    node's `eth0` (10.201.0.<index+1>/24) is a port of; each node routes every other
+ *    node's pod range (10.244.<index>.0/24) to that node's IP. The control plane's
+ *    address stays node-local: no node answers ARP for it on the fabric.
+ *
+ * Not provided: cluster DNS, NodePorts, LoadBalancers; a route from the host into any
+ * of these addresses (tests reach them from inside a node: RealNode.spawnInNetwork).
  */
 import { join } from 'node:path';
 

@@ -11,6 +11,7 @@
  * bridge (checked at run time by containerd and the CNI plugin).
  */
 import { join } from 'node:path';
+import { CLUSTER_POD_CIDR } from './fabric-plan.ts';
 import type { NodeLayout } from './layout.ts';
 
 /**
@@ -90,7 +91,10 @@ disabled_plugins = [
 `;
 }
 
-/** The bridge network inside the node's namespace; nothing is masqueraded or routed out of it. */
+/**
+ * The bridge network inside the node's namespace. Nothing is masqueraded: the node routes
+ * its pods' traffic to other nodes' pod ranges over the fabric (fabric-plan.ts) as is.
+ */
 export function cniConfList(layout: NodeLayout): string {
   return `${JSON.stringify(
     {
@@ -189,7 +193,9 @@ export function kubeletArgs(layout: NodeLayout): string[] {
 /**
  * kube-proxy in nftables mode, in the node's network namespace only: its table holds
  * the Services' ClusterIPs (the `kubernetes` Service's goes to the control plane's
- * address, where the API relay listens). Its conntrack tuning and OOM score are off:
+ * address, where the API relay listens). Its clusterCIDR is every node's pod range, so
+ * a pod's traffic to a Service keeps its source and a node's own (from its node IP)
+ * is masqueraded. Its conntrack tuning and OOM score are off:
  * nf_conntrack_max is host-wide, and root here cannot lower an OOM score.
  */
 export function kubeProxyConfiguration(layout: NodeLayout): string {
@@ -203,7 +209,7 @@ export function kubeProxyConfiguration(layout: NodeLayout): string {
       healthzBindAddress: '127.0.0.1:10256',
       metricsBindAddress: '127.0.0.1:10249',
       detectLocalMode: 'ClusterCIDR',
-      clusterCIDR: layout.podSubnet,
+      clusterCIDR: CLUSTER_POD_CIDR,
       oomScoreAdj: 0,
       conntrack: {
         maxPerCore: 0,

@@ -68,14 +68,21 @@ export function freezerCgroupOf(pid: number): string | undefined {
 const under = (path: string | undefined, root: string) =>
   path !== undefined && (path === root || path.startsWith(`${root}/`));
 
-/** Freezes every process of the node's pid namespace. */
-export function freezeNode(pidNs: string, cgroupRoot: string): void {
+/**
+ * Freezes every process of the node's pid namespace, and the host processes `also`
+ * names (those run in the node's network namespace only: node.ts spawnInNetwork).
+ */
+export function freezeNode(
+  pidNs: string,
+  cgroupRoot: string,
+  also: () => readonly number[] = () => [],
+): void {
   const mount = freezerMount();
   const daemons = join(mount, cgroupRoot, 'node');
   if (!existsSync(daemons)) mkdirSync(daemons);
   const moveStrays = () => {
     let moved = 0;
-    for (const pid of processesInPidNs(pidNs)) {
+    for (const pid of [...processesInPidNs(pidNs), ...also()]) {
       if (under(freezerCgroupOf(pid), cgroupRoot)) continue;
       try {
         writeFileSync(join(daemons, 'cgroup.procs'), `${pid}\n`);

@@ -12,6 +12,7 @@
 import { basename, join } from 'node:path';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { CONTROL_PLANE_IP } from '../cluster/node-network.ts';
+import { MAX_NODE_INDEX, nodeIpOf, podRangeOf } from './fabric-plan.ts';
 
 export interface NodeLayout {
   readonly name: string;
@@ -21,7 +22,7 @@ export interface NodeLayout {
   readonly cgroupRoot: string;
   /** The node's own address, on its `eth0` inside its network namespace. */
   readonly nodeIp: string;
-  /** The control plane's address (dev/cluster/node-network.ts), a /32 on eth0 inside the namespace too. */
+  /** The control plane's address (dev/cluster/node-network.ts), a /32 on lo inside the namespace (fabric-plan.ts). */
   readonly controlPlaneIp: string;
   /** The pod range of the bridge CNI network (host-local IPAM). */
   readonly podSubnet: string;
@@ -54,17 +55,20 @@ export function nodeLayout(dir: string, name: string, index: number): NodeLayout
       'E_NODE_NAME',
       `node name '${name}' is not a DNS label (lowercase letters, digits and '-', at most 63)`,
     );
-  if (!Number.isInteger(index) || index < 1 || index > 250)
-    throw new LeaseholdError('E_NODE_INDEX', `node index ${index} must be an integer from 1 to 250`);
+  if (!Number.isInteger(index) || index < 1 || index > MAX_NODE_INDEX)
+    throw new LeaseholdError(
+      'E_NODE_INDEX',
+      `node index ${index} must be an integer from 1 to ${MAX_NODE_INDEX}`,
+    );
   const state = (p: string) => join(dir, p);
   return {
     name,
     index,
     dir,
     cgroupRoot: `/${basename(dir)}`,
-    nodeIp: `10.201.0.${index + 1}`,
+    nodeIp: nodeIpOf(index),
     controlPlaneIp: CONTROL_PLANE_IP,
-    podSubnet: `10.244.${index}.0/24`,
+    podSubnet: podRangeOf(index),
     logDir: state('logs'),
     containerdConfig: state('containerd.toml'),
     containerdSocket: state('containerd.sock'),

@@ -24,6 +24,12 @@
  * (it is this process, which the snapshot leaves out, and not a mount); a process in
  * the held namespaces still is. Not guarded the same way: the node's pids (the kernel
  * hands pids out in a cycle, so one is reused only after pid_max others).
+ *
+ * The fabric (fabric.ts, the node network of a cluster's real nodes) has its own
+ * check, `findFabricLeftovers`: after its stop no process may be in its network
+ * namespace or be its holder, no mount may be of that namespace, and no node's port
+ * may still be on its bridge when the last node detached (read before the holder is
+ * killed). Its namespace id is valid under the same kind of hold (net only).
  */
 
 import { closeSync, fstatSync, openSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
@@ -59,7 +65,36 @@ export interface HostSnapshot {
 export type Leftover =
   | { kind: 'process'; pid: number; cmdline: string; why: string }
   | { kind: 'cgroup'; path: string }
-  | { kind: 'mount'; line: string };
+  | { kind: 'mount'; line: string }
+  | { kind: 'link'; name: string };
+
+/** The fabric as its leftover check knows it. */
+export interface FabricIdentity {
+  /** The held `net:[…]` id of the fabric's namespace (empty once released: then nothing is judged by it). */
+  namespaces: readonly string[];
+  /** The holder's pid. */
+  pids: readonly number[];
+}
+
+/** What is left of a stopped fabric: `ports` are the links on its bridge other than the bridge and lo. */
+export function findFabricLeftovers(
+  fabric: FabricIdentity,
+  snap: Pick<HostSnapshot, 'processes' | 'mountinfo'> & { ports: readonly string[] },
+): Leftover[] {
+  const found: Leftover[] = [];
+  for (const p of snap.processes) {
+    const why = fabric.pids.includes(p.pid)
+      ? 'the fabric holder'
+      : p.namespaces.some((ns) => fabric.namespaces.includes(ns))
+        ? "in the fabric's network namespace"
+        : undefined;
+    if (why) found.push({ kind: 'process', pid: p.pid, cmdline: p.cmdline, why });
+  }
+  for (const line of snap.mountinfo.split('\n'))
+    if (line !== '' && fabric.namespaces.some((ns) => line.includes(ns))) found.push({ kind: 'mount', line });
+  for (const name of snap.ports) found.push({ kind: 'link', name });
+  return found;
+}
 
 export function findLeftovers(node: NodeIdentity, snap: HostSnapshot): Leftover[] {
   const found: Leftover[] = [];
@@ -88,15 +123,18 @@ export function findLeftovers(node: NodeIdentity, snap: HostSnapshot): Leftover[
   return found;
 }
 
-export function describeLeftovers(nodeName: string, leftovers: readonly Leftover[]): string {
+/** `owner` names what left them: "real node real-1", "the fabric of <dir>". */
+export function describeLeftovers(owner: string, leftovers: readonly Leftover[]): string {
   const lines = leftovers.map((l) =>
     l.kind === 'process'
       ? `process ${l.pid} (${l.why}): ${l.cmdline.slice(0, 160)}`
       : l.kind === 'cgroup'
         ? `cgroup ${l.path}`
-        : `mount ${l.line}`,
+        : l.kind === 'mount'
+          ? `mount ${l.line}`
+          : `link ${l.name}`,
   );
-  return `real node ${nodeName} left ${leftovers.length} thing(s) behind:\n  - ${lines.join('\n  - ')}`;
+  return `${owner} left ${leftovers.length} thing(s) behind:\n  - ${lines.join('\n  - ')}`;
 }
 
 const NS_KINDS = ['pid', 'net', 'mnt'] as const;
@@ -129,9 +167,10 @@ export function hostSnapshot(node: NodeIdentity): HostSnapshot {
 }
 
 /**
- * Open fds on a process's pid, net and mnt namespaces: while held, those namespaces
- * live on (empty, once their processes are gone) and their ids cannot be given to
- * another. `ids` are read from the fds (fstat), so they name the namespaces held, even
+ * Open fds on a process's pid, net and mnt namespaces (or the `kinds` given: the
+ * fabric holds only its net namespace, its pid and mnt are the host's): while held,
+ * those namespaces live on (empty, once their processes are gone) and their ids
+ * cannot be given to another. `ids` are read from the fds (fstat), so they name the namespaces held, even
  * if the process exited meanwhile. Node opens with O_CLOEXEC: no child inherits them.
  * `release()` closes them (idempotent); the process's exit closes them too.
  */
@@ -140,17 +179,20 @@ export interface NamespaceHold {
   release(): void;
 }
 
-export function holdNamespaces(pid: number): NamespaceHold {
+export function holdNamespaces(
+  pid: number,
+  kinds: readonly (typeof NS_KINDS)[number][] = NS_KINDS,
+): NamespaceHold {
   const fds: number[] = [];
   const release = () => {
     for (const fd of fds.splice(0)) closeSync(fd);
   };
   try {
-    for (const k of NS_KINDS) fds.push(openSync(`/proc/${pid}/ns/${k}`, 'r'));
+    for (const k of kinds) fds.push(openSync(`/proc/${pid}/ns/${k}`, 'r'));
   } catch (err) {
     release();
     throw err;
   }
-  const ids = NS_KINDS.map((k, i) => `${k}:[${fstatSync(fds[i] as number).ino}]`);
+  const ids = kinds.map((k, i) => `${k}:[${fstatSync(fds[i] as number).ino}]`);
   return { ids, release };
 }

@@ -17,14 +17,17 @@
  *  - per-node directories over /run, /var/lib and /var/log, where containerd's shims,
  *    the CNI cache and the kubelet's container-log links write at fixed paths;
  *  - the kubelet root bind-mounted onto itself as rshared (mount propagation for CSI).
- * Inside the network namespace: lo up, and `eth0` (a bridge with no ports: this kernel
- * has no dummy links) holding the node IP and the control plane's address (where the
- * API relay listens). The pod bridge cni0 is the CNI plugin's; kube-proxy's nftables
- * table is made there too.
+ * Inside the network namespace (fabric-plan.ts): lo up holding the control plane's
+ * address as a /32 (where the API relay listens), and the per-namespace sysctls
+ * (forwarding, ARP only for an interface's own addresses). `eth0` is not made here:
+ * the boot (node-boot.ts) puts the node on its cluster's fabric (fabric.ts), which
+ * moves a veth end in as `eth0` with the node IP and the routes. The pod bridge cni0
+ * is the CNI plugin's; kube-proxy's nftables table is made there too.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { KUBELET_SYSCTLS } from './config.ts';
+import { nodeNetSetupLines } from './fabric-plan.ts';
 import type { NodeLayout } from './layout.ts';
 
 /** File name of a sysctl view in layout.sysctlDir. */
@@ -45,11 +48,7 @@ export function namespaceSetupScript(layout: NodeLayout, pauseBin: string): stri
     `mount --bind ${sh(layout.hostDirs.varLog)} /var/log`,
     `mount --bind ${sh(layout.kubeletRoot)} ${sh(layout.kubeletRoot)}`,
     `mount --make-rshared ${sh(layout.kubeletRoot)}`,
-    'ip link set lo up',
-    'ip link add eth0 type bridge',
-    `ip addr add ${layout.nodeIp}/24 dev eth0`,
-    `ip addr add ${layout.controlPlaneIp}/32 dev eth0`,
-    'ip link set eth0 up',
+    ...nodeNetSetupLines(layout.controlPlaneIp),
     `: > ${sh(layout.readyFile)}`,
     `exec ${sh(pauseBin)}`,
   ];

@@ -1,8 +1,9 @@
 /**
  * The boot sequence of a real node (node.ts): the files a node needs before its first
  * boot, its client certificates, and one boot of the machine — PID 1 of new
- * namespaces (namespaces.ts), the two relays, containerd, the CSI driver's node part and
- * its registrar when the node has `csi` (dev/csi), the kubelet and kube-proxy —
+ * namespaces (namespaces.ts), its `eth0` on the cluster's fabric (fabric.ts), the two
+ * relays, containerd, the CSI driver's node part and its registrar when the node has
+ * `csi` (dev/csi), the kubelet and kube-proxy —
  * resolving when the Node is Ready and kube-proxy's table carries the `kubernetes`
  * Service. node.ts runs it at start and again as the reboot after a crash (same dirs).
  *
@@ -54,6 +55,8 @@ const KUBERNETES_SERVICE_IP = '10.0.0.1';
 export interface Boot {
   readonly components: Component[];
   pid1?: number;
+  /** The attach to the fabric, once begun (a stop awaits it before it detaches). */
+  onFabric?: Promise<void>;
 }
 
 /** What one boot needs from the node (node.ts) that runs it. */
@@ -73,6 +76,8 @@ export interface BootContext {
   cgroupsMade(): void;
   started(pid: number): void;
   held(hold: NamespaceHold): void;
+  /** Puts the machine's network namespace (of PID 1 `pid1`) on the cluster's fabric (fabric.ts). */
+  attach(pid1: number): Promise<void>;
   /** The API server's route file for this node (egress proxy). */
   routeFile: string;
   ctr(args: readonly string[]): Promise<string>;
@@ -132,6 +137,12 @@ export async function bootMachine(
   boot.pid1 = pid1;
   started(pid1);
   ctx.held(holdNamespaces(pid1));
+  // On the fabric while the relays and containerd start (the kubelet relay dials the
+  // node IP only per connection); awaited before the kubelet binds it. Kept, not left
+  // unhandled, until then.
+  const onFabric = ctx.attach(pid1);
+  boot.onFabric = onFabric;
+  onFabric.catch(() => {});
   await writeFile(routeFile, `/proc/${pid1}/ns/net\n`);
   const inNode = (what: string, bin: string, args: string[], env: string[] = []) =>
     new Component(
@@ -156,16 +167,21 @@ export async function bootMachine(
       10_000,
     );
   };
-  await startRelay('api-relay', [
-    `-listen=${apiAddress}`,
-    `-listen-netns=/proc/${pid1}/ns/net`,
-    `-dial=127.0.0.1:${linkPort}`,
+  // Both at once (each is recorded as it starts); allSettled, so that neither is left
+  // unhandled when the other fails.
+  const relays = await Promise.allSettled([
+    startRelay('api-relay', [
+      `-listen=${apiAddress}`,
+      `-listen-netns=/proc/${pid1}/ns/net`,
+      `-dial=127.0.0.1:${linkPort}`,
+    ]),
+    startRelay('kubelet-relay', [
+      `-listen=127.0.0.1:${kubeletPort}`,
+      `-dial=${layout.nodeIp}:10250`,
+      `-dial-netns=/proc/${pid1}/ns/net`,
+    ]),
   ]);
-  await startRelay('kubelet-relay', [
-    `-listen=127.0.0.1:${kubeletPort}`,
-    `-dial=${layout.nodeIp}:10250`,
-    `-dial-netns=/proc/${pid1}/ns/net`,
-  ]);
+  for (const r of relays) if (r.status === 'rejected') throw r.reason;
 
   const containerd = inNode(
     'containerd',
@@ -181,7 +197,8 @@ export async function bootMachine(
   }, 30_000);
   // After a reboot the image is still in containerd's root (its disk).
   if (first) await importImage(bins.pauseTar);
-  progress(`${name}: namespaces, relay and containerd up in ${ms(t0)}`);
+  await onFabric;
+  progress(`${name}: namespaces, fabric, relays and containerd up in ${ms(t0)}`);
   // Started before the kubelet, awaited with it: the plugin watcher finds the socket whenever it comes.
   const csiReady = ctx.csi ? startCsiNodePlugin(ctx.csi, name, layout, inNode, components) : undefined;
   // Handled below, with the kubelet's readiness; not unhandled meanwhile.

@@ -7,8 +7,10 @@
  * Invariants: every fault starts from `running` (else NodeFaultError naming the
  * state); heal() undoes any and is a no-op when running or stopped; a fault is recorded
  * before its effects so that timelines measured from it do not start late; a crash
- * silences the API link before any process dies, so no FIN or RST of the dying node
- * reaches the API server. Not guaranteed: a heal after a crash whose boot fails leaves
+ * silences the API link and takes the node off the fabric (fabric.ts) before any
+ * process dies, so no FIN, RST or ICMP of the dying node reaches the API server or
+ * another node. freeze() and partition() leave the fabric alone: a frozen node's
+ * kernel still answers its peers, and a partition is from the API server only. Not guaranteed: a heal after a crash whose boot fails leaves
  * the node `crashed` (the error is the boot's; stop() still cleans up).
  */
 import { monotonicMs } from '../../lib/clock.ts';
@@ -43,6 +45,10 @@ export interface FaultTarget {
   pidNs(): string | undefined;
   /** Adds (true) or removes the API server's egress route to the node. */
   route(on: boolean): Promise<void>;
+  /** Takes the machine off the fabric (its port and `eth0` deleted); the next boot attaches it again. */
+  offFabric(): Promise<void>;
+  /** Host pids of the processes run in the node's network namespace only (frozen with it). */
+  spawned(): readonly number[];
   /** Kills every process of the boot at one instant and drops what a reboot loses. */
   powerOff(): Promise<void>;
   /** Boots the machine again on its dirs; resolves when the Node is Ready. */
@@ -71,6 +77,7 @@ export class NodeFaults {
     this.record('crash');
     this.node.link.setMode('down');
     await this.node.route(false);
+    await this.node.offFabric();
     await this.node.powerOff();
   }
 
@@ -80,7 +87,7 @@ export class NodeFaults {
     if (!ns) throw new LeaseholdError('E_NODE_FREEZE', `real node ${this.node.name} has no PID 1 to freeze`);
     this.current = 'frozen';
     this.record('freeze');
-    freezeNode(ns, this.node.cgroupRoot);
+    freezeNode(ns, this.node.cgroupRoot, () => this.node.spawned());
   }
 
   partition(mode: 'close' | 'stall' = 'close'): void {

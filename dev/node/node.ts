@@ -21,19 +21,34 @@
  * `kubectl logs`, exec and port-forward work. A second relay makes the kubelet's API
  * reachable at `kubeletUrl` on the host's loopback for tests.
  *
+ * Between nodes: the node's `eth0` is a port of its cluster's fabric (fabric.ts: one
+ * bridge in a namespace of its own, started by the cluster's first node, stopped by its
+ * last), holding the node IP, a default route and a route to every other node's pod
+ * range via that node's IP (fabric-plan.ts): pods reach pods on other nodes by pod IP,
+ * and a Service's ClusterIP reaches an endpoint on another node (kube-proxy's DNAT,
+ * then the fabric). `spawnInNetwork(argv)` runs a host program (e.g. dev/nfs-client's
+ * writer) in the node's network namespace, as a pod on the node would reach things:
+ *
+ *   const child = node.spawnInNetwork([writer, '--host', clusterIp, ...], { stdio: 'pipe' });
+ *
+ * It is a process of the machine: freeze stops it, crash and stop SIGKILL it.
+ *
  * Faults, the API of dev/sim's SimNode so that scenarios move over unchanged (each from
  * `running`; heal() undoes any; see each method): `await crash()` (the machine dies,
- * its disk stays; heal() is the reboot), `freeze()` (the cgroup freezer over every
- * process of the node, its kernel running), `partition('close' | 'stall')` (the API
- * link resets or holds everything), `heal()` (a promise: after a crash it resolves when
- * the rebooted node is Ready; an un-awaited heal() works as on the sim).
+ * off the fabric first, its disk stays; heal() is the reboot), `freeze()` (the cgroup
+ * freezer over every process of the node, its kernel running and on the fabric),
+ * `partition('close' | 'stall')` (the API link resets or holds everything; from the
+ * API server only: the fabric carries node-to-node traffic on), `heal()` (a promise:
+ * after a crash it resolves when the rebooted node is Ready; an un-awaited heal()
+ * works as on the sim).
  *
  * Guarantees: startRealNode resolves when the Node object is Ready, or rejects with
  * the failing part and its log, leaving nothing behind. stop() is idempotent, from any
  * state (a frozen node is thawed first: a frozen v1 task ignores SIGKILL); it kills
  * every process of the node (kubelet, kube-proxy, containerd, shims, containers, the relays,
- * the CSI driver's node part and registrar),
- * removes its cgroups and directory, and then runs the leftover check (leftovers.ts).
+ * the CSI driver's node part and registrar, spawnInNetwork's), takes it off the fabric,
+ * removes its cgroups and directory, and then runs the leftover check (leftovers.ts);
+ * the cluster's last node's stop also stops the fabric and runs its check (fabric.ts).
  * On SIGINT/SIGTERM of this process the same happens synchronously; on SIGKILL the
  * kernel still ends every process, mount, namespace and interface (pdeathsig and the
  * pid namespace), and the empty cgroup directories and the node's directory that stay
@@ -43,7 +58,7 @@
  * at once (no route) instead of timing out, and open ones (exec, logs) are not cut;
  * a reboot keeps the CNI plugin's IP reservations (on disk, as host-local's are).
  */
-import { execFile } from 'node:child_process';
+import { type ChildProcess, execFile, type SpawnOptions, spawn } from 'node:child_process';
 import { readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -59,6 +74,7 @@ import { freePort } from '../net/free-port.ts';
 import { type ApiLink, startApiLink } from './api-link.ts';
 import { nodeBinaries } from './binaries.ts';
 import { removeCgroupRoot } from './cgroups.ts';
+import { type FabricUse, sharedFabric } from './fabric.ts';
 import { freezeNode, freezerMountIn, processesInPidNs, thawNode } from './freezer.ts';
 import { type NodeLayout, nodeLayout } from './layout.ts';
 import {
@@ -109,27 +125,50 @@ export interface RealNode {
   /** Imports an OCI/Docker image tarball into the node's containerd for the kubelet to use. */
   importImage(tarPath: string): Promise<void>;
   /**
-   * The machine dies: every process of the node's pid namespace (containers, shims,
-   * containerd, the kubelet, kube-proxy) frozen, SIGKILLed and thawed so that none acts
-   * after another died; its relays killed; its API link `down` (the API server's
-   * connections stay open and silent: no FIN, no RST); the API server's route to it
-   * removed. What a reboot loses goes too (its cgroups, containerd's state dir and
+   * `/proc/<PID 1>/ns/net`: the node's network namespace, where its `eth0` is on the
+   * fabric; undefined while crashed (until heal() has rebooted it) and after stop.
+   * NB: a process a caller starts in it by hand is not the node's (crash does not kill
+   * it, and it holds the namespace past stop: a leftover); use spawnInNetwork.
+   */
+  readonly netnsPath: string | undefined;
+  /**
+   * Starts `argv` on the host in the node's network namespace only (`nsenter --net`;
+   * the host's mounts, pid namespace and cgroups): it reaches what a pod on the node
+   * reaches (a Service's ClusterIP through the node's kube-proxy, other nodes' pod IPs
+   * over the fabric) from the node IP. `opts` are child_process.spawn's; the child is
+   * the process itself (its pid, exit code and signals are argv's). It is the
+   * machine's: freeze() stops it with the node, crash() and stop() SIGKILL it (stop
+   * your client first to end it gently), and it dies with this process (pdeathsig).
+   * Throws E_NODE_NETNS while crashed or stopped, E_NODE_ARGV on an empty argv.
+   */
+  spawnInNetwork(argv: readonly string[], opts?: SpawnOptions): ChildProcess;
+  /**
+   * The machine dies: first its API link `down` (the API server's connections stay
+   * open and silent: no FIN, no RST), the API server's route to it removed, and its
+   * port on the fabric deleted with its `eth0` (a peer's packets to it are dropped: it
+   * sees a timeout, or EHOSTUNREACH once its ARP entry is gone and ARP fails, never a
+   * RST or an ICMP from the node); then every process of the node's pid namespace
+   * (containers, shims, containerd, the kubelet, kube-proxy) and spawnInNetwork's
+   * frozen, SIGKILLed and thawed so that none acts after another died; its relays
+   * killed. What a reboot loses goes too (its cgroups, containerd's state dir and
    * /run); its disk stays (containerd's root, the kubelet's root, /var/lib, /var/log).
    * Resolves when every process is gone. From `running` only.
    */
   crash(): Promise<void>;
   /**
-   * Every process of the node's pid namespace stopped by the cgroup freezer
-   * (freezer.ts): no heartbeat, no status, no probe, containers stopped. Its kernel
-   * is not frozen (as dev/sim's SIGSTOP): TCP still ACKs and buffers up to the
-   * windows, nothing is answered. From `running` only.
+   * Every process of the node's pid namespace (and spawnInNetwork's) stopped by the
+   * cgroup freezer (freezer.ts): no heartbeat, no status, no probe, containers
+   * stopped. Its kernel is not frozen (as dev/sim's SIGSTOP) and stays on the fabric:
+   * TCP still ACKs and buffers up to the windows, nothing is answered. From `running`
+   * only.
    */
   freeze(): void;
   /**
    * The node loses the API server: its API link `close` (every connection reset, new
    * ones too) or `stall` (held, flowing on at heal); the API server's route to the
-   * node removed (its CONNECTs to the kubelet fail at once). Pods keep running.
-   * From `running` only.
+   * node removed (its CONNECTs to the kubelet fail at once). Pods keep running, and
+   * the fabric is untouched: other nodes and their pods still reach it (no node to
+   * node partition is modelled). From `running` only.
    */
   partition(mode?: 'close' | 'stall'): void;
   /**
@@ -149,7 +188,7 @@ export interface RealNode {
 export class NodeLeftoverError extends LeaseholdError {
   readonly leftovers: readonly Leftover[];
   constructor(node: string, leftovers: readonly Leftover[]) {
-    super('E_NODE_LEFTOVERS', describeLeftovers(node, leftovers));
+    super('E_NODE_LEFTOVERS', describeLeftovers(`real node ${node}`, leftovers));
     this.leftovers = leftovers;
   }
 }
@@ -194,6 +233,9 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
   };
   let boot: Boot = { components: [] };
   let cgroupsMade = false;
+  let fabricUse: FabricUse | undefined;
+  /** Host pids of spawnInNetwork's processes still running (also in identity.pids). */
+  const spawned = new Set<number>();
   const routeFile = join(net.routesDir, layout.nodeIp);
   const killNow = () => {
     rmSync(routeFile, { force: true });
@@ -211,6 +253,13 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
   // Outlives every boot: the API server's connections from a crashed node stay open on it.
   const link = await startApiLink({ host: apiUrl.hostname, port: Number(apiUrl.port) });
   const kubeletPort = await freePort();
+  // Comes up while the node's files, certificates and namespaces do; awaited at attach
+  // and at stop (so a fabric that started is released even when the node's start failed).
+  const fabricReady = sharedFabric(cluster.dir, cluster.logDir, [join(bins.dir, 'pause')]).then((use) => {
+    fabricUse = use;
+    return use;
+  });
+  fabricReady.catch(() => {});
   const kubeletUrl = `https://127.0.0.1:${kubeletPort}`;
   const ctrArgs = ['--address', layout.containerdSocket, '--namespace', 'k8s.io'];
   const ctr = async (args: readonly string[]) =>
@@ -231,6 +280,8 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
       if (on) await writeFile(routeFile, `/proc/${boot.pid1}/ns/net\n`);
       else await rm(routeFile, { force: true });
     },
+    offFabric: async () => fabricUse?.fabric.detach(layout.index),
+    spawned: () => [...spawned],
     powerOff,
     boot: () => bootNode(false),
     progress,
@@ -243,6 +294,13 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     forgetAbrupt();
     await rm(routeFile, { force: true });
     faults.stopped();
+    await fabricReady.catch(() => undefined);
+    // Off the fabric first, as a crash: its peers get nothing from the dying machine.
+    await boot.onFabric?.catch(() => undefined);
+    const detached = await fabricUse?.fabric.detach(layout.index).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
     if (cgroupsMade) thawNode(layout.cgroupRoot);
     // The kubelet first, so it does not restart what goes next; then PID 1 of the
     // node's pid namespace takes containerd, the shims and the containers with it.
@@ -253,9 +311,16 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     const cgroupProblems = cgroupsMade ? removeCgroupRoot(layout.cgroupRoot) : [];
     const left = findLeftovers(node, hostSnapshot(node));
     releaseNamespaces();
+    // The last node's release stops the fabric and runs its leftover check.
+    const fabricLeft = await fabricUse?.release().then(
+      () => undefined,
+      (err: unknown) => err,
+    );
     if (left.length > 0 || cgroupProblems.length > 0) {
       throw new NodeLeftoverError(opts.name, left);
     }
+    if (detached) throw detached;
+    if (fabricLeft) throw fabricLeft;
     if (process.env.LEASEHOLD_KEEP_NODE !== '1') await rm(dir, { recursive: true, force: true });
   };
 
@@ -275,6 +340,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
         },
         started: (pid) => identity.pids.push(pid),
         held: (hold) => identity.holds.push(hold),
+        attach: async (pid1) => (await fabricReady).fabric.attach(layout.index, `/proc/${pid1}/ns/net`),
         routeFile,
         ctr,
         nodeReady,
@@ -310,12 +376,48 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     }
   }
 
+  function netnsPath(): string | undefined {
+    const state = faults.state;
+    return state === 'crashed' || state === 'stopped' || !boot.pid1 ? undefined : `/proc/${boot.pid1}/ns/net`;
+  }
+
+  function spawnInNetwork(argv: readonly string[], spawnOpts: SpawnOptions = {}): ChildProcess {
+    if (argv.length === 0 || argv.some((a) => typeof a !== 'string'))
+      throw new LeaseholdError(
+        'E_NODE_ARGV',
+        `spawnInNetwork on ${opts.name}: argv must be a non-empty list of strings`,
+      );
+    const netns = netnsPath();
+    if (!netns)
+      throw new LeaseholdError(
+        'E_NODE_NETNS',
+        `real node ${opts.name} has no network namespace while ${faults.state}: cannot run ${argv[0]} in it`,
+      );
+    // setpriv's pdeathsig outlives the execs (nsenter with --net only does not fork).
+    const child = spawn(
+      'setpriv',
+      ['--pdeathsig', 'KILL', '--', 'nsenter', `--net=${netns}`, '--', ...argv],
+      spawnOpts,
+    );
+    const pid = child.pid;
+    if (pid !== undefined) {
+      identity.pids.push(pid);
+      spawned.add(pid);
+      child.once('exit', () => {
+        spawned.delete(pid);
+        const at = identity.pids.indexOf(pid);
+        if (at >= 0) identity.pids.splice(at, 1);
+      });
+    }
+    return child;
+  }
+
   /** The crash: every process of the boot dies at one instant; what a reboot loses goes. */
   async function powerOff(): Promise<void> {
     const ns = boot.pid1 ? readlinkSync(`/proc/${boot.pid1}/ns/pid`) : undefined;
     // Frozen first, so that no process of the node sees another die (containerd a shim,
     // the kubelet containerd) and acts on it.
-    if (ns && hasFreezer()) freezeNode(ns, layout.cgroupRoot);
+    if (ns && hasFreezer()) freezeNode(ns, layout.cgroupRoot, () => [...spawned]);
     for (const pid of ns ? processesInPidNs(ns) : []) signal(pid, 'SIGKILL');
     for (const pid of identity.pids) signal(pid, 'SIGKILL');
     thawNode(layout.cgroupRoot);
@@ -353,6 +455,10 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     faults: faults.faults,
     ctr,
     importImage,
+    get netnsPath() {
+      return netnsPath();
+    },
+    spawnInNetwork,
     crash: () => faults.crash(),
     freeze: () => faults.freeze(),
     partition: (mode) => faults.partition(mode),

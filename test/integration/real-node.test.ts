@@ -12,17 +12,24 @@
  * it and port-forward to it. Then the faults of dev/sim's API: real-1 crashes with a
  * pod (its processes gone, its API connections left open and silent, NotReady by the
  * real node-lifecycle controller) and heal reboots it (Ready, the kubelet restarts the
- * old pod) while real-2 runs the project's images (dev/image; their import began when
+ * old pod); across it the node network (dev/node/fabric.ts): before, real-1's pod
+ * reaches the api-probe pod on real-2 by pod IP, a process in real-1's network
+ * namespace (spawnInNetwork) reaches it by its Service's ClusterIP, and real-2 is reset
+ * on a closed port of real-1's pod; after the crash real-2 gets no reset (a timeout or
+ * EHOSTUNREACH); after the reboot it is reset again and real-1 reaches the Service. All
+ * of this while real-2 runs the project's images (dev/image; their import began when
  * the nodes were Ready) under the project's securityContexts (real-node-images.ts says
  * what is checked: it is the longer branch, the import most of it); then a pod on
  * real-2 writes into a static PersistentVolume of the testbed's CSI driver (dev/csi:
  * attachRequired; the real attach-detach controller's VolumeAttachment, attached by the
  * real external-attacher before the pod runs; staged and published by the kubelet;
  * the file in the driver's backing dir; the VolumeAttachment gone after the pod); then
- * real-2 is frozen (freezer cgroups FROZEN, its
- * Lease stops) and thawed (renews), then partitioned with `stall` (Lease stops, the
- * container runs on) and healed (renews). stop(), also of a frozen node,
- * leaves nothing behind (its leftover check throws otherwise;
+ * real-2 is frozen (freezer cgroups FROZEN, a spawnInNetwork process's too, its
+ * Lease stops, its kernel still resets real-1 on a closed port) and thawed (renews),
+ * then partitioned with `stall` (Lease stops, the container runs on, the fabric still
+ * carries real-1's connects) and healed (renews). stop(), also of a frozen node,
+ * leaves nothing behind, kills a process left in a node's network and stops the fabric
+ * (the node's and the fabric's leftover checks throw otherwise;
  * test/unit/node-leftovers.test.ts proves the check fails on a stray cgroup and
  * process and does not take a stranger in recycled namespace ids for one), and no host sysctl the kubelet cares about, host link or host nftables
  * rule changed; the CSI controller's processes and dir are gone. Bring the components and the images with
@@ -30,7 +37,7 @@
  * the images, about 3 minutes).
  */
 import assert from 'node:assert/strict';
-import { execFile, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:https';
@@ -42,6 +49,7 @@ import { type CsiController, startCsiController } from '../../dev/csi/controller
 import { type LocalImage, localImages } from '../../dev/image/images.ts';
 import { nodeBinaries } from '../../dev/node/binaries.ts';
 import { KUBELET_SYSCTLS } from '../../dev/node/config.ts';
+import { NODE_NET_SYSCTLS } from '../../dev/node/fabric-plan.ts';
 import { freezerCgroupOf, freezerMount } from '../../dev/node/freezer.ts';
 import { hostProcesses } from '../../dev/node/leftovers.ts';
 import { type RealNode, startRealNode } from '../../dev/node/node.ts';
@@ -66,8 +74,14 @@ type NodeFaultApi = Pick<SimNode, 'crash' | 'freeze' | 'partition' | 'state'> & 
 const _realNodeFitsTheSimFaultApi = (n: RealNode): NodeFaultApi => n;
 const run = promisify(execFile);
 
+/** The host's values of the sysctls the kubelet checks and the nodes' network namespaces set. */
 const hostSysctls = () =>
-  Object.fromEntries(Object.keys(KUBELET_SYSCTLS).map((k) => [k, readFileSync(`/proc/sys/${k}`, 'utf8')]));
+  Object.fromEntries(
+    [...Object.keys(KUBELET_SYSCTLS), ...Object.keys(NODE_NET_SYSCTLS)].map((k) => [
+      k,
+      readFileSync(`/proc/sys/${k}`, 'utf8'),
+    ]),
+  );
 
 /** The host's network links and nftables rules: the node must add none. */
 const hostNetwork = () => ({
@@ -223,7 +237,7 @@ describe('real nodes', () => {
     timeout: 240_000,
   }, async () => {
     assert.ok(node && node2 && imported, 'both nodes started and the import began');
-    const [crashed, ran] = await Promise.allSettled([crashAndReboot(node), imagesRun(node2)]);
+    const [crashed, ran] = await Promise.allSettled([crashAndReboot(node, node2), imagesRun(node2)]);
     for (const r of [crashed, ran]) if (r.status === 'rejected') throw r.reason;
   });
 
@@ -239,8 +253,8 @@ describe('real nodes', () => {
   it('faults as on dev/sim: freeze and partition stall stop real-2 renewing its lease, heal renews it', {
     timeout: 120_000,
   }, async () => {
-    assert.ok(node2, 'the second node started');
-    await freezeAndStall(node2);
+    assert.ok(node && node2, 'both nodes started');
+    await freezeAndStall(node2, node);
   });
 
   /** The import (begun in before) done, the images run on real-2 (real-node-images.ts). */
@@ -256,8 +270,13 @@ describe('real nodes', () => {
 
   it('stop leaves nothing, also of a frozen node', { timeout: 60_000 }, async () => {
     assert.ok(node && node2, 'both nodes started');
+    // A host process in real-2's network is the machine's: stop ends it (frozen too).
+    const client = node2.spawnInNetwork(['sleep', '60'], { stdio: 'ignore' });
+    const clientExit = once(client, 'exit');
     node2.freeze();
     await Promise.all([node.stop(), node2.stop()]);
+    assert.deepEqual(await clientExit, [null, 'SIGKILL'], "stop killed the process in real-2's network");
+    assert.throws(() => node2?.spawnInNetwork(['true']), { code: 'E_NODE_NETNS' });
     assert.deepEqual(node.leftovers(), [], 'nothing of real-1 is left on the host');
     assert.deepEqual(node2.leftovers(), [], 'nothing of real-2 is left on the host');
     if (csi) {
@@ -303,10 +322,68 @@ const readyStatus = async (name: string) =>
     (c) => c.type === 'Ready',
   )?.status;
 
-/** Crash real-1 running a pod: the node-lifecycle controller marks it NotReady; heal reboots it. */
-async function crashAndReboot(node: RealNode): Promise<void> {
+/**
+ * Crash real-1 running a pod: the node-lifecycle controller marks it NotReady; heal
+ * reboots it. Across it, the fabric (the api-probe pod and its Service on `peer`,
+ * real-2, from inClusterProbe): before the crash real-1's pod reaches the probe by pod
+ * IP, a process in real-1's network namespace reaches it by the Service's ClusterIP,
+ * and real-2 reaching real-1's pod on a port nobody listens on is reset (a live
+ * kernel's RST: what the check after the crash must not see); after the crash the same
+ * attempt gets no RST (it times out, or EHOSTUNREACH once ARP fails); after the reboot
+ * the pod's new IP is reset again (reachable) and the rebooted node reaches the Service.
+ */
+async function crashAndReboot(node: RealNode, peer: RealNode): Promise<void> {
   const core = cluster().kubeConfig.makeApiClient(CoreV1Api);
+  const svc = await core.readNamespacedService({ namespace: 'default', name: 'api-probe' });
+  const clusterIp = svc.spec?.clusterIP ?? '';
+  const serviceFrom = (what: string) =>
+    eventually(
+      `the Service reached from ${what}`,
+      async () => {
+        const seen = await tcpProbe((argv) => node.spawnInNetwork(argv), clusterIp, 80, 5_000);
+        return PROBE_LINE.test(seen) ? seen : undefined;
+      },
+      20_000,
+      200,
+    );
+  // While the pod starts: the Service (its endpoint on real-2) from real-1's network.
+  const viaService = serviceFrom('real-1');
+  viaService.catch(() => {}); // awaited below
   const before = await runningPause(node, 'crash-me');
+  const podIp = async (name: string) =>
+    (await core.readNamespacedPod({ namespace: 'default', name })).status?.podIP ?? '';
+  const [meIp, probeIp] = await Promise.all([podIp('crash-me'), podIp('api-probe')]);
+  const tf = performance.now();
+  const fromPod = (host: string, port: number) =>
+    tcpProbe(
+      (argv) =>
+        spawn('setpriv', [
+          '--pdeathsig',
+          'KILL',
+          '--',
+          'nsenter',
+          `--net=/proc/${before.pids[0]}/ns/net`,
+          '--',
+          ...argv,
+        ]),
+      host,
+      port,
+      5_000,
+    );
+  const [podToPod, refused] = await Promise.all([
+    fromPod(probeIp, 8080),
+    tcpProbe((argv) => peer.spawnInNetwork(argv), meIp, 8080, 5_000),
+  ]);
+  assert.match(podToPod, PROBE_LINE, `real-1's pod reaches real-2's pod ${probeIp}:8080 over the fabric`);
+  assert.match(await viaService, PROBE_LINE);
+  assert.equal(
+    refused,
+    'ECONNREFUSED',
+    `real-2 reaches real-1's pod ${meIp}: a live kernel resets a closed port`,
+  );
+  console.log(
+    `real node: fabric pod to pod, Service and reset checks ${Math.round(performance.now() - tf)} ms`,
+  );
   const t0 = performance.now();
   const open = node.apiLink.connections().open;
   assert.ok(open > 0, 'the kubelet and kube-proxy hold connections to the API server');
@@ -320,16 +397,33 @@ async function crashAndReboot(node: RealNode): Promise<void> {
   );
   assert.deepEqual(podProcesses(node, before.uid, '/pause'), [], 'the pod’s processes died with the node');
   assert.deepEqual(node.leftovers(), [], 'no process, cgroup or mount of the node is left while it is down');
-  await eventually(
-    'real-1 NotReady (Unknown) by the node-lifecycle controller',
-    async () => ((await readyStatus(node.name)) === 'Unknown' ? true : undefined),
-    60_000,
-    250,
+  assert.equal(node.netnsPath, undefined, 'a crashed node has no network namespace');
+  assert.throws(() => node.spawnInNetwork(['true']), { code: 'E_NODE_NETNS' });
+  const tc = performance.now();
+  let silentMs = 0;
+  const [silent] = await Promise.all([
+    tcpProbe((argv) => peer.spawnInNetwork(argv), meIp, 8080, 3_000).finally(() => {
+      silentMs = performance.now() - tc;
+    }),
+    eventually(
+      'real-1 NotReady (Unknown) by the node-lifecycle controller',
+      async () => ((await readyStatus(node.name)) === 'Unknown' ? true : undefined),
+      60_000,
+      250,
+    ),
+  ]);
+  assert.ok(
+    silent === 'ETIMEDOUT' || silent === 'EHOSTUNREACH',
+    `a crashed node is off the fabric: no RST from it (got ${silent} in ${Math.round(silentMs)} ms)`,
   );
+  console.log(`real node: real-2 to the crashed real-1's pod: ${silent} after ${Math.round(silentMs)} ms`);
   console.log(`real node: crash to NotReady ${Math.round(performance.now() - t0)} ms`);
   const t1 = performance.now();
   await node.heal();
   assert.equal(await readyStatus(node.name), 'True', 'heal resolves when the rebooted node is Ready');
+  // While the kubelet restarts the old pod: the Service from the rebooted real-1.
+  const serviceAgain = serviceFrom('the rebooted real-1');
+  serviceAgain.catch(() => {}); // awaited below
   console.log(`real node: heal (reboot) to Ready ${Math.round(performance.now() - t1)} ms`);
   const after = await eventually(
     'the kubelet restarted the old pod’s containers after the reboot',
@@ -345,6 +439,16 @@ async function crashAndReboot(node: RealNode): Promise<void> {
     250,
   );
   console.log(`real node: heal to the old pod running again ${Math.round(performance.now() - t1)} ms`);
+  const t2 = performance.now();
+  const meAgain = await podIp('crash-me');
+  const back = await tcpProbe((argv) => peer.spawnInNetwork(argv), meAgain, 8080, 5_000);
+  assert.equal(back, 'ECONNREFUSED', `the rebooted real-1 is on the fabric again (its pod at ${meAgain})`);
+  assert.match(await serviceAgain, PROBE_LINE);
+  console.log(`real node: fabric checks after the reboot ${Math.round(performance.now() - t2)} ms`);
+  await Promise.all([
+    core.deleteNamespacedService({ namespace: 'default', name: 'api-probe' }),
+    core.deleteNamespacedPod({ namespace: 'default', name: 'api-probe', gracePeriodSeconds: 0 }),
+  ]);
   assert.ok(
     after.restarts >= 1,
     `the kubelet counts the reboot as a restart (restartCount ${after.restarts})`,
@@ -393,21 +497,37 @@ const processState = (pid: number) =>
   /^State:\s+(.*)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
 
 /** Freeze real-2 running a pod, heal, partition it (stall), heal. */
-async function freezeAndStall(node: RealNode): Promise<void> {
+async function freezeAndStall(node: RealNode, peer: RealNode): Promise<void> {
   const pod = await runningPause(node, 'freeze-me');
+  const podIp =
+    (
+      await cluster()
+        .kubeConfig.makeApiClient(CoreV1Api)
+        .readNamespacedPod({ namespace: 'default', name: 'freeze-me' })
+    ).status?.podIP ?? '';
+  // Frozen or partitioned, the node's kernel is on the fabric: a closed port is reset.
+  const kernelAnswers = async (fault: string) =>
+    assert.equal(
+      await tcpProbe((argv) => peer.spawnInNetwork(argv), podIp, 8080, 5_000),
+      'ECONNREFUSED',
+      `${fault}: ${node.name}'s kernel still answers ${peer.name} over the fabric`,
+    );
   const [container] = pod.pids as [number];
   const kubelet = hostProcesses().find(
     (p) => p.cmdline.includes(node.layout.kubeletConfig) && !p.cmdline.startsWith('nsenter'),
   );
   assert.ok(kubelet, 'the kubelet process');
+  // A host process in the node's network namespace (spawnInNetwork) freezes with the node.
+  const client = node.spawnInNetwork(['sleep', '60'], { stdio: 'ignore' });
+  assert.ok(client.pid);
   // NB: no check that the lease moves before the fault: leaseMoves after each heal
   // proves the kubelet renews, so a lease that never moved cannot pass.
 
   node.freeze();
   await eventually(
-    'the pod’s and the kubelet’s freezer cgroups FROZEN',
+    'the pod’s, the kubelet’s and the spawned process’s freezer cgroups FROZEN',
     async () =>
-      [container, kubelet.pid].every(
+      [container, kubelet.pid, client.pid as number].every(
         (p) => readFileSync(`${freezerDirOf(p)}/freezer.state`, 'utf8').trim() === 'FROZEN',
       )
         ? true
@@ -418,15 +538,17 @@ async function freezeAndStall(node: RealNode): Promise<void> {
   console.log(
     `real node: frozen: container ${processState(container)}, kubelet ${processState(kubelet.pid)}`,
   );
-  await leaseStands(node.name, 4_000);
+  await Promise.all([leaseStands(node.name, 4_000), kernelAnswers('frozen')]);
   const t0 = performance.now();
   await node.heal();
   assert.equal(readFileSync(`${freezerDirOf(container)}/freezer.state`, 'utf8').trim(), 'THAWED');
+  assert.match(processState(client.pid as number) ?? '', /^S /, 'the spawned process thawed');
+  client.kill('SIGKILL');
   await leaseMoves(node.name);
   console.log(`real node: thaw to lease renewed ${Math.round(performance.now() - t0)} ms`);
 
   node.partition('stall');
-  await leaseStands(node.name, 4_000);
+  await Promise.all([leaseStands(node.name, 4_000), kernelAnswers('partitioned')]);
   assert.match(
     processState(container) ?? '',
     /^S /,
@@ -628,7 +750,7 @@ async function inClusterProbe(node: RealNode): Promise<void> {
   await core.createNamespacedPod({
     namespace: 'default',
     body: {
-      metadata: { name: 'api-probe' },
+      metadata: { name: 'api-probe', labels: { app: 'api-probe' } },
       spec: {
         nodeSelector: { 'kubernetes.io/hostname': node.name },
         containers: [{ name: 'probe', image: probeImage, imagePullPolicy: 'Never' }],
@@ -666,7 +788,44 @@ async function inClusterProbe(node: RealNode): Promise<void> {
   assert.match(execOut, PROBE_LINE, 'kubectl exec ran the call again in the container');
   assert.match(await portForwardGet(kubectl, 'api-probe', 8080), PROBE_LINE);
   console.log(`real node: kubectl exec and port-forward ${Math.round(performance.now() - t1)} ms`);
-  await core.deleteNamespacedPod({ namespace: 'default', name: 'api-probe', gracePeriodSeconds: 0 });
+  // Kept for the fabric's checks across real-1's crash (crashAndReboot), with a Service.
+  await core.createNamespacedService({
+    namespace: 'default',
+    body: {
+      metadata: { name: 'api-probe' },
+      spec: { selector: { app: 'api-probe' }, ports: [{ port: 80, targetPort: 8080 }] },
+    },
+  });
+}
+
+/**
+ * One TCP connection to host:port from wherever `start` runs the argv (a pod's or a
+ * node's network namespace; bash's /dev/tcp, no Node start per probe), an HTTP GET /
+ * on it: the reply's body, or ECONNREFUSED (reset), EHOSTUNREACH (ARP failed) or
+ * ETIMEDOUT (nothing within `ms`).
+ */
+async function tcpProbe(
+  start: (argv: string[]) => ChildProcess,
+  host: string,
+  port: number,
+  ms: number,
+): Promise<string> {
+  const get = `exec 3<>/dev/tcp/${host}/${port} && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && exec cat <&3`;
+  const child = start(['timeout', `${ms / 1000}`, 'bash', '-c', get]);
+  let out = '';
+  let err = '';
+  child.stdout?.on('data', (c) => {
+    out += c;
+  });
+  child.stderr?.on('data', (c) => {
+    err += c;
+  });
+  const [code] = (await once(child, 'close')) as [number | null];
+  if (code === 0) return out.slice(out.indexOf('\r\n\r\n') + 4).trim();
+  if (code === 124) return 'ETIMEDOUT';
+  if (/Connection refused/.test(err)) return 'ECONNREFUSED';
+  if (/No route to host/.test(err)) return 'EHOSTUNREACH';
+  return `probe exit ${code}: ${err.trim()}`;
 }
 
 /** `kubectl port-forward pod/NAME :PORT`, one GET / through it, then the kubectl ends. */

@@ -135,7 +135,8 @@ test('the host probe finds a real stray cgroup directory and a real stray proces
   const dir = mkdtempSync(join(tmpdir(), 'leasehold-leftover-test-'));
   const identity: NodeIdentity = { dir, cgroupRoot: `/${basename(dir)}`, namespaces: [], pids: [] };
   // `sh -c CMD NAME`: NAME is $0, so the command line names the node's dir.
-  const stray = spawn('sh', ['-c', 'sleep 60', dir], { stdio: 'ignore' });
+  // Its own process group: the kill below takes sh's sleep child with it (dash forks it).
+  const stray = spawn('sh', ['-c', 'sleep 60', dir], { stdio: 'ignore', detached: true });
   const exited = new Promise((r) => stray.once('exit', r));
   try {
     createCgroupRoot(`${identity.cgroupRoot}/kubepods`);
@@ -150,7 +151,7 @@ test('the host probe finds a real stray cgroup directory and a real stray proces
       `the stray cgroup is found: ${JSON.stringify(found)}`,
     );
   } finally {
-    stray.kill('SIGKILL');
+    process.kill(-(stray.pid as number), 'SIGKILL');
     await exited;
     assert.deepEqual(removeCgroupRoot(identity.cgroupRoot), []);
     rmSync(dir, { recursive: true, force: true });
@@ -251,6 +252,11 @@ test('the rendered configs keep the node off host-wide settings', () => {
   assert.equal(proxy.mode, 'nftables');
   assert.equal(proxy.conntrack.maxPerCore, 0, 'kube-proxy leaves the host-wide nf_conntrack_max alone');
   assert.equal(proxy.clientConnection.kubeconfig, layout.kubeProxyKubeconfig);
+  assert.equal(
+    proxy.clusterCIDR,
+    '10.244.0.0/16',
+    "every node's pod range: pods' Service traffic is not masqueraded",
+  );
 });
 
 test('the node network: the control plane address is on each node, the egress goes to the relay', () => {
@@ -259,9 +265,14 @@ test('the node network: the control plane address is on each node, the egress go
   const script = namespaceSetupScript(layout, '/bin-dir/pause');
   assert.match(
     script,
-    /ip addr add 10\.201\.0\.254\/32 dev eth0\n/,
-    'the API relay address, inside the node',
+    /ip addr add 10\.201\.0\.254\/32 dev lo\n/,
+    'the API relay address, inside the node, on lo (not answered on the fabric: fabric-plan.ts)',
   );
+  assert.ok(
+    script.indexOf('mount -t proc') < script.indexOf('/proc/sys/net/'),
+    "the node's net sysctls are written through its own /proc, in its namespace",
+  );
+  assert.ok(!script.includes('eth0'), 'eth0 comes from the fabric (fabric.ts), not the setup script');
   const net = nodeNetwork('/tmp/leasehold-cluster-x', 6443);
   assert.equal(net.apiAddress, '10.201.0.254:6443');
   const egress = JSON.parse(egressSelectorConfig(net));
