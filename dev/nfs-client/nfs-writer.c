@@ -18,7 +18,8 @@
  *  - Hard-mount behaviour: every call has a timeout (`--timeout-ms`, like timeo); on any
  *    failure the writer drops the connection, waits a short backoff and reconnects to
  *    the SAME host:port, mounts, re-opens the file, and retries the SAME record until it
- *    is acknowledged. It never skips a number.
+ *    is acknowledged. It never skips a number. A connect is bounded too (one SYN
+ *    retransmit: given up after about 3 s), see connect_and_open.
  *  - File handles: the handle of the first open is kept; after every reconnect the
  *    re-opened file's handle is compared with it. A different handle, or an
  *    NFS3ERR_STALE/NFS4ERR_STALE/FHEXPIRED answer, is reported as kind "stale" (a
@@ -186,6 +187,13 @@ static int connect_and_open(const struct options *o, struct state *st, uint64_t 
     return -1;
   }
   nfs_set_timeout(st->nfs, o->timeout_ms);
+  /* A bounded connect, as a kernel client's (its connect timeout follows timeo): one SYN
+   * retransmit (TCP_SYNCNT 1), so a connect that gets no answer fails after about 3 s and
+   * the writer reconnects. libnfs's call timeout does not cover the connect: without
+   * this, a reconnect begun while a Service's ClusterIP still led to a dead pod (the
+   * DNAT is chosen at the SYN and conntrack keeps it) waited for the kernel to give up
+   * (72 s measured on real nodes after a node crash) while the replacement served. */
+  nfs_set_tcp_syncnt(st->nfs, 1);
   struct nfs_url *u = nfs_parse_url_dir(st->nfs, url);
   if (!u) {
     emit_error(st, K_OTHER, "url", seq, -EINVAL, nfs_get_error(st->nfs));

@@ -12,7 +12,7 @@
  * Not guaranteed: the writer reaches the server (it retries forever, like a hard mount:
  * watch its error events).
  */
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, type SpawnOptions, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { parseWriterLine, type WriterEvent, type WriterExit, WriterLineError } from './writer-lines.ts';
 
@@ -109,7 +109,19 @@ export function writerOptionProblems(o: WriterOptions): string[] {
   return problems;
 }
 
-export function startWriter(binary: string, o: WriterOptions): WriterProcess {
+/**
+ * How the writer's process is started: `spawn` by default; e.g. a real node's
+ * `spawnInNetwork` (dev/node/node.ts) to run it in that node's network namespace. It
+ * must return the writer's own process (its pid, exit and signals), stdout and stderr piped.
+ */
+export type WriterLauncher = (argv: readonly string[], opts: SpawnOptions) => ChildProcess;
+const spawnHere: WriterLauncher = (argv, opts) => spawn(argv[0] as string, argv.slice(1), opts);
+
+export function startWriter(
+  binary: string,
+  o: WriterOptions,
+  launch: WriterLauncher = spawnHere,
+): WriterProcess {
   const problems = writerOptionProblems(o);
   if (problems.length > 0)
     throw new WriterError('E_WRITER_OPTIONS', `nfs-writer options: ${problems.join('; ')}`);
@@ -128,7 +140,7 @@ export function startWriter(binary: string, o: WriterOptions): WriterProcess {
     ['--backoff-max-ms', o.backoffMaxMs],
     ['--count', o.count],
   ].flatMap(([flag, value]) => (value === undefined ? [] : [String(flag), String(value)]));
-  const child: ChildProcess = spawn(binary, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child: ChildProcess = launch([binary, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   const killOnExit = () => child.kill('SIGKILL');
   process.on('exit', killOnExit);
 

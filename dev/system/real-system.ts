@@ -22,11 +22,12 @@
  * failure of one part does not skip the next, and every failure is reported.
  * Same shape as dev/system/system.ts's System where it applies (cluster, kc, core,
  * managerPods, stop), with `nodes` the RealNodes instead of the sim.
- * NB: the images are the dist/ of their own build (dev/image: tsc of the sources when
- * the image is built), not this worktree's dist/; `bash dev/toolchain.sh --image`
- * brings them current.
- * Not guaranteed / not provided here: traffic between the nodes (each node's network
- * namespace is an island, dev/node/node.ts), cluster DNS.
+ * NB: the pods run the images' own dist/ (dev/image compiles the sources when it builds
+ * them: `bash dev/toolchain.sh --image`, or localImages() when no image dir is given),
+ * not this worktree's dist/: a source change reaches the pods only through a rebuild.
+ * The nodes are on one network (dev/node's fabric): pods and ClusterIPs reach across
+ * them, and RealNode.spawnInNetwork runs a host client in a node's namespace.
+ * Not provided: cluster DNS.
  */
 import { LeaseholdError } from '../../lib/errors.ts';
 import { k8s } from '../../lib/kube-client.ts';

@@ -23,14 +23,9 @@
  */
 
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before } from 'node:test';
 import { analyzeWriteRun } from '../../dev/nfs-client/write-analysis.ts';
 import { buildWriter, startWriter } from '../../dev/nfs-client/writer-process.ts';
-import { nodeBinaries } from '../../dev/node/binaries.ts';
-import { hostProcesses } from '../../dev/node/leftovers.ts';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
 import {
   type FailoverFacts,
@@ -602,16 +597,12 @@ export function realLogLineWall(
 
 /**
  * The NFS client's view on real nodes: the libnfs writer (dev/nfs-client, NFSv3,
- * numbered committed records) as a host process inside a network namespace on a node
- * (`netns`: a /proc/<pid>/ns/net path, e.g. a client pod's from clientPodNetns;
- * `nsenter --net` execs the writer in place, so its pid is the writer's and stop()
- * reaches it), writing through the share's Service ClusterIP as that pod would (the
- * node's kube-proxy DNATs it to the server pod). The checks are NfsClientShare's, the
- * file read back from the volume (the CSI driver's backing dir).
- * NB: a node's own namespace has no default route (dev/node), so from there a
- * ClusterIP is unreachable (ENETUNREACH, measured): a pod's namespace routes via the
- * node's bridge. Without a network between the nodes a pod reaches only servers on
- * its own node.
+ * numbered committed records) as a host process in a real node's network namespace
+ * (RealNode.spawnInNetwork: the node's process, so freeze stops it and crash kills
+ * it), writing through the share's Service ClusterIP as a pod on that node would (the
+ * node's kube-proxy DNATs it to the server pod, on this node or over the fabric on
+ * another). The checks are NfsClientShare's, the file read back from the volume (the
+ * CSI driver's backing dir).
  */
 export class RealNfsClient {
   readonly faultsMs: number[] = [];
@@ -619,13 +610,13 @@ export class RealNfsClient {
     private readonly sys: RealSystem,
     readonly share: string,
     readonly w: ShareWriter,
-    private readonly scriptDir: string,
   ) {}
 
+  /** Starts the writer on `node` (a RealNode name), on `file` of the share. */
   static async start(
     sys: RealSystem,
     share: string,
-    netns: string,
+    node: string,
     opts: { file?: string; intervalMs?: number } = {},
   ): Promise<RealNfsClient> {
     const svc = await sys.core.readNamespacedService(
@@ -640,26 +631,27 @@ export class RealNfsClient {
       `Service ${SHARES_NAMESPACE}/${share} has a ClusterIP and the nfs and nfs-mount ports`,
     );
     const binary = await buildWriter();
-    // A wrapper startWriter can spawn: nsenter execs the writer in the node's netns.
-    const scriptDir = mkdtempSync(join(tmpdir(), 'leasehold-netns-writer-'));
-    const script = join(scriptDir, 'nfs-writer');
-    writeFileSync(script, `#!/bin/sh\nexec nsenter --net=${netns} -- ${binary} "$@"\n`, { mode: 0o755 });
+    const on = sys.node(node);
     const file = opts.file ?? 'records.bin';
-    const writer = startWriter(script, {
-      version: 3,
-      host,
-      port,
-      mountPort,
-      exportPath: REAL_NFS_EXPORT,
-      file,
-      intervalMs: opts.intervalMs ?? WRITE_INTERVAL_MS,
-    });
-    const client = new RealNfsClient(
-      sys,
-      share,
-      { writer, version: 3, file, address: { host, port, mountPort } },
-      scriptDir,
+    const writer = startWriter(
+      binary,
+      {
+        version: 3,
+        host,
+        port,
+        mountPort,
+        exportPath: REAL_NFS_EXPORT,
+        file,
+        intervalMs: opts.intervalMs ?? WRITE_INTERVAL_MS,
+      },
+      (argv, spawnOpts) => on.spawnInNetwork(argv, spawnOpts),
     );
+    const client = new RealNfsClient(sys, share, {
+      writer,
+      version: 3,
+      file,
+      address: { host, port, mountPort },
+    });
     openRealClients.add(client);
     return client;
   }
@@ -687,6 +679,15 @@ export class RealNfsClient {
     });
   }
 
+  /** The first acknowledged write after the last fault: seconds after it, and when (wall clock). */
+  resumed(): { afterS: number; at: Date } | undefined {
+    const since = this.faultsMs.at(-1) ?? Number.POSITIVE_INFINITY;
+    const ack = this.w.writer.events.find((e) => e.event === 'ack' && e.ms > since);
+    return ack
+      ? { afterS: (ack.ms - since) / 1000, at: new Date(ack.ms + Date.now() - monotonicMs()) }
+      : undefined;
+  }
+
   /** As NfsClientShare.assertClientView, against the file on the CSI volume; the gaps (s). */
   assertClientView(label: string): number[] {
     const report = analyzeWriteRun({
@@ -700,8 +701,19 @@ export class RealNfsClient {
       gapsS.length === 0
         ? 'no fault marked'
         : `clientWriteGap ${gapsS.map((g) => g.toFixed(2)).join(', ')} s (writes resumed ${resumedS.map((g) => g.toFixed(2)).join(', ')} s after the fault)`;
+    // Each error and reconnect after the first fault, in seconds after it: where a long gap went.
+    const since = this.faultsMs[0];
+    const after =
+      since === undefined
+        ? []
+        : this.w.writer.events
+            .filter((e) => (e.event === 'error' || e.event === 'connected') && e.ms > since)
+            .map(
+              (e) =>
+                `+${((e.ms - since) / 1000).toFixed(1)} s ${e.event === 'error' ? `${e.kind} (${e.op}: ${e.message.slice(0, 120)})` : 'connected'}`,
+            );
     process.stderr.write(
-      `${label}: ${this.share} NFSv3 from a pod's netns: ${gaps}; acked ${report.acked}, lost ${report.ackedWritesLost}, duplicates ${report.duplicates.length}, stale ${report.staleHandles}, errors ${JSON.stringify(report.errors)}\n`,
+      `${label}: ${this.share} NFSv3 from a real node's netns: ${gaps}; acked ${report.acked}, lost ${report.ackedWritesLost}, duplicates ${report.duplicates.length}, stale ${report.staleHandles}, errors ${JSON.stringify(report.errors)}${after.length > 0 ? `; after the fault: ${after.join('; ')}` : ''}\n`,
     );
     assert.deepEqual(report.violations, [], `${this.share}: the NFS client's view upholds every guarantee`);
     assert.equal(report.ackedWritesLost, 0, 'acknowledged writes lost');
@@ -714,50 +726,6 @@ export class RealNfsClient {
   async stop(): Promise<void> {
     openRealClients.delete(this);
     await this.w.writer.stop();
-    rmSync(this.scriptDir, { recursive: true, force: true });
   }
 }
 const openRealClients = new Set<RealNfsClient>();
-
-/**
- * A client pod on a real node: a pause container of the node's pause image, in
- * `default`; resolves with its network namespace (the sandbox's /proc/<pid>/ns/net)
- * once it runs, for RealNfsClient.start: the writer then uses the pod's network as
- * any pod on that node would (its default route via the node's bridge, the node's
- * kube-proxy for ClusterIPs).
- */
-export async function clientPodNetns(sys: RealSystem, node: string): Promise<string> {
-  const { pauseImage } = await nodeBinaries();
-  const name = `nfs-client-${node}`;
-  await sys.core.createNamespacedPod(
-    {
-      namespace: 'default',
-      body: {
-        metadata: { name },
-        spec: {
-          nodeSelector: { 'kubernetes.io/hostname': node },
-          containers: [{ name: 'pause', image: pauseImage, imagePullPolicy: 'Never' }],
-          terminationGracePeriodSeconds: 1,
-        },
-      },
-    },
-    withDeadline(10_000),
-  );
-  const layout = sys.node(node).layout;
-  return eventually(
-    `client pod ${name} running on ${node}`,
-    async () => {
-      const pod = await sys.core.readNamespacedPod({ namespace: 'default', name }, withDeadline(5_000));
-      if (pod.status?.phase !== 'Running') return undefined;
-      const p = hostProcesses().find(
-        (x) =>
-          x.cmdline === '/pause' &&
-          x.cgroup.includes(`${layout.cgroupRoot}/`) &&
-          x.cgroup.includes(`pod${pod.metadata?.uid}`),
-      );
-      return p ? `/proc/${p.pid}/ns/net` : undefined;
-    },
-    90_000,
-    200,
-  );
-}
