@@ -10,7 +10,9 @@
  *   2. crash of the serving node (RealNode.crash);
  *   3. wait for a replacement that serves and 20 acks after the crash, or `budgetMs`;
  *   4. the writer stopped, its file read back from the volume (write-analysis.ts);
- *   5. heal: the node reboots (RealNode.heal) and its manager pod is Ready again.
+ *   5. heal: the node reboots (RealNode.heal) and its manager pod is Ready again,
+ *      then `settleMs` before the next crash (a manager that started just before a
+ *      crash detects it later: see real-node-args.ts).
  * Per crash (s since the crash): detection (status.lastFailover.detectedAt, first
  * value), replacement created, volume attached (the CSI controller's record), agent
  * acquired, server logged serving, writes resumed (first ack after the crash:
@@ -83,7 +85,7 @@ const sinceS = (wallMs: number | undefined, crashWallMs: number) =>
 
 export async function realNodeCrashRuns(
   sys: RealSystem,
-  opts: { runs: number; budgetMs: number; say: (line: string) => void },
+  opts: { runs: number; budgetMs: number; settleMs: number; say: (line: string) => void },
 ): Promise<RealNodeResult> {
   const { say } = opts;
   const ganesha = new GaneshaTracker(sys, REAL_SHARE);
@@ -173,7 +175,10 @@ export async function realNodeCrashRuns(
           180_000,
         );
         sample.rebootS = round((performance.now() - rebootStart) / 1000);
-        say(`run ${run}: ${victim.node} rebooted, its manager Ready (${sample.rebootS} s)`);
+        say(
+          `run ${run}: ${victim.node} rebooted, its manager Ready (${sample.rebootS} s); settling ${opts.settleMs / 1000} s`,
+        );
+        if (run < opts.runs) await sleep(opts.settleMs);
       } finally {
         await client.stop();
       }

@@ -6,7 +6,7 @@
  * grace 40s; the kubelets' own heartbeat, 10 s). Prints the figures (p50/p95), next to
  * the sim nodes' leasehold figures from the newest sim result file on the same
  * timings (sim-reference.ts: labelled as another run, with its date and load), and
- * writes bench/results/failover-real-nodes-nfs-client-v3-adc-<adc>-nmg-<grace>-leasehold.json
+ * writes bench/results/failover-real-nodes-nfs-client-v3-adc-<adc>-nmg-<grace>-settle-<s>s-leasehold.json
  * with the load average (sampled every 15 s).
  * Exit codes: 0 done and safe (no acknowledged write lost, never two ganesha, no
  * violation; capped crashes are reported, not failures), 1 a violation or a failure,
@@ -52,7 +52,12 @@ async function main(): Promise<number> {
   });
   let result: Awaited<ReturnType<typeof realNodeCrashRuns>>;
   try {
-    result = await realNodeCrashRuns(sys, { runs: args.runs, budgetMs: args.budgetS * 1000, say });
+    result = await realNodeCrashRuns(sys, {
+      runs: args.runs,
+      budgetMs: args.budgetS * 1000,
+      settleMs: args.settleS * 1000,
+      say,
+    });
   } finally {
     say('stopping the system (every node runs its leftover check)');
     await sys.stop();
@@ -72,7 +77,7 @@ async function main(): Promise<number> {
   const r = result;
   const lines = [
     '',
-    `Failover after a node crash on real nodes, measured from the NFS client (libnfs v3 in a surviving node's network, through the ClusterIP): ${args.runs} crashes, each healed by a reboot; ${args.nodes} nodes; ADC sync ${args.adcSync}, node-monitor grace ${args.nodeMonitorGracePeriod}; load average ${load.atStart.join(' ')} at start, ${load.atEnd.join(' ')} at end (1-min mean ${load.oneMinute.mean ?? '?'}, max ${load.oneMinute.max ?? '?'}) on ${load.cores} cores`,
+    `Failover after a node crash on real nodes, measured from the NFS client (libnfs v3 in a surviving node's network, through the ClusterIP): ${args.runs} crashes, each healed by a reboot and ${args.settleS} s of settling; ${args.nodes} nodes; ADC sync ${args.adcSync}, node-monitor grace ${args.nodeMonitorGracePeriod}; load average ${load.atStart.join(' ')} at start, ${load.atEnd.join(' ')} at end (1-min mean ${load.oneMinute.mean ?? '?'}, max ${load.oneMinute.max ?? '?'}) on ${load.cores} cores`,
     `${'run'.padEnd(36)}detection p50/p95   crash-to-serving p50/p95   clientWriteGap p50/p95   n`,
     `${'leasehold, real nodes (this run)'.padEnd(34)}  ${fmtS(r.detection)}      ${fmtS(r.crashToServing)}              ${fmtS(r.clientWriteGap)}            ${r.crashToServing.n}/${r.samples.length}`,
     sim
@@ -86,7 +91,7 @@ async function main(): Promise<number> {
     '',
   ];
   process.stdout.write(lines.join('\n'));
-  const file = `failover-real-nodes-nfs-client-v3-adc-${args.adcSync}-nmg-${args.nodeMonitorGracePeriod}-leasehold.json`;
+  const file = `failover-real-nodes-nfs-client-v3-adc-${args.adcSync}-nmg-${args.nodeMonitorGracePeriod}-settle-${args.settleS}s-leasehold.json`;
   mkdirSync(dir, { recursive: true });
   const record = {
     date: new Date().toISOString(),
@@ -104,6 +109,7 @@ async function main(): Promise<number> {
       client: 'libnfs NFSv3',
       writeIntervalMs: 20,
       budgetS: args.budgetS,
+      settleS: args.settleS,
     },
     load,
     results: [r],

@@ -7,7 +7,7 @@
  *   2. one share on the shipped NFS server (ganesha, NFSv3) on a static CSI volume
  *      (dev/system/real-share.ts), and a libnfs writer in another node's network
  *      namespace writing a committed record every 20 ms through the Service's ClusterIP
- *      (real-nfs-client.ts: before the crash across the fabric);
+ *      (real-nfs-client.ts, RealNode.spawnInNetwork: before the crash across the fabric);
  *   3. the serving node crashes (RealNode.crash: every process killed at once, off the
  *      fabric, its API connections silent); the surviving node's manager fails the
  *      share over; the demo waits for the replacement to serve and the client to write;
@@ -16,8 +16,8 @@
  *      must be 0), the ganesha processes seen (never two at once: GaneshaTracker);
  *   5. stops everything: the client, the nodes (each runs its leftover check and the
  *      demo fails if anything is left), the CSI controller, the control plane. On
- *      Ctrl-C the client is killed first, then every component's own exit hook kills
- *      its processes and removes its namespaces, mounts and cgroups (dev/node).
+ *      Ctrl-C every component's own exit hook kills its processes (the client is its
+ *      node's) and removes its namespaces, mounts and cgroups (dev/node).
  * Exit codes: 0 the failover happened and was safe, 1 it did not or the demo failed.
  * Not shown here (the --sim demo has them): a second, undisturbed share; the demo
  * share server's serving windows.
@@ -151,12 +151,9 @@ async function demo(sys: RealSystem, adcSync: string): Promise<boolean> {
 
 export async function runRealDemo(args: DemoArgs): Promise<number> {
   let sys: RealSystem | undefined;
-  // Before the components' own hooks (registered as they start): the client is not a
-  // node's process, so it goes first; then each component kills its own and exits 130.
-  process.once('SIGINT', () => {
-    say('interrupted: killing the NFS client; every component removes what it made');
-    client?.killNow();
-  });
+  // Before the components' own hooks (registered as they start, each kills its own
+  // processes, the client with its node, and removes what it made; then exit 130).
+  process.once('SIGINT', () => say('interrupted: every component removes what it made'));
   let code = 1;
   try {
     say(

@@ -1,21 +1,14 @@
 /**
  * The NFS client of the real-node demo and benchmark: dev/nfs-client's libnfs writer
- * (NFSv3, numbered committed records) as a host process in one real node's network
- * namespace, writing through the share's Service ClusterIP as a pod on that node
- * would (the node's kube-proxy DNATs it to the server pod, on this node or across the
- * node fabric). A small wrapper script `nsenter --net`s into the node's namespace and
- * execs the writer, so the writer's pid is the child's and stop() reaches it.
- * NB: not RealNode.spawnInNetwork: writer-process.ts spawns its binary itself; so the
- * writer is not the node's process (a crash of *its* node would not kill it, and it
- * would hold the namespace: a leftover). Hence: run it on a node that is not crashed
- * while it runs, and stop() it before the node stops (every caller here does; on
- * SIGINT `killNow()` first, then the nodes' own cleanup).
- * Guarantees: stop() ends the writer (SIGTERM, then SIGKILL) and removes the script;
- * report() reads the file back from the CSI volume's backing dir (not over NFS).
+ * (NFSv3, numbered committed records; its connect bounded to about 3 s, as a kernel
+ * client's) started in one real node's network namespace by RealNode.spawnInNetwork,
+ * writing through the share's Service ClusterIP as a pod on that node would (the
+ * node's kube-proxy DNATs it to the server pod, on this node or across the node
+ * fabric). The writer is the node's process: a crash of *its* node kills it, so run
+ * it on a node that is not crashed while it runs.
+ * Guarantees: stop() ends the writer (SIGTERM, then SIGKILL); report() reads the file
+ * back from the CSI volume's backing dir (not over NFS).
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { withDeadline } from '../../lib/kube-client.ts';
 import { analyzeWriteRun, type WriteRunReport } from '../nfs-client/write-analysis.ts';
@@ -32,8 +25,6 @@ export interface NodeNfsClient {
   writer: WriterProcess;
   /** The writer's view against the file on the volume, faults on CLOCK_MONOTONIC. */
   report(faultsMs: readonly number[]): WriteRunReport;
-  /** SIGKILL now, synchronously (the SIGINT path). */
-  killNow(): void;
   stop(): Promise<void>;
 }
 
@@ -63,13 +54,10 @@ export async function startNodeNfsClient(
       `Service ${SHARES_NAMESPACE}/${share} lacks a ClusterIP or its nfs and nfs-mount ports`,
     );
   const binary = await buildWriter();
-  const dir = mkdtempSync(join(tmpdir(), 'leasehold-demo-writer-'));
-  const script = join(dir, 'nfs-writer');
-  writeFileSync(script, `#!/bin/sh\nexec nsenter --net=${netns} -- ${binary} "$@"\n`, { mode: 0o755 });
   const file = opts.file ?? 'records.bin';
-  let writer: WriterProcess;
-  try {
-    writer = startWriter(script, {
+  const writer = startWriter(
+    binary,
+    {
       version: 3,
       host,
       port,
@@ -77,11 +65,9 @@ export async function startNodeNfsClient(
       exportPath: REAL_NFS_EXPORT,
       file,
       intervalMs: opts.intervalMs ?? 20,
-    });
-  } catch (err) {
-    rmSync(dir, { recursive: true, force: true });
-    throw err;
-  }
+    },
+    (argv, spawnOpts) => node.spawnInNetwork(argv, spawnOpts),
+  );
   let stopped = false;
   return {
     node: nodeName,
@@ -91,16 +77,10 @@ export async function startNodeNfsClient(
     writer,
     report: (faultsMs) =>
       analyzeWriteRun({ events: writer.events, faultsMs, content: readRealShareFile(sys, share, file) }),
-    killNow: () => {
-      try {
-        process.kill(writer.pid, 'SIGKILL');
-      } catch {}
-    },
     stop: async () => {
       if (stopped) return;
       stopped = true;
       await writer.stop();
-      rmSync(dir, { recursive: true, force: true });
     },
   };
 }

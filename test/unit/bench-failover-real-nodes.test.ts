@@ -16,6 +16,7 @@ test('real-node bench args: defaults 5 crashes on 2 nodes, the Kubernetes defaul
     adcSync: '1m',
     nodeMonitorGracePeriod: '40s',
     budgetS: 150,
+    settleS: 15,
   });
   assert.deepEqual(
     parseRealNodeBenchArgs(['--runs', '3', '--nodes=3', '--adc-sync', '2s', '--budget', '90']),
@@ -25,6 +26,7 @@ test('real-node bench args: defaults 5 crashes on 2 nodes, the Kubernetes defaul
       adcSync: '2s',
       nodeMonitorGracePeriod: '40s',
       budgetS: 90,
+      settleS: 15,
     },
   );
 });
@@ -41,6 +43,7 @@ test('real-node bench args: bad values and the sim-only options rejected, named'
   assert.match(problem(['--adc-sync', '1h']), /--adc-sync=1h/);
   assert.match(problem(['--node-monitor-grace', 'x']), /--node-monitor-grace=x/);
   assert.match(problem(['--budget', '5']), /--budget=5: .*>= 10/);
+  assert.match(problem(['--settle=-1']), /--settle=-1: .*0 to 600/);
   assert.match(problem(['--modes', 'stock']), /--modes/);
   assert.match(problem(['--heartbeat', '2s']), /--heartbeat/);
 });
