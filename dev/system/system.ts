@@ -8,7 +8,10 @@
  *
  * Guarantees: startSystem() resolves when every node runs a ready manager, or
  * rejects having stopped whatever it started; stop() is idempotent and leaves no
- * process behind (sim first, then the control plane).
+ * process behind. It stops the simulated nodes and the control plane at once: the
+ * simulator's stop needs no API server (its kubelets SIGKILL their pods and post no
+ * status; its watches just end), so neither waits for the other (2.5-3.4 s one after
+ * the other, 1.3-1.6 s at once, 2026-12-01).
  * NB: the compiled entrypoints must be current: callers run `tsc -p tsconfig.build.json`
  * first (dev/test.sh does; the demo and the benchmark do it themselves).
  * The same system on real nodes (real kubelets, the project's images): real-system.ts.
@@ -17,7 +20,7 @@ import { rmSync } from 'node:fs';
 import { sleep } from '../../lib/clock.ts';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
-import { type Cluster, type ClusterOptions, startCluster } from '../cluster/cluster.ts';
+import { type Cluster, type ClusterOptions, startCluster, timedProgress } from '../cluster/cluster.ts';
 import { type Sim, type SimOptions, startSim } from '../sim/sim.ts';
 import { helmInstall } from './helm-install.ts';
 
@@ -126,17 +129,22 @@ async function withCertClock<T>(
 }
 
 export async function startSystem(opts: SystemOptions = {}): Promise<System> {
-  const progress = opts.progress ?? (() => {});
+  const progress = timedProgress('system', opts.progress);
   progress('starting the control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager)');
   const cluster = await withCertClock(opts.backdateCerts, () => startCluster(opts.cluster ?? {}));
   let sim: Sim | undefined;
-  const stop = async () => {
-    try {
-      await sim?.stop();
-    } finally {
-      await cluster.stop({ keepDir: opts.keepDirs === true });
+  let stopping: Promise<void> | undefined;
+  const stop = () => {
+    stopping ??= (async () => {
+      const [simStopped, clusterStopped] = await Promise.allSettled([
+        sim?.stop().then(() => progress('simulated nodes stopped')),
+        cluster.stop({ keepDir: opts.keepDirs === true }).then(() => progress('control plane stopped')),
+      ]);
       if (sim && !opts.keepDirs) rmSync(sim.root, { recursive: true, force: true });
-    }
+      if (simStopped.status === 'rejected') throw simStopped.reason;
+      if (clusterStopped.status === 'rejected') throw clusterStopped.reason;
+    })();
+    return stopping;
   };
   try {
     const kc = cluster.kubeConfig;
@@ -157,6 +165,7 @@ export async function startSystem(opts: SystemOptions = {}): Promise<System> {
       });
       progress('waiting for a ready manager pod on every node');
       await waitForManagers(core, nodeNames, 120_000);
+      progress('a ready manager pod on every node');
     }
     const running = sim;
     return {

@@ -10,6 +10,8 @@
  */
 import { existsSync } from 'node:fs';
 import type { Cluster } from '../../dev/cluster/types.ts';
+import { k8s, withDeadline } from '../../lib/kube-client.ts';
+import { eventually } from '../support/cluster.ts';
 import { runTool } from '../support/tools.ts';
 
 export const LIBFAKETIME = '/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1';
@@ -55,7 +57,13 @@ spec:
 `;
 }
 
-/** Applies the policy and its binding for `share` (offset as libfaketime takes it: "+10m", "-10m"). */
+/**
+ * Applies the policy and its binding for `share` (offset as libfaketime takes it: "+10m",
+ * "-10m") and resolves once the API server applies it: the API server loads admission
+ * policies asynchronously, so a pod created right after the apply may go unmutated. The
+ * proof is a server-side dry run of a pod of the share in `default` whose agent comes
+ * back with FAKETIME=<offset> (admission runs on dry runs; nothing is stored).
+ */
 export async function skewAgentsOf(cluster: Cluster, share: string, offset: string): Promise<void> {
   const result = await runTool(
     cluster.kubectl,
@@ -66,4 +74,31 @@ export async function skewAgentsOf(cluster: Cluster, share: string, offset: stri
   );
   if (result.code !== 0)
     throw new Error(`applying the faketime policy for ${share} failed: ${result.stderr}`);
+  const core = cluster.kubeConfig.makeApiClient(k8s.CoreV1Api);
+  const probe: k8s.V1Pod = {
+    metadata: {
+      generateName: `e2e-faketime-probe-${share}-`,
+      labels: { 'leasehold.dev/share-manager': share },
+    },
+    spec: {
+      automountServiceAccountToken: false,
+      initContainers: [
+        { name: 'agent', image: 'leasehold.dev/leasehold:dev', env: [{ name: 'PROBE', value: '1' }] },
+      ],
+      containers: [{ name: 'server', image: 'leasehold.dev/demo-share-server:dev' }],
+    },
+  };
+  await eventually(
+    `the faketime policy of ${share} applied by the API server`,
+    async () => {
+      const pod = await core.createNamespacedPod(
+        { namespace: 'default', body: probe, dryRun: 'All' },
+        withDeadline(5_000),
+      );
+      const env = pod.spec?.initContainers?.[0]?.env ?? [];
+      return env.some((e) => e.name === 'FAKETIME' && e.value === offset) ? true : undefined;
+    },
+    30_000,
+    100,
+  );
 }

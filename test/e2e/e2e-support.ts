@@ -413,43 +413,9 @@ export class NfsClientShare {
     return this.tracker.logLineWall(pod, 'serving');
   }
 
-  /**
-   * Asserts that `oldPod`'s ganesha ran once and was stopped — by the pod fence (its
-   * entrypoint logged the SIGTERM) or the entrypoint's own lease gate — before
-   * `newPod`'s server started; returns that margin (ms), what stopped it and how the
-   * container exited, for the scenario to print. NB: an exit by SIGKILL is allowed: the
-   * pod fence SIGKILLs what is left after its grace, which a loaded machine can
-   * exceed; the order is what safety needs.
-   */
-  assertStoppedInOrder(oldPod: string, newPod: string): { marginMs: number; by: string; exit: string } {
-    const windows = this.tracker.windows();
-    const old = windows.filter((w) => w.id === oldPod);
-    const fresh = windows.find((w) => w.id === newPod);
-    assert.equal(old.length, 1, `${oldPod} ran its server once`);
-    assert.ok(fresh, `${newPod} ran a server`);
-    const stopMs = old[0]?.stopMonoMs;
-    assert.ok(stopMs !== undefined, `${oldPod}'s server stopped`);
-    const marginMs = fresh.startMonoMs - stopMs;
-    assert.ok(
-      marginMs > 0,
-      `${oldPod}'s server stopped ${marginMs.toFixed(0)} ms before ${newPod}'s started`,
-    );
-    const exit = this.sys.sim.exits.find((e) => e.pod === oldPod && e.container === 'server');
-    const by =
-      this.tracker.logLineWall(oldPod, 'stop requested: forwarding SIGTERM to ganesha') !== undefined
-        ? 'SIGTERM (the pod fence)'
-        : this.tracker.logLineWall(oldPod, 'stopped: the lease proof lapsed') !== undefined
-          ? 'its own lease gate'
-          : undefined;
-    assert.ok(
-      by,
-      `${oldPod}'s server logged why it stopped (the fence or its lease gate); exit ${JSON.stringify(exit)}`,
-    );
-    return {
-      marginMs,
-      by,
-      exit: exit ? `${exit.signal ?? `code ${exit.code}`} (${exit.reason})` : 'not seen',
-    };
+  /** assertStoppedInOrder (below) for this share's tracker. */
+  assertStoppedInOrder(oldPod: string, newPod: string): StoppedInOrder {
+    return assertStoppedInOrder(this.sys, this.tracker, oldPod, newPod);
   }
 
   async stop(): Promise<void> {
@@ -457,6 +423,53 @@ export class NfsClientShare {
     await this.writer?.writer.stop();
     await this.tracker.stop();
   }
+}
+
+export interface StoppedInOrder {
+  marginMs: number;
+  by: string;
+  exit: string;
+}
+
+/**
+ * Asserts that `oldPod`'s ganesha ran once and was stopped — by the pod fence (its
+ * entrypoint logged the SIGTERM) or the entrypoint's own lease gate — before
+ * `newPod`'s server started; returns that margin (ms), what stopped it and how the
+ * container exited, for the scenario to print. NB: an exit by SIGKILL is allowed: the
+ * pod fence SIGKILLs what is left after its grace, which a loaded machine can
+ * exceed; the order is what safety needs.
+ */
+export function assertStoppedInOrder(
+  sys: System,
+  tracker: ServerProcessTracker,
+  oldPod: string,
+  newPod: string,
+): StoppedInOrder {
+  const windows = tracker.windows();
+  const old = windows.filter((w) => w.id === oldPod);
+  const fresh = windows.find((w) => w.id === newPod);
+  assert.equal(old.length, 1, `${oldPod} ran its server once`);
+  assert.ok(fresh, `${newPod} ran a server`);
+  const stopMs = old[0]?.stopMonoMs;
+  assert.ok(stopMs !== undefined, `${oldPod}'s server stopped`);
+  const marginMs = fresh.startMonoMs - stopMs;
+  assert.ok(marginMs > 0, `${oldPod}'s server stopped ${marginMs.toFixed(0)} ms before ${newPod}'s started`);
+  const exit = sys.sim.exits.find((e) => e.pod === oldPod && e.container === 'server');
+  const by =
+    tracker.logLineWall(oldPod, 'stop requested: forwarding SIGTERM to ganesha') !== undefined
+      ? 'SIGTERM (the pod fence)'
+      : tracker.logLineWall(oldPod, 'stopped: the lease proof lapsed') !== undefined
+        ? 'its own lease gate'
+        : undefined;
+  assert.ok(
+    by,
+    `${oldPod}'s server logged why it stopped (the fence or its lease gate); exit ${JSON.stringify(exit)}`,
+  );
+  return {
+    marginMs,
+    by,
+    exit: exit ? `${exit.signal ?? `code ${exit.code}`} (${exit.reason})` : 'not seen',
+  };
 }
 
 export interface NfsFaultResult {
@@ -679,13 +692,23 @@ export class RealNfsClient {
     });
   }
 
-  /** The first acknowledged write after the last fault: seconds after it, and when (wall clock). */
+  /**
+   * When writes resumed after the last fault: the write analysis's first ack after the
+   * gap (NB: not the first ack after the mark: a write in flight when the fault was
+   * marked may be acknowledged by the old server just before the crash takes it).
+   */
   resumed(): { afterS: number; at: Date } | undefined {
-    const since = this.faultsMs.at(-1) ?? Number.POSITIVE_INFINITY;
-    const ack = this.w.writer.events.find((e) => e.event === 'ack' && e.ms > since);
-    return ack
-      ? { afterS: (ack.ms - since) / 1000, at: new Date(ack.ms + Date.now() - monotonicMs()) }
-      : undefined;
+    const report = analyzeWriteRun({
+      events: this.w.writer.events,
+      faultsMs: this.faultsMs,
+      content: readRealShareFile(this.sys, this.share, this.w.file),
+    });
+    const gap = report.clientWriteGaps.at(-1);
+    if (!gap?.firstAck) return undefined;
+    return {
+      afterS: (gap.firstAck.ms - gap.faultMs) / 1000,
+      at: new Date(gap.firstAck.ms + Date.now() - monotonicMs()),
+    };
   }
 
   /** As NfsClientShare.assertClientView, against the file on the CSI volume; the gaps (s). */

@@ -92,6 +92,7 @@ describe('the holder pod ended', () => {
     let pod = first;
     let holder = await hold(ns, 'vol-e', pod, 'node-1');
     const { seen, stop } = await countMarks(ns, 'vol-e');
+    let lastEndedAt = 0;
     try {
       for (const [round, phase] of (['Failed', 'Succeeded'] as const).entries()) {
         await sleep(1500); // a few renewals
@@ -99,6 +100,7 @@ describe('the holder pod ended', () => {
         // The agent fenced and the pod ended: renewals stop, the kubelet reports the phase.
         await holder.stop();
         const endedAt = performance.now();
+        lastEndedAt = endedAt;
         await reportPodEnded(kc, ns, pod.metadata?.name ?? '', phase);
         const freed = await eventually(
           'the lease freed',
@@ -137,7 +139,9 @@ describe('the holder pod ended', () => {
             : undefined;
         });
       }
-      await sleep(2 * D_S * 1000); // any late verdict would show by now
+      // Any late verdict would show by now: one on an ended holder comes D after its last
+      // renewal, so 2 D after the last holder stopped (the replacements renew meanwhile).
+      await sleep(Math.max(0, lastEndedAt + 2 * D_S * 1000 - performance.now()));
       const events = await eventsFor(kc, ns, 'vol-e');
       const released = events.filter((e) => e.reason === 'LeaseReleased');
       assert.equal(released.length, 2, 'one LeaseReleased per ended holder (the CAS picks one manager)');
@@ -235,11 +239,14 @@ describe('the holder pod ended', () => {
         90_000,
         50,
       );
+      const freedAt = performance.now(); // the manager watches again (it freed the lease)
       process.stderr.write(
         `API outage: the ended holder's lease freed ${((performance.now() - backAt) / 1000).toFixed(1)} s after the API server was ready again\n`,
       );
       await hold(ns, 'vol-o', replacement, 'node-2');
-      await sleep(2 * D_S * 1000); // past the manager's blindness D and more
+      // Past the manager's blindness D and D more, from when it freed the lease (by then
+      // its watches were back: a verdict needs D of them healthy, then D without renewal).
+      await sleep(Math.max(0, freedAt + 2 * D_S * 1000 - performance.now()));
       assert.equal(seen.marks, 0, 'never marked delinquent');
       assert.deepEqual(await staleVerdicts([manager]), [], 'no stale verdict');
       const events = await eventsFor(kc, ns, 'vol-o');

@@ -73,13 +73,14 @@ export function leftoverPodProcesses(): number[] {
 export async function stopClusterAndSim(running: { cluster: Cluster; sim: Sim } | undefined): Promise<void> {
   if (!running) return;
   const keep = process.env.LEASEHOLD_KEEP_CLUSTER === '1';
-  let left: number[] = [];
-  try {
-    await running.sim.stop();
-    left = leftoverPodProcesses();
-  } finally {
-    await running.cluster.stop({ keepDir: keep });
-  }
+  // Both at once, as startSystem's stop does: the simulator's stop needs no API server.
+  const [simStopped, clusterStopped] = await Promise.allSettled([
+    running.sim.stop(),
+    running.cluster.stop({ keepDir: keep }),
+  ]);
+  if (simStopped.status === 'rejected') throw simStopped.reason;
+  if (clusterStopped.status === 'rejected') throw clusterStopped.reason;
+  const left = leftoverPodProcesses();
   if (left.length > 0) throw new Error(`the simulator left pod processes behind: ${left.join(', ')}`);
   if (keep) process.stderr.write(`kept: cluster ${running.cluster.dir}, sim ${running.sim.root}\n`);
   else rmSync(running.sim.root, { recursive: true, force: true });
