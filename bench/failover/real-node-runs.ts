@@ -33,6 +33,7 @@ import type { RealSystem } from '../../dev/system/real-system.ts';
 import { shareStatus } from '../../dev/system/shares.ts';
 import { waitForManagers } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { describeManagerPod, keepManagerLogs } from './real-node-logs.ts';
 import { clientFlowing, round, type Summary, summarize, victimStillServing } from './stats.ts';
 
 export const REAL_SHARE = 'benchreal';
@@ -134,6 +135,8 @@ export async function realNodeCrashRuns(
         }
         await client.stop();
         const status = await shareStatus(sys, REAL_SHARE).catch(() => undefined);
+        // Read before the reboot: the surviving managers' logs (the detector's among them).
+        await keepManagerLogs(sys, run, crashWall, victim.node, say);
         const lf = { ...(status?.lastFailover ?? {}), ...pods.firstFailover };
         const report = client.report([crashMono]);
         const gap = report.clientWriteGaps[0];
@@ -175,6 +178,8 @@ export async function realNodeCrashRuns(
           180_000,
         );
         sample.rebootS = round((performance.now() - rebootStart) / 1000);
+        const seen = await describeManagerPod(sys, victim.node);
+        if (seen) say(`run ${run}: at ${new Date().toISOString()} ${seen}`);
         say(
           `run ${run}: ${victim.node} rebooted, its manager Ready (${sample.rebootS} s); settling ${opts.settleMs / 1000} s`,
         );
