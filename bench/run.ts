@@ -2,6 +2,7 @@
  * `npm run bench -- <name> [args]`: runs a benchmark by name, each in its own Node
  * process (the same toolchain: tsx, the control-plane binaries on PATH):
  *   failover        bench/failover/run.ts       node crashes: five modes side by side, from the NFS client's side
+ *                   (with --real-nodes: bench/failover/real-nodes.ts, the leasehold mode on real nodes)
  *   agent           bench/agent/run.ts          one agent's memory, CPU, requests per renewal
  *   manager-scale   bench/manager-scale/run.ts  manager CPU/RSS and detection lag at N leases
  *   all             each of the above in turn (args go to every one)
@@ -21,7 +22,10 @@ const BENCHMARKS = {
 type Name = keyof typeof BENCHMARKS;
 
 function runOne(name: Name, args: string[]): number {
-  const script = join(here, BENCHMARKS[name]);
+  // `failover --real-nodes`: the real-node run, its own script and options.
+  const real = name === 'failover' && args.includes('--real-nodes');
+  const script = join(here, real ? 'failover/real-nodes.ts' : BENCHMARKS[name]);
+  if (real) args = args.filter((a) => a !== '--real-nodes');
   if (!existsSync(script)) {
     process.stderr.write(`bench: ${name}: ${script} does not exist (not written yet)\n`);
     return 1;

@@ -1,0 +1,70 @@
+/**
+ * `npm run bench -- failover --real-nodes [--runs N] [--nodes N] [--adc-sync D]
+ * [--node-monitor-grace D] [--budget S] [--settle S]`, parsed by a pure function (no I/O, no exit).
+ * Defaults: 5 crashes (each healed: the node reboots before the next), 2 nodes, the
+ * Kubernetes defaults of the sim benchmark (ADC sync 1m, node-monitor grace 40s), a
+ * budget of 150 s per crash (crash to the client's resumed writes), 15 s of settling
+ * after each reboot's manager is Ready (a manager that had started 2-4 s before the
+ * next crash detected it after 12.5-14.0 s instead of 6 s: 2 of 5 runs without it,
+ * 2026-12-01; `--settle 0` measures that case).
+ * Guarantees: accepted values are in range; a rejected one names the option and the
+ * rule. Options of the sim benchmark that do not apply on real nodes (--modes, --share,
+ * --parallel, --heartbeat: the real kubelet's heartbeat is its own default, 10 s) are
+ * rejected as unknown, not ignored.
+ */
+import { parseArgs } from 'node:util';
+
+export interface RealNodeBenchArgs {
+  runs: number;
+  nodes: number;
+  adcSync: string;
+  nodeMonitorGracePeriod: string;
+  budgetS: number;
+  /** Seconds to wait after a reboot's manager is Ready before the next crash. */
+  settleS: number;
+}
+
+export const REAL_NODE_BENCH_USAGE =
+  'usage: npm run bench -- failover --real-nodes [--runs 1-50 (default 5)] [--nodes 2-5 (default 2)] [--adc-sync DURATION (default 1m)] [--node-monitor-grace DURATION (default 40s)] [--budget SECONDS (per crash, default 150)] [--settle SECONDS (after a reboot, default 15)]';
+
+const DURATION = /^[1-9]\d*(s|m)$/;
+
+export function parseRealNodeBenchArgs(argv: readonly string[]): RealNodeBenchArgs | { problem: string } {
+  let values: Record<string, string | undefined>;
+  try {
+    ({ values } = parseArgs({
+      args: [...argv],
+      options: {
+        runs: { type: 'string', default: '5' },
+        nodes: { type: 'string', default: '2' },
+        'adc-sync': { type: 'string', default: '1m' },
+        'node-monitor-grace': { type: 'string', default: '40s' },
+        budget: { type: 'string', default: '150' },
+        settle: { type: 'string', default: '15' },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch (err) {
+    return { problem: err instanceof Error ? err.message : String(err) };
+  }
+  const runs = Number(values.runs);
+  if (!Number.isInteger(runs) || runs < 1 || runs > 50)
+    return { problem: `--runs=${values.runs}: must be a whole number from 1 to 50` };
+  const nodes = Number(values.nodes);
+  if (!Number.isInteger(nodes) || nodes < 2 || nodes > 5)
+    return {
+      problem: `--nodes=${values.nodes}: must be a whole number from 2 to 5 (a crash needs a surviving node)`,
+    };
+  const adcSync = values['adc-sync'] ?? '';
+  if (!DURATION.test(adcSync)) return { problem: `--adc-sync=${adcSync}: must be like 2s or 1m` };
+  const grace = values['node-monitor-grace'] ?? '';
+  if (!DURATION.test(grace)) return { problem: `--node-monitor-grace=${grace}: must be like 8s or 40s` };
+  const budgetS = Number(values.budget);
+  if (!Number.isFinite(budgetS) || budgetS < 10)
+    return { problem: `--budget=${values.budget}: must be a number of seconds >= 10` };
+  const settleS = Number(values.settle);
+  if (!Number.isFinite(settleS) || settleS < 0 || settleS > 600)
+    return { problem: `--settle=${values.settle}: must be a number of seconds from 0 to 600` };
+  return { runs, nodes, adcSync, nodeMonitorGracePeriod: grace, budgetS, settleS };
+}

@@ -1,0 +1,226 @@
+/**
+ * The leasehold mode of the failover benchmark on real nodes (issue 12 item 7): one
+ * share on the shipped NFS server (NFSv3) on a static CSI volume, on the real-node
+ * system (dev/system/real-system.ts), and `runs` times:
+ *   1. the serving pod (Ready, its server logged `serving`); a fresh libnfs writer
+ *      (dev/demo/real-nfs-client.ts) in another node's network namespace writing a
+ *      committed record every 20 ms through the Service's ClusterIP, to its own file;
+ *      20 acks, then a random pause of up to 2 s (the crash at a random phase of the
+ *      agent's 2 s renewal) and the same pod still serving with the client flowing;
+ *   2. crash of the serving node (RealNode.crash);
+ *   3. wait for a replacement that serves and 20 acks after the crash, or `budgetMs`;
+ *   4. the writer stopped, its file read back from the volume (write-analysis.ts);
+ *   5. heal: the node reboots (RealNode.heal) and its manager pod is Ready again,
+ *      then `settleMs` before the next crash (a manager that started just before a
+ *      crash detects it later: see real-node-args.ts).
+ * Per crash (s since the crash): detection (status.lastFailover.detectedAt, first
+ * value), replacement created, volume attached (the CSI controller's record), agent
+ * acquired, server logged serving, writes resumed (first ack after the crash:
+ * crash-to-serving), clientWriteGap, the reboot's length. Over the run: acknowledged
+ * writes lost (0), duplicates, stale handles, and never two ganesha of the share
+ * (GaneshaTracker over the whole run, reboots included: `serverOverlaps` must be 0).
+ * A crash whose client was not flowing, or whose share moved during the pause, is
+ * skipped with a note, never measured.
+ * Not measured: a kernel NFS client (none here); NFSv4 (libnfs 4.0 waits out grace).
+ */
+
+import { startNodeNfsClient } from '../../dev/demo/real-nfs-client.ts';
+import { servingPod, waitServingPod } from '../../dev/demo/real-pods.ts';
+import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
+import { PodTracker } from '../../dev/system/failover-facts.ts';
+import { createRealNfsShare, GaneshaTracker, realVolumeHandle } from '../../dev/system/real-share.ts';
+import type { RealSystem } from '../../dev/system/real-system.ts';
+import { shareStatus } from '../../dev/system/shares.ts';
+import { waitForManagers } from '../../dev/system/system.ts';
+import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { describeManagerPod, keepManagerLogs } from './real-node-logs.ts';
+import { clientFlowing, round, type Summary, summarize, victimStillServing } from './stats.ts';
+
+export const REAL_SHARE = 'benchreal';
+const RESUMED_ACKS = 20;
+
+export interface RealCrashSample {
+  run: number;
+  node: string;
+  clientNode: string;
+  newNode?: string;
+  detectS?: number;
+  replacementCreatedS?: number;
+  attachedS?: number;
+  agentAcquiredS?: number;
+  serverServingS?: number;
+  writesResumedS?: number;
+  clientWriteGapS?: number;
+  rebootS?: number;
+  acked?: number;
+  lost?: number;
+  clientErrors?: Array<[number, string, string]>;
+  outcome: 'measured' | 'capped' | 'skipped';
+  note?: string;
+}
+
+export interface RealNodeResult {
+  mode: 'leasehold-real-nodes';
+  settings: string;
+  samples: RealCrashSample[];
+  detection: Summary;
+  crashToServing: Summary;
+  clientWriteGap: Summary;
+  crashToServerServing: Summary;
+  crashToAgentAcquired: Summary;
+  reboot: Summary;
+  capped: number;
+  skipped: number;
+  acked: number;
+  ackedWritesLost: number;
+  duplicates: number;
+  staleHandles: number;
+  ganeshaSeen: number;
+  serverOverlaps: number;
+  violations: string[];
+  notes: string[];
+}
+
+const sinceS = (wallMs: number | undefined, crashWallMs: number) =>
+  wallMs === undefined ? undefined : round((wallMs - crashWallMs) / 1000);
+
+export async function realNodeCrashRuns(
+  sys: RealSystem,
+  opts: { runs: number; budgetMs: number; settleMs: number; say: (line: string) => void },
+): Promise<RealNodeResult> {
+  const { say } = opts;
+  const ganesha = new GaneshaTracker(sys, REAL_SHARE);
+  const samples: RealCrashSample[] = [];
+  const violations: string[] = [];
+  let acked = 0;
+  let lost = 0;
+  let duplicates = 0;
+  let stale = 0;
+  try {
+    await createRealNfsShare(sys, REAL_SHARE, { nfs: { versions: ['3'] } });
+    for (let run = 1; run <= opts.runs; run++) {
+      const victim = await waitServingPod(sys, REAL_SHARE, 180_000);
+      const clientNode = sys.nodes.find((n) => n.name !== victim.node)?.name ?? '';
+      const client = await startNodeNfsClient(sys, REAL_SHARE, clientNode, { file: `records-${run}.bin` });
+      const sample: RealCrashSample = { run, node: victim.node, clientNode, outcome: 'skipped' };
+      samples.push(sample);
+      try {
+        await client.writer.waitForAck(RESUMED_ACKS, 60_000);
+        await sleep(Math.random() * 2_000);
+        const now = await servingPod(sys, REAL_SHARE);
+        const lastAck = client.writer.events.filter((e) => e.event === 'ack').at(-1)?.ms;
+        if (!victimStillServing(victim, now) || !clientFlowing(lastAck, monotonicMs())) {
+          sample.note = !victimStillServing(victim, now)
+            ? `the share moved from ${victim.pod} to ${now?.pod ?? 'none'} during the pause`
+            : 'the client was not flowing at the crash';
+          say(`run ${run}: skipped (${sample.note})`);
+          continue;
+        }
+        const pods = new PodTracker(sys, REAL_SHARE);
+        const crashWall = Date.now();
+        const crashMono = monotonicMs();
+        say(`run ${run}: crashing ${victim.node} (serving ${victim.pod}; the client on ${clientNode})`);
+        await sys.node(victim.node).crash();
+        const deadline = performance.now() + opts.budgetMs;
+        let after: Awaited<ReturnType<typeof servingPod>>;
+        try {
+          after = await waitServingPod(sys, REAL_SHARE, opts.budgetMs, victim.pod).catch(() => undefined);
+          while (
+            performance.now() < deadline &&
+            client.writer.events.filter((e) => e.event === 'ack' && e.ms > crashMono).length < RESUMED_ACKS
+          )
+            await sleep(200);
+        } finally {
+          await pods.stop();
+        }
+        await client.stop();
+        const status = await shareStatus(sys, REAL_SHARE).catch(() => undefined);
+        // Read before the reboot: the surviving managers' logs (the detector's among them).
+        await keepManagerLogs(sys, run, crashWall, victim.node, say);
+        const lf = { ...(status?.lastFailover ?? {}), ...pods.firstFailover };
+        const report = client.report([crashMono]);
+        const gap = report.clientWriteGaps[0];
+        const attach = after
+          ? (await sys.csi.attachments(realVolumeHandle(REAL_SHARE))).find((a) => a.node === after?.node)
+          : undefined;
+        const wall = (iso: string | undefined) => (iso ? Date.parse(iso) : undefined);
+        Object.assign(sample, {
+          newNode: after?.node,
+          detectS: sinceS(wall(lf.detectedAt), crashWall),
+          replacementCreatedS: sinceS(wall(lf.replacementCreatedAt), crashWall),
+          attachedS: sinceS(attach?.atMs, crashWall),
+          agentAcquiredS: sinceS(wall(lf.completedAt), crashWall),
+          serverServingS: sinceS(after?.servingWall, crashWall),
+          writesResumedS: gap?.firstAck ? round((gap.firstAck.ms - crashMono) / 1000) : undefined,
+          clientWriteGapS: gap?.gapMs === undefined ? undefined : round(gap.gapMs / 1000),
+          acked: report.acked,
+          lost: report.ackedWritesLost,
+          clientErrors: client.writer.events.flatMap((e) =>
+            e.event === 'error' && e.ms >= crashMono && (!gap?.firstAck || e.ms <= gap.firstAck.ms)
+              ? [[round((e.ms - crashMono) / 1000), e.op, e.kind] as [number, string, string]]
+              : [],
+          ),
+          outcome: gap?.firstAck ? 'measured' : 'capped',
+        } satisfies Partial<RealCrashSample>);
+        acked += report.acked;
+        lost += report.ackedWritesLost;
+        duplicates += report.duplicates.length;
+        stale += report.staleHandles;
+        violations.push(...report.violations.map((v) => `run ${run}: ${v}`));
+        say(
+          `run ${run}: detected ${sample.detectS ?? '?'} s, server serving ${sample.serverServingS ?? '?'} s, client resumed ${sample.writesResumedS ?? '?'} s (gap ${sample.clientWriteGapS ?? '?'} s); ${report.acked} acked, ${report.ackedWritesLost} lost`,
+        );
+        const rebootStart = performance.now();
+        await sys.node(victim.node).heal();
+        await waitForManagers(
+          sys.core,
+          sys.nodes.map((n) => n.name),
+          180_000,
+        );
+        sample.rebootS = round((performance.now() - rebootStart) / 1000);
+        const seen = await describeManagerPod(sys, victim.node);
+        if (seen) say(`run ${run}: at ${new Date().toISOString()} ${seen}`);
+        say(
+          `run ${run}: ${victim.node} rebooted, its manager Ready (${sample.rebootS} s); settling ${opts.settleMs / 1000} s`,
+        );
+        if (run < opts.runs) await sleep(opts.settleMs);
+      } finally {
+        await client.stop();
+      }
+    }
+  } finally {
+    await ganesha.stop();
+  }
+  const windows = ganesha.windows();
+  const overlaps = overlappingWindows(windows, monotonicMs());
+  for (const [a, b] of overlaps)
+    violations.push(
+      `two ganesha at once: ${a.id}[${a.startWall}..${a.stopWall ?? 'open'}] x ${b.id}[${b.startWall}..${b.stopWall ?? 'open'}]`,
+    );
+  const of = (k: keyof RealCrashSample) =>
+    summarize(
+      samples.filter((s) => s.outcome === 'measured').map((s) => (s[k] as number | undefined) ?? Number.NaN),
+    );
+  return {
+    mode: 'leasehold-real-nodes',
+    settings:
+      "leasehold chart defaults (lease 6 s, renew 2 s, deadline 4 s; volume handoff volumes-in-use) on real nodes (kubelet, containerd, runc, kube-proxy; the project images; the chart by helm); the shipped NFS server, NFSv3, on a static CSI volume (testbed driver, real external-attacher); client libnfs NFSv3 in a surviving node's network namespace through the Service ClusterIP (kube-proxy), a committed 64-byte record every 20 ms; crash-to-serving = crash to the client's first acknowledged write after it; each crash healed by a reboot before the next",
+    samples,
+    detection: of('detectS'),
+    crashToServing: of('writesResumedS'),
+    clientWriteGap: of('clientWriteGapS'),
+    crashToServerServing: of('serverServingS'),
+    crashToAgentAcquired: of('agentAcquiredS'),
+    reboot: summarize(samples.map((s) => s.rebootS ?? Number.NaN)),
+    capped: samples.filter((s) => s.outcome === 'capped').length,
+    skipped: samples.filter((s) => s.outcome === 'skipped').length,
+    acked,
+    ackedWritesLost: lost,
+    duplicates,
+    staleHandles: stale,
+    ganeshaSeen: new Set(windows.map((w) => w.id)).size,
+    serverOverlaps: overlaps.length,
+    violations,
+    notes: samples.filter((s) => s.note).map((s) => `run ${s.run}: ${s.note}`),
+  };
+}
