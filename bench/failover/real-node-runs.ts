@@ -10,9 +10,10 @@
  *   2. crash of the serving node (RealNode.crash);
  *   3. wait for a replacement that serves and 20 acks after the crash, or `budgetMs`;
  *   4. the writer stopped, its file read back from the volume (write-analysis.ts);
- *   5. heal: the node reboots (RealNode.heal) and its manager pod is Ready again,
- *      then `settleMs` before the next crash (a manager that started just before a
- *      crash detects it later: see real-node-args.ts).
+ *   5. heal: the node reboots (RealNode.heal) and its manager container has run again
+ *      and is ready (its restart count went up: the pod's Ready in the API is the
+ *      pre-crash one until the node-monitor grace or the new kubelet's first status),
+ *      then `settleMs` before the next crash.
  * Per crash (s since the crash): detection (status.lastFailover.detectedAt, first
  * value), replacement created, volume attached (the CSI controller's record), agent
  * acquired, server logged serving, writes resumed (first ack after the crash:
@@ -31,8 +32,9 @@ import { PodTracker } from '../../dev/system/failover-facts.ts';
 import { createRealNfsShare, GaneshaTracker, realVolumeHandle } from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
 import { shareStatus } from '../../dev/system/shares.ts';
-import { waitForManagers } from '../../dev/system/system.ts';
+import { managerPodsByNode, waitForManagers } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
+import type { k8s } from '../../lib/kube-client.ts';
 import { describeManagerPod, keepManagerLogs } from './real-node-logs.ts';
 import { clientFlowing, round, type Summary, summarize, victimStillServing } from './stats.ts';
 
@@ -171,12 +173,14 @@ export async function realNodeCrashRuns(
           `run ${run}: detected ${sample.detectS ?? '?'} s, server serving ${sample.serverServingS ?? '?'} s, client resumed ${sample.writesResumedS ?? '?'} s (gap ${sample.clientWriteGapS ?? '?'} s); ${report.acked} acked, ${report.ackedWritesLost} lost`,
         );
         const rebootStart = performance.now();
+        const restartsBefore = managerRestarts(await managerPodsByNode(sys.core), victim.node);
         await sys.node(victim.node).heal();
         await waitForManagers(
           sys.core,
           sys.nodes.map((n) => n.name),
           180_000,
         );
+        await waitManagerRestarted(sys, victim.node, restartsBefore, 120_000);
         sample.rebootS = round((performance.now() - rebootStart) / 1000);
         const seen = await describeManagerPod(sys, victim.node);
         if (seen) say(`run ${run}: at ${new Date().toISOString()} ${seen}`);
@@ -223,4 +227,24 @@ export async function realNodeCrashRuns(
     violations,
     notes: samples.filter((s) => s.note).map((s) => `run ${s.run}: ${s.note}`),
   };
+}
+
+/** The manager container's restart count on `node` (0 when unknown). */
+export function managerRestarts(pods: Map<string, k8s.V1Pod>, node: string): number {
+  return pods.get(node)?.status?.containerStatuses?.[0]?.restartCount ?? 0;
+}
+
+/**
+ * Waits until the manager on the rebooted `node` runs again: its container restarted
+ * (restart count above `before`) and ready. NB: right after the reboot the API still
+ * shows the pre-crash container as Ready, so a Ready check alone passes before the
+ * new manager runs; the next crash then hits a manager that has not started, which
+ * detects it D after its own Lease watch opens (measured: 6.7-12.9 s instead of ~5 s).
+ */
+async function waitManagerRestarted(sys: RealSystem, node: string, before: number, timeoutMs: number) {
+  for (const until = performance.now() + timeoutMs; performance.now() < until; await sleep(250)) {
+    const c = (await managerPodsByNode(sys.core)).get(node)?.status?.containerStatuses?.[0];
+    if ((c?.restartCount ?? 0) > before && c?.ready) return;
+  }
+  throw new Error(`the manager on ${node} did not run again within ${timeoutMs / 1000} s of the reboot`);
 }

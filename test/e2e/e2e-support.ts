@@ -364,13 +364,19 @@ export class NfsClientShare {
     );
   }
 
-  /** The first acknowledged write after the last fault: seconds after it, and when (wall clock). */
+  /**
+   * When writes resumed after the last fault: seconds after it, and when (wall clock).
+   * The write analysis's first ack after the gap, not the first ack after the mark: a
+   * write in flight when the fault was marked may be acknowledged by the old server
+   * just before the fault takes it (as RealNfsClient.resumed).
+   */
   resumed(): { afterS: number; at: Date } | undefined {
-    const since = this.faultsMs.at(-1) ?? Number.POSITIVE_INFINITY;
-    const ack = this.w.writer.events.find((e) => e.event === 'ack' && e.ms > since);
-    return ack
-      ? { afterS: (ack.ms - since) / 1000, at: new Date(ack.ms + Date.now() - monotonicMs()) }
-      : undefined;
+    const gap = analyzeShareWriter(this.sys, this.share, this.w, this.faultsMs).clientWriteGaps.at(-1);
+    if (!gap?.firstAck) return undefined;
+    return {
+      afterS: (gap.firstAck.ms - gap.faultMs) / 1000,
+      at: new Date(gap.firstAck.ms + Date.now() - monotonicMs()),
+    };
   }
 
   /**

@@ -14,7 +14,7 @@
  *    manager is refused its first list of ShareManagers (HTTP 403) and re-watches with
  *    backoff, and both run on.
  *  - nfs-ganesha: the shipped server's entrypoint with NFS_SERVER_SECURITY_CONTEXT, an
- *    emptyDir as its export and on /run, starts ganesha.nfsd (root, exactly the preset's
+ *    emptyDir as its export and on /run (and /tmp, as the manager's pods), starts ganesha.nfsd (root, exactly the preset's
  *    capabilities) and logs `serving`: ganesha answered its NFS NULL probe.
  * The pods are deleted at the end (no grace) so that the faults that follow meet only
  * their own pods.
@@ -27,7 +27,11 @@ import type { Cluster } from '../../dev/cluster/types.ts';
 import type { LocalImage } from '../../dev/image/images.ts';
 import { hostProcesses } from '../../dev/node/leftovers.ts';
 import type { RealNode } from '../../dev/node/node.ts';
-import { NFS_SERVER_SECURITY_CONTEXT } from '../../manager/reconciliation/nfs-server-preset.ts';
+import {
+  NFS_SERVER_SECURITY_CONTEXT,
+  NFS_TMP_MOUNT,
+  NFS_TMP_SUBPATH,
+} from '../../manager/reconciliation/nfs-server-preset.ts';
 import { AGENT_RUNTIME_ENV, AGENT_SECURITY_CONTEXT } from '../../manager/reconciliation/pod-spec.ts';
 import { eventually } from '../support/cluster.ts';
 
@@ -157,6 +161,8 @@ export async function projectImagesRun(
             volumeMounts: [
               { name: 'share', mountPath: '/export' },
               { name: 'run', mountPath: '/run' },
+              // As the manager's share pods (pod-spec.ts): ganesha's OFD-lock test file.
+              { name: 'run', mountPath: NFS_TMP_MOUNT, subPath: NFS_TMP_SUBPATH },
             ],
           },
         ],
@@ -221,6 +227,8 @@ export async function projectImagesRun(
     throw new Error(`${err.message}; the server's log:\n${containerLog(n, npod, 'server')}`);
   });
   assert.match(serving, /"msg":"ganesha started"/);
+  // With /tmp writable ganesha ran its OFD-lock test: lock support on.
+  assert.doesNotMatch(serving, /Could not create file \/tmp\/ganesha\.nfsd\.locktest/);
   // After the start line: what each does once it has called the API in-cluster.
   const startLine = (c: string, line: RegExp) =>
     eventually(`the ${c}'s start line`, async () => {

@@ -16,7 +16,7 @@ test('real-node bench args: defaults 5 crashes on 2 nodes, the Kubernetes defaul
     adcSync: '1m',
     nodeMonitorGracePeriod: '40s',
     budgetS: 150,
-    settleS: 15,
+    settleS: 0,
   });
   assert.deepEqual(
     parseRealNodeBenchArgs(['--runs', '3', '--nodes=3', '--adc-sync', '2s', '--budget', '90']),
@@ -26,7 +26,7 @@ test('real-node bench args: defaults 5 crashes on 2 nodes, the Kubernetes defaul
       adcSync: '2s',
       nodeMonitorGracePeriod: '40s',
       budgetS: 90,
-      settleS: 15,
+      settleS: 0,
     },
   );
 });
