@@ -33,9 +33,11 @@ import {
   volumeKindOf,
 } from '../../dev/sim/storage/fencing-storage.ts';
 import {
+  claimStorage,
   describeStorageLeftovers,
   findStorageLeftovers,
   hostStorageSnapshot,
+  ownerFile,
   type StorageLeftover,
   sweepDeadStorage,
 } from '../../dev/sim/storage/storage-leftovers.ts';
@@ -100,11 +102,13 @@ test('ext4 through a revoked view: fsync fails with EIO, then every write; the n
     const exited = new Promise<void>((resolve) => writer.on('exit', () => resolve()));
     while (lines.length < 3) await sleep(20);
     writer.kill('SIGSTOP');
-    await sleep(100);
-    const synced = lines.filter((l) => l.startsWith('synced')).length;
     await storage.revoke('pv-b', 'n1');
     writer.kill('SIGCONT');
     await exited;
+    // Counted once the writer is gone: a stop between a line's fsync and its print shows
+    // the line's `synced` only after SIGCONT, and an fsync begun after the revoke fails,
+    // so the final count is exactly what was durable before the revoke.
+    const synced = lines.filter((l) => l.startsWith('synced')).length;
     assert.equal(
       lines.at(-1),
       'error EIO',
@@ -218,17 +222,21 @@ test('a killed run leaves an ext4 mount, a loop device and a dead view: the chec
     createInterface({ input: child.stdout }).on('line', (l) => l === 'granted' && resolve()),
   );
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+  // Other test files' storages sweep every dead owner's root when they start, so the
+  // killed run's root is marked ours (alive) until checkKilledRun gives it back.
+  const deadOwner = readFileSync(ownerFile(root), 'utf8');
+  claimStorage(root);
   process.kill(-(child.pid ?? 0), 'SIGKILL');
   await exited;
   try {
-    await checkKilledRun(root);
+    await checkKilledRun(root, deadOwner);
   } finally {
     sweepDeadStorage();
     await removeIfClean(root);
   }
 });
 
-async function checkKilledRun(root: string): Promise<void> {
+async function checkKilledRun(root: string, deadOwner: string): Promise<void> {
   await sleep(300);
   const left = leftovers(root);
   const kinds = new Set(left.map((l) => (l.kind === 'mount' ? `mount ${l.fstype}` : l.kind)));
@@ -236,6 +244,8 @@ async function checkKilledRun(root: string): Promise<void> {
     kinds.has('mount ext4') && kinds.has('loop') && kinds.has('mount fuse.leasehold-fencefs'),
     `the leftover check finds what the killed run left: ${describeStorageLeftovers(root, left)}`,
   );
+  // The killed owner back, and swept in the same tick (before another file's sweep).
+  writeFileSync(ownerFile(root), deadOwner);
   const sweep = sweepDeadStorage();
   assert.deepEqual(sweep.problems, []);
   assert.ok(sweep.swept.length >= 2, JSON.stringify(sweep));

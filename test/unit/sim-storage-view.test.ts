@@ -14,6 +14,7 @@ import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { accessOrderViolations, revokeBeforeGrantElsewhere } from '../../dev/sim/storage/access-log.ts';
 import { FencingStorage, viewLink } from '../../dev/sim/storage/fencing-storage.ts';
+import { claimStorage } from '../../dev/sim/storage/storage-leftovers.ts';
 import { sleep } from '../../lib/clock.ts';
 
 /** PIDs of leasehold-fencefs processes whose arguments name `root`. */
@@ -104,6 +105,9 @@ test('a killed simulator leaves no view mounted and no leasehold-fencefs running
   );
   await granted;
   assert.ok(mounts().includes(root), 'the view is mounted');
+  // Marked ours (alive), so that no other test file's storage sweeps this root: what
+  // goes must go by leasehold-fencefs's own parent-death signal.
+  claimStorage(root);
   child.kill('SIGKILL');
   const deadline = performance.now() + 10_000;
   while (mounts().includes(root) && performance.now() < deadline) await sleep(100);
