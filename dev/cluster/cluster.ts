@@ -223,6 +223,14 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
     await startApiServer();
     progress(`kube-apiserver ready on ${server}`);
 
+    // The scheduler and the controller manager serve the API server's certificate (it
+    // names 127.0.0.1), so their health checks verify it is ours that answers: a port
+    // taken meanwhile by another cluster's component answered /healthz to an insecure
+    // check while ours had failed to bind (CI, 2026-12-01), and the start waited 60 s.
+    const servingCertArgs = [
+      `--tls-cert-file=${certs.servingCert}`,
+      `--tls-private-key-file=${certs.servingKey}`,
+    ];
     const waits: Promise<void>[] = [];
     if (opts.scheduler !== false) {
       const scheduler = new Component(
@@ -234,7 +242,7 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
           `--authorization-kubeconfig=${schedKubeconfig}`,
           `--secure-port=${schedPort}`,
           '--bind-address=127.0.0.1',
-          `--cert-dir=${join(dir, 'scheduler-certs')}`,
+          ...servingCertArgs,
           '--leader-elect=false',
           ...gateArgs,
         ],
@@ -242,12 +250,7 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       );
       started.push(scheduler);
       scheduler.start();
-      waits.push(
-        scheduler.waitReady(
-          () => httpOk(`https://127.0.0.1:${schedPort}/readyz`, { insecure: true }),
-          60_000,
-        ),
-      );
+      waits.push(scheduler.waitReady(() => httpOk(`https://127.0.0.1:${schedPort}/readyz`, { ca }), 60_000));
     }
     if (opts.controllerManager !== false) {
       const kcm = new Component(
@@ -259,7 +262,7 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
           `--authorization-kubeconfig=${kcmKubeconfig}`,
           `--secure-port=${kcmPort}`,
           '--bind-address=127.0.0.1',
-          `--cert-dir=${join(dir, 'kcm-certs')}`,
+          ...servingCertArgs,
           '--leader-elect=false',
           // Every on-by-default controller, among them node-lifecycle, attach-detach,
           // endpointslice, garbage-collector and serviceaccount-token.
@@ -290,9 +293,7 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       );
       started.push(kcm);
       kcm.start();
-      waits.push(
-        kcm.waitReady(() => httpOk(`https://127.0.0.1:${kcmPort}/healthz`, { insecure: true }), 60_000),
-      );
+      waits.push(kcm.waitReady(() => httpOk(`https://127.0.0.1:${kcmPort}/healthz`, { ca }), 60_000));
     }
     await Promise.all(waits);
     progress('kube-scheduler and kube-controller-manager ready');
@@ -302,11 +303,16 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
     if (opts.controllerManager !== false) {
       // Pods need the namespace's default ServiceAccount, which the controller
       // manager creates a moment after it is ready.
-      await waitFor('the default ServiceAccount', join(logDir, 'kube-controller-manager.log'), async () => {
-        const core = kubeConfig.makeApiClient(CoreV1Api);
-        await core.readNamespacedServiceAccount({ namespace: 'default', name: 'default' });
-        return true;
-      });
+      await waitFor(
+        'the default ServiceAccount',
+        started,
+        join(logDir, 'kube-controller-manager.log'),
+        async () => {
+          const core = kubeConfig.makeApiClient(CoreV1Api);
+          await core.readNamespacedServiceAccount({ namespace: 'default', name: 'default' });
+          return true;
+        },
+      );
       progress('the default ServiceAccount exists');
     }
     let stopped = false;
@@ -354,12 +360,15 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
 
 async function waitFor(
   what: string,
+  components: readonly Component[],
   logPath: string,
   check: () => Promise<boolean>,
   timeoutMs = 60_000,
 ): Promise<void> {
   const deadline = performance.now() + timeoutMs;
   while (performance.now() < deadline) {
+    // A component that died after it was ready (or never was ours) ends the wait now.
+    for (const c of components) c.throwIfExited();
     if (await check().catch(() => false)) return;
     await sleep(200);
   }

@@ -119,12 +119,14 @@ export class Component {
       this.exitPromise = new Promise<Exit>((resolve) => {
         child.once('exit', (code, signal) => {
           running.delete(child);
-          resolve({ code, signal });
+          this.exit = { code, signal };
+          resolve(this.exit);
         });
         child.once('error', (err) => {
           running.delete(child);
-          resolve({ code: -1, signal: null });
           this.spawnError = err;
+          this.exit = { code: -1, signal: null };
+          resolve(this.exit);
         });
       });
     } finally {
@@ -133,23 +135,24 @@ export class Component {
   }
 
   private spawnError: Error | undefined;
+  private exit: Exit | undefined;
+
+  /** Fails, as waitReady does, when the process has exited (or could not start). */
+  throwIfExited(): void {
+    const exit = this.exit;
+    if (!exit) return;
+    const how = this.spawnError
+      ? `could not start (${this.spawnError.message})`
+      : `exited at start (code ${exit.code}, signal ${exit.signal})`;
+    throw new ComponentError(this.name, how, this.logPath);
+  }
 
   /** Polls `check` until it answers true; fails when the process exits or time runs out. */
   async waitReady(check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
-    const exited = this.exitPromise;
-    if (!exited) throw new ComponentError(this.name, 'was never started', this.logPath);
-    let exit: Exit | undefined;
-    void exited.then((e) => {
-      exit = e;
-    });
+    if (!this.exitPromise) throw new ComponentError(this.name, 'was never started', this.logPath);
     const deadline = performance.now() + timeoutMs;
     while (performance.now() < deadline) {
-      if (exit) {
-        const how = this.spawnError
-          ? `could not start (${this.spawnError.message})`
-          : `exited at start (code ${exit.code}, signal ${exit.signal})`;
-        throw new ComponentError(this.name, how, this.logPath);
-      }
+      this.throwIfExited();
       if (await check().catch(() => false)) return;
       await sleep(200);
     }
@@ -182,14 +185,18 @@ function signalGroup(pid: number, signal: NodeJS.Signals): void {
   }
 }
 
-/** True when GET `url` answers 200 (body 'ok' for /readyz-style endpoints is not required). */
-export function httpOk(url: string, opts: { ca?: Buffer; insecure?: boolean } = {}): Promise<boolean> {
+/**
+ * True when GET `url` answers 200 (body 'ok' for /readyz-style endpoints is not required).
+ * HTTPS verifies the server against `ca` (or the system's CAs): a check that accepted any
+ * certificate took another cluster's component on a reused port for ours.
+ */
+export function httpOk(url: string, opts: { ca?: Buffer } = {}): Promise<boolean> {
   return new Promise((resolve) => {
     const u = new URL(url);
     const common = { method: 'GET', timeout: 2_000 };
     const req =
       u.protocol === 'https:'
-        ? request(u, { ...common, ...(opts.ca ? { ca: opts.ca } : {}), rejectUnauthorized: !opts.insecure })
+        ? request(u, { ...common, ...(opts.ca ? { ca: opts.ca } : {}) })
         : httpRequest(u, common);
     req.on('response', (res) => {
       res.resume();

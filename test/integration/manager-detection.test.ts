@@ -4,7 +4,9 @@
  * D after the last renewal was sent (the safety bound, exact) and no more than 2.5 s after D
  * past the last renewal returned (a liveness bound with slack for 100 leases on a loaded
  * 2-core machine: 1 s was exceeded by 109 ms under load; the precision itself is measured
- * by bench/manager-scale, not here). Two holders whose renewTime is 10 minutes off keep renewing: never stale.
+ * by bench/manager-scale, not here). A holder the machine kept from renewing for D while
+ * it was meant to renew may be judged stale then: that verdict is right, and it is excused
+ * only for such a holder (its own record shows the lapse) and only for a few. Two holders whose renewTime is 10 minutes off keep renewing: never stale.
  * No ShareManagers here: the verdict is about the lease alone, nothing is failed over;
  * such a Lease is judged by at least the manager's default duration, so the manager
  * runs with D = 3 s as its default (FAST_MANAGER_DEFAULTS).
@@ -55,22 +57,39 @@ describe('stale detection by observed time', () => {
       30_000,
     );
     await sleep(2 * D_MS); // the manager has watched them for a while: none may be stale yet
-    const early = (await manager.lines()).filter((l) => l.msg === 'lease stale by our observation');
-    assert.deepEqual(early, [], 'nothing stale while renewing');
+    // A holder the loaded machine kept from renewing for D may rightly be judged stale
+    // (the CI run of 2026-12-01 had one of 100): excused, if few, but only such a one.
+    const isVerdict = (l: { msg?: unknown }) => l.msg === 'lease stale by our observation';
+    const early = (await manager.lines()).filter(isVerdict);
+    const excused = new Set<string>();
+    for (const line of early) {
+      const h = doomed.find((d) => `detect/${d.name}` === line.lease);
+      assert.ok(h, `a verdict for a lease of this test: ${JSON.stringify(line)}`);
+      assert.ok(h.hasLapsed(), `stale while renewing, never D without a renewal: ${JSON.stringify(line)}`);
+      excused.add(h.name);
+    }
+    assert.ok(
+      excused.size <= N / 20,
+      `${excused.size} of ${N} holders could not renew for D: the machine is too loaded for this test`,
+    );
+    if (excused.size > 0)
+      t.diagnostic(`judged stale after a lapse of their own (excused): ${[...excused].join(', ')}`);
 
     await Promise.all(doomed.map((h) => h.stop()));
+    const finalVerdict = <L extends { lease?: unknown; time?: unknown }>(lines: L[], h: HolderLoop) =>
+      lines.find((l) => l.lease === `detect/${h.name}` && Date.parse(String(l.time)) >= h.lastRenewalSentAt);
     const verdicts = await eventually(
       `${N} verdicts`,
       async () => {
-        const lines = (await manager.lines()).filter((l) => l.msg === 'lease stale by our observation');
-        return lines.length >= N ? lines : undefined;
+        const lines = (await manager.lines()).filter(isVerdict);
+        return doomed.every((h) => finalVerdict(lines, h)) ? lines : undefined;
       },
       30_000,
       200,
     );
     const lags: number[] = [];
     for (const h of doomed) {
-      const line = verdicts.find((l) => l.lease === `detect/${h.name}`);
+      const line = finalVerdict(verdicts, h);
       assert.ok(line, `verdict for ${h.name}`);
       const at = Date.parse(String(line.time));
       // NB: the manager saw the renewal after it was sent, so the verdict is >= sent + D.
@@ -88,9 +107,18 @@ describe('stale detection by observed time', () => {
     );
 
     await sleep(2 * D_MS);
-    const all = (await manager.lines()).filter((l) => l.msg === 'lease stale by our observation');
-    assert.equal(all.filter((l) => String(l.lease).includes('skew')).length, 0, 'skewed holders never stale');
-    assert.equal(all.length, N, 'exactly one verdict per dead lease');
+    const all = (await manager.lines()).filter(isVerdict);
+    for (const h of skewed) {
+      const stale = all.filter((l) => l.lease === `detect/${h.name}`);
+      assert.ok(stale.length === 0 || h.hasLapsed(), `skewed holder ${h.name} never stale while renewing`);
+    }
+    for (const h of doomed) {
+      const count = all.filter((l) => l.lease === `detect/${h.name}`).length;
+      const expected = excused.has(h.name)
+        ? early.filter((l) => l.lease === `detect/${h.name}`).length + 1
+        : 1;
+      assert.equal(count, expected, `${h.name}: one verdict per stale spell`);
+    }
     assert.ok(skewed.every((h) => !h.lost && h.renewals > 10));
   });
 });

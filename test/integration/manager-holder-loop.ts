@@ -20,6 +20,13 @@ export class HolderLoop {
   lastRenewalSentAt = 0;
   renewals = 0;
   lost = false;
+  /**
+   * Spans from one successful write's send to the next one's return that were at least
+   * the lease duration: the commits in it may be D apart, so the manager may rightly
+   * have judged the lease stale there (a loaded machine stalls a test-played holder, not
+   * only a real one).
+   */
+  readonly lapses: { from: number; to: number }[] = [];
   private lease: LeaseRecord | undefined;
   private readonly store: KubeLeaseStore;
 
@@ -34,6 +41,14 @@ export class HolderLoop {
     private readonly durationSeconds = 3,
   ) {
     this.store = new KubeLeaseStore(kc);
+  }
+
+  /** It has gone the lease duration without a renewal, in the past or up to `now`. */
+  hasLapsed(now = Date.now()): boolean {
+    return (
+      this.lapses.length > 0 ||
+      (this.renewals > 0 && now - this.lastRenewalSentAt >= this.durationSeconds * 1000)
+    );
   }
 
   start(): this {
@@ -51,8 +66,11 @@ export class HolderLoop {
       const sentAt = Date.now();
       try {
         await this.tick();
+        const returnedAt = Date.now();
+        if (this.renewals > 0 && returnedAt - this.lastRenewalSentAt >= this.durationSeconds * 1000)
+          this.lapses.push({ from: this.lastRenewalSentAt, to: returnedAt });
         this.lastRenewalSentAt = sentAt;
-        this.lastRenewalAt = Date.now();
+        this.lastRenewalAt = returnedAt;
         this.renewals += 1;
       } catch {
         this.lease = undefined; // re-read next time

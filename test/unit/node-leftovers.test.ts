@@ -11,7 +11,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { test } from 'node:test';
@@ -160,6 +160,15 @@ test('the host probe finds a real stray cgroup directory and a real stray proces
   assert.deepEqual(findLeftovers(identity, hostSnapshot(identity)), []);
 });
 
+function isZombie(pid: number): boolean {
+  try {
+    // state is the field after the parenthesised command name
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.startsWith('Z') ?? false;
+  } catch {
+    return true; // gone
+  }
+}
+
 /** `unshare` with a child (PID 1 of new pid, net and mnt namespaces) sleeping in them. */
 async function namespacedSleeper() {
   const parent = spawn(
@@ -185,6 +194,10 @@ async function namespacedSleeper() {
       }
     }
     await exited;
+    // unshare (killed too) may exit before its child has finished dying: a process in
+    // do_exit still shows its namespaces in /proc.
+    for (let i = 0; i < 250 && existsSync(`/proc/${child}`) && !isZombie(child as number); i++)
+      await sleep(20);
   };
   return { parent: parent.pid, child, kill };
 }
