@@ -16,6 +16,8 @@ export const LABEL_SHARE_MANAGER = `${GROUP}/share-manager`;
 export const ANNOTATION_HOLDER_NODE = `${GROUP}/holder-node`;
 export const ANNOTATION_DELINQUENT = `${GROUP}/delinquent`;
 export const ANNOTATION_FAILOVER_BY = `${GROUP}/failover-by`;
+/** `<manager pod>@<node>`: the node of the manager named in failover-by, as that manager wrote it. */
+export const ANNOTATION_FAILOVER_BY_NODE = `${GROUP}/failover-by-node`;
 
 export interface LeaseRecord {
   namespace: string;
@@ -30,6 +32,11 @@ export interface LeaseRecord {
   delinquentSince: string | undefined;
   /** Identity of the manager that won the right to run the current failover. */
   failoverBy: string | undefined;
+  /**
+   * The node that manager runs on; undefined when not written, or written for another
+   * manager than failoverBy (an older manager's mark leaves an earlier value behind).
+   */
+  failoverByNode: string | undefined;
   resourceVersion: string;
   /** The object as read, so that a write keeps every field this code does not own. */
   wire: V1Lease;
@@ -52,6 +59,7 @@ export function fromWire(wire: V1Lease): LeaseRecord {
     transitions: wire.spec?.leaseTransitions ?? 0,
     delinquentSince: annotations[ANNOTATION_DELINQUENT] || undefined,
     failoverBy: annotations[ANNOTATION_FAILOVER_BY] || undefined,
+    failoverByNode: ownerNode(annotations[ANNOTATION_FAILOVER_BY_NODE], annotations[ANNOTATION_FAILOVER_BY]),
     resourceVersion: wire.metadata?.resourceVersion ?? '',
     wire,
   };
@@ -63,6 +71,11 @@ export function toWire(record: LeaseRecord): V1Lease {
   setOrDelete(annotations, ANNOTATION_HOLDER_NODE, record.holderNode);
   setOrDelete(annotations, ANNOTATION_DELINQUENT, record.delinquentSince);
   setOrDelete(annotations, ANNOTATION_FAILOVER_BY, record.failoverBy);
+  setOrDelete(
+    annotations,
+    ANNOTATION_FAILOVER_BY_NODE,
+    record.failoverBy && record.failoverByNode ? `${record.failoverBy}@${record.failoverByNode}` : undefined,
+  );
   return {
     ...record.wire,
     apiVersion: 'coordination.k8s.io/v1',
@@ -89,6 +102,13 @@ export function toWire(record: LeaseRecord): V1Lease {
   };
 }
 
+/** The node part of `<manager pod>@<node>` when the pod part is `failoverBy`. */
+function ownerNode(value: string | undefined, failoverBy: string | undefined): string | undefined {
+  const at = value?.lastIndexOf('@') ?? -1;
+  if (!value || !failoverBy || at <= 0 || value.slice(0, at) !== failoverBy) return undefined;
+  return value.slice(at + 1) || undefined;
+}
+
 /** A blank record for a Lease that does not exist yet. */
 export function newLeaseRecord(
   namespace: string,
@@ -107,6 +127,7 @@ export function newLeaseRecord(
     transitions: 0,
     delinquentSince: undefined,
     failoverBy: undefined,
+    failoverByNode: undefined,
     resourceVersion: '',
     wire: { metadata: { namespace, name, labels } },
   };

@@ -19,6 +19,8 @@
  *  - leasehold.dev/failover-by, while delinquent, missing or not a pod name: nobody runs
  *    that failover; undefined in the record, and a manager takes it over at once by CAS.
  *    Not a pod name while not delinquent: dropped (it is only read while delinquent).
+ *  - leasehold.dev/failover-by-node not `<that manager>@<node name>`: the owner's node is
+ *    unknown (undefined), so only the takeover timeout can end a stalled failover.
  *  - spec.renewTime / acquireTime not a time: undefined in the record (staleness never
  *    reads them; a change of the raw value still counts as a renewal).
  *  - spec.leaseTransitions not a non-negative integer: 0 in the record (a change of the
@@ -31,6 +33,7 @@ import { formatDuration, isObjectName } from '../../lib/env-config.ts';
 import {
   ANNOTATION_DELINQUENT,
   ANNOTATION_FAILOVER_BY,
+  ANNOTATION_FAILOVER_BY_NODE,
   ANNOTATION_HOLDER_NODE,
   type LeaseRecord,
 } from '../../lib/lease-record.ts';
@@ -158,6 +161,17 @@ export function inspectLease(lease: LeaseRecord, floorMs: number): { lease: Leas
     failoverBy = undefined;
   }
 
+  // Where that manager runs (owner-lost.ts): only a node name counts; only with failoverBy.
+  let failoverByNode = failoverBy !== undefined ? lease.failoverByNode : undefined;
+  if (failoverByNode !== undefined && !isObjectName(failoverByNode)) {
+    odd.push({
+      field: annotation(ANNOTATION_FAILOVER_BY_NODE),
+      value: shown(annotations[ANNOTATION_FAILOVER_BY_NODE]),
+      instead: "not a node name: the owner's node is unknown (a takeover waits for the timeout)",
+    });
+    failoverByNode = undefined;
+  }
+
   // Times and transitions: informational, but they must not break a write back.
   const acquireTime = validTime(lease.acquireTime);
   if (lease.acquireTime !== undefined && acquireTime === undefined)
@@ -195,6 +209,7 @@ export function inspectLease(lease: LeaseRecord, floorMs: number): { lease: Leas
       transitions,
       delinquentSince,
       failoverBy,
+      failoverByNode,
     },
     odd,
   };

@@ -81,7 +81,12 @@ export class FailoverExecutor {
 
   async markDelinquent(observed: LeaseRecord, wallNow: Date): Promise<CasOutcome> {
     const outcome = await this.leases.update(
-      { ...asRead(observed), delinquentSince: wallNow.toISOString(), failoverBy: this.config.identity },
+      {
+        ...asRead(observed),
+        delinquentSince: wallNow.toISOString(),
+        failoverBy: this.config.identity,
+        failoverByNode: this.config.nodeName,
+      },
       this.config.requestTimeoutMs,
     );
     return outcome.kind === 'written' ? { kind: 'won', lease: outcome.lease } : { kind: 'conflict' };
@@ -89,7 +94,7 @@ export class FailoverExecutor {
 
   async takeOver(observed: LeaseRecord): Promise<CasOutcome> {
     const outcome = await this.leases.update(
-      { ...asRead(observed), failoverBy: this.config.identity },
+      { ...asRead(observed), failoverBy: this.config.identity, failoverByNode: this.config.nodeName },
       this.config.requestTimeoutMs,
     );
     return outcome.kind === 'written' ? { kind: 'won', lease: outcome.lease } : { kind: 'conflict' };

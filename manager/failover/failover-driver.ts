@@ -25,6 +25,10 @@
  *    replacement-lost.ts on entry, on every pod change of the share manager and at the
  *    instant the verdict names; `lost` is the event `replacementLost`. A follower never
  *    counts a replacement on a lost node as live (so it cannot cancel its takeover timer).
+ *  - While following with the takeover timer running (`following`), the owner's node is
+ *    judged by owner-lost.ts on entry, on a change of owner and at the instant the
+ *    verdict names; `lost` is the event `ownerLost` (take over now, by CAS). Not in
+ *    `followingAcquire`: the owner's replacement lives, and waiting for it is no stall.
  *  - A lease's holder node is its `leasehold.dev/holder-node`, else its holder pod's
  *    spec.nodeName when that pod is known, else unknown ('').
  */
@@ -63,6 +67,7 @@ import {
   stepOf,
   transition,
 } from './failover-transitions.ts';
+import { judgeOwner } from './owner-lost.ts';
 import { judgeReplacement, type ReplacementVerdict } from './replacement-lost.ts';
 import { holderReturned, type StorageFencing } from './storage-fencing.ts';
 
@@ -104,6 +109,8 @@ interface Machine {
   recheckTimer: NodeJS.Timeout | undefined;
   /** When the replacement-lost verdict may change without any event (its `recheckAt`). */
   lostCheckTimer: NodeJS.Timeout | undefined;
+  /** When a follower looks again at whether the owner went down with its node. */
+  ownerCheckTimer: NodeJS.Timeout | undefined;
 }
 
 export type { ClusterView };
@@ -240,6 +247,8 @@ export class FailoverDriver {
         const machine = m ?? this.start(key, lease);
         machine.owner = lease.failoverBy;
         this.dispatch(key, 'markedByOther');
+        // A new owner while we already follow (no phase change): judge its node afresh.
+        if (m) this.checkOwner(machine);
         // Nobody runs it (failover-by names no manager): no owner to give time to.
         if (lease.failoverBy === undefined && this.config.fastFailover && !this.config.observeOnly)
           this.dispatch(key, 'takeoverDue');
@@ -389,6 +398,7 @@ export class FailoverDriver {
       retryTimer: undefined,
       recheckTimer: undefined,
       lostCheckTimer: undefined,
+      ownerCheckTimer: undefined,
     };
     this.machines.set(key, m);
     return m;
@@ -420,6 +430,46 @@ export class FailoverDriver {
     // Entering a wait for the replacement's agent: judge it now (its node may be silent already).
     if (t.next !== from && (t.next === 'awaitingAcquire' || t.next === 'followingAcquire'))
       this.checkReplacement(m);
+    // Following (and timing the owner) from now on: its node may be silent already.
+    if (t.next !== from && t.next === 'following' && this.machines.get(key) === m) this.checkOwner(m);
+  }
+
+  /**
+   * While following: did the owner go down with its node (owner-lost.ts)? `lost`
+   * dispatches `ownerLost`; otherwise looks again when the verdict could change.
+   */
+  private checkOwner(m: Machine): void {
+    clearTimeout(m.ownerCheckTimer);
+    if (this.machines.get(m.key) !== m || m.phase !== 'following') return;
+    if (!this.config.fastFailover || this.config.observeOnly) return;
+    const observed = this.monitor?.observation(m.key);
+    const ownerNode =
+      observed?.lease.failoverBy !== undefined && observed.lease.failoverBy === m.owner
+        ? observed.lease.failoverByNode
+        : undefined;
+    const durationMs = observed?.durationMs ?? this.config.defaults.leaseDurationMs;
+    const verdict = judgeOwner({
+      now: this.clock.now(),
+      durationMs,
+      graceMs: this.config.nodeLeaseGraceMs,
+      ownerNode,
+      myNode: this.config.nodeName,
+      heartbeat: ownerNode ? this.view.heartbeat(ownerNode) : undefined,
+    });
+    if (verdict.kind === 'lost') {
+      this.log.warn(
+        { lease: m.key, owner: m.owner, node: verdict.node, silentMs: Math.round(verdict.silentMs) },
+        'failover owner lost with its node: taking over',
+      );
+      this.dispatch(m.key, 'ownerLost');
+      return;
+    }
+    // NB: no node named (or ours): only a lease change (a new owner) can change that.
+    if (!ownerNode || ownerNode === this.config.nodeName) return;
+    // Without a heartbeat seen yet, the fallback catches one first seen later.
+    const at = verdict.recheckAt ?? this.clock.now() + durationMs;
+    // NB: not tied to the epoch; checkOwner itself ends in any other phase.
+    m.ownerCheckTimer = setTimeout(() => this.checkOwner(m), Math.max(0, at - this.clock.now()) + 1);
   }
 
   /** Runs an I/O step; its outcome event reaches the machine only if the phase did not change. */
@@ -574,6 +624,7 @@ export class FailoverDriver {
     clearTimeout(m.retryTimer);
     clearTimeout(m.recheckTimer);
     clearTimeout(m.lostCheckTimer);
+    clearTimeout(m.ownerCheckTimer);
   }
 
   private later(ms: number, run: () => void): void {

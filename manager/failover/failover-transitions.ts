@@ -94,6 +94,12 @@ export const EVENTS = [
   /** A new holder acquired the lease (delinquent cleared). */
   'acquired',
   'takeoverDue',
+  /**
+   * While following: the manager named in failover-by runs on a node whose heartbeat has
+   * been silent for D + P by our observation (owner-lost.ts): take over now, not after
+   * the takeover timeout.
+   */
+  'ownerLost',
   'takeoverWon',
   'takeoverConflict',
   /** An API call of the current step failed (no answer, 5xx, ...). */
@@ -156,6 +162,7 @@ function owning(
     replacementLive: stay,
     acquired: to('idle', 'complete'),
     takeoverDue: stay,
+    ownerLost: stay,
     takeoverWon: stay,
     takeoverConflict: stay,
     stepFailed: to(phase, 'retryStepLater'),
@@ -185,6 +192,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     replacementLive: to('idle'),
     acquired: to('idle'),
     takeoverDue: to('idle'),
+    ownerLost: to('idle'),
     takeoverWon: to('idle'),
     takeoverConflict: to('idle'),
     stepFailed: to('idle'),
@@ -210,6 +218,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     replacementLive: to('checkingStorage'),
     acquired: to('idle'),
     takeoverDue: to('checkingStorage'),
+    ownerLost: to('checkingStorage'),
     takeoverWon: to('checkingStorage'),
     takeoverConflict: to('checkingStorage'),
     // A read failed (not a 404/403: those are answers): read again after the retry
@@ -241,6 +250,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     // A new holder (the kubelet reported the old pod ended, the reconciler freed the lease).
     acquired: to('idle', 'reportWaitOver'),
     takeoverDue: to('awaitingNodeDown'),
+    ownerLost: to('awaitingNodeDown'),
     takeoverWon: to('awaitingNodeDown'),
     takeoverConflict: to('awaitingNodeDown'),
     stepFailed: to('awaitingNodeDown'),
@@ -265,6 +275,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     replacementLive: to('marking'),
     acquired: to('idle'),
     takeoverDue: to('marking'),
+    ownerLost: to('marking'),
     takeoverWon: to('marking'),
     takeoverConflict: to('marking'),
     // No answer: we do not know whether the mark landed. Judge again later; the watch
@@ -302,6 +313,8 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     replacementLive: to('followingAcquire', 'cancelTakeoverTimer'),
     acquired: to('idle', 'cancelTakeoverTimer'),
     takeoverDue: to('takingOver', 'writeTakeover'),
+    // The owner went down with its node: nobody runs the failover; taking over is a CAS.
+    ownerLost: to('takingOver', 'cancelTakeoverTimer', 'writeTakeover'),
     takeoverWon: to('following'),
     takeoverConflict: to('following'),
     stepFailed: to('following'),
@@ -332,6 +345,9 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     acquired: to('idle'),
     // NB: the timer was cancelled on entry; a late one changes nothing.
     takeoverDue: to('followingAcquire'),
+    // The owner's replacement lives: waiting for its agent is still no stall, whoever
+    // made it (a replacement lost with the owner's node sends us to `following` first).
+    ownerLost: to('followingAcquire'),
     takeoverWon: to('followingAcquire'),
     takeoverConflict: to('followingAcquire'),
     stepFailed: to('followingAcquire'),
@@ -356,6 +372,7 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     replacementLive: to('takingOver'),
     acquired: to('idle'),
     takeoverDue: to('takingOver'),
+    ownerLost: to('takingOver'),
     takeoverWon: to('deletingPod', 'announceTakeover', 'deletePod'),
     takeoverConflict: to('following', 'reobserve', 'startTakeoverTimer'),
     stepFailed: to('following', 'startTakeoverTimer'),

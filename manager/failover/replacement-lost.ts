@@ -71,14 +71,43 @@ export interface ReplacementInput {
   heartbeat: HeartbeatSeen | undefined;
 }
 
-export type ReplacementVerdict =
-  | { kind: 'lost'; node: string; silentMs: number; thresholdMs: number }
-  /** Not lost now; `recheckAt` (monotonic) is when it could first be, undefined = on the next change only. */
-  | { kind: 'waiting'; reason: string; recheckAt: number | undefined };
+/** `waiting`: not lost now; `recheckAt` (monotonic) is when it could first be, undefined = on the next change only. */
+export type ReplacementVerdict = NodeSilence;
 
 /** The silence after which a node counts as lost: D + P, capped at max(D, grace). */
 export function lostNodeThreshold(durationMs: number, graceMs: number, periodMs: number | undefined): number {
   return Math.min(durationMs + (periodMs ?? graceMs), Math.max(durationMs, graceMs));
+}
+
+export type NodeSilence =
+  | { kind: 'lost'; node: string; silentMs: number; thresholdMs: number }
+  | { kind: 'waiting'; reason: string; recheckAt: number | undefined };
+
+/**
+ * Whether `node` counts as lost by our observation of its heartbeat: silent for D + P
+ * (lostNodeThreshold). Never lost without a heartbeat seen. Shared with owner-lost.ts.
+ */
+export function judgeNodeSilence(
+  now: number,
+  durationMs: number,
+  graceMs: number,
+  node: string,
+  hb: HeartbeatSeen | undefined,
+): NodeSilence {
+  if (!hb)
+    return {
+      kind: 'waiting',
+      reason: `no heartbeat of node ${node} seen: no evidence it is lost`,
+      recheckAt: undefined,
+    };
+  const thresholdMs = lostNodeThreshold(durationMs, graceMs, hb.periodMs);
+  const silentMs = now - hb.observedAt;
+  if (silentMs >= thresholdMs) return { kind: 'lost', node, silentMs, thresholdMs };
+  return {
+    kind: 'waiting',
+    reason: `node ${node} heartbeat seen ${Math.round(silentMs)} ms ago (lost after ${Math.round(thresholdMs)} ms)`,
+    recheckAt: hb.observedAt + thresholdMs,
+  };
 }
 
 export function judgeReplacement(input: ReplacementInput): ReplacementVerdict {
@@ -86,19 +115,5 @@ export function judgeReplacement(input: ReplacementInput): ReplacementVerdict {
     return { kind: 'waiting', reason: 'the lease was acquired since the mark', recheckAt: undefined };
   if (input.node === '')
     return { kind: 'waiting', reason: 'the replacement is not scheduled yet', recheckAt: undefined };
-  const hb = input.heartbeat;
-  if (!hb)
-    return {
-      kind: 'waiting',
-      reason: `no heartbeat of node ${input.node} seen: no evidence it is lost`,
-      recheckAt: undefined,
-    };
-  const thresholdMs = lostNodeThreshold(input.durationMs, input.graceMs, hb.periodMs);
-  const silentMs = input.now - hb.observedAt;
-  if (silentMs >= thresholdMs) return { kind: 'lost', node: input.node, silentMs, thresholdMs };
-  return {
-    kind: 'waiting',
-    reason: `node ${input.node} heartbeat seen ${Math.round(silentMs)} ms ago (lost after ${Math.round(thresholdMs)} ms)`,
-    recheckAt: hb.observedAt + thresholdMs,
-  };
+  return judgeNodeSilence(input.now, input.durationMs, input.graceMs, input.node, input.heartbeat);
 }

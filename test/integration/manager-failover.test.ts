@@ -272,6 +272,88 @@ describe('manager failover on a stale lease', () => {
     }
   });
 
+  it('the owner goes down with the node of its replacement: the survivor takes over once that node is silent for D + P, not after the takeover timeout', async (t) => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'ownerlost');
+    // Each manager on a node of its own, whose heartbeat the test renews as a kubelet would.
+    const beats = new Map(
+      ['node-2', 'node-3'].map((n) => [
+        n,
+        new HolderLoop(kc, 'kube-node-lease', n, n, n, 1000, 0, 40).start(),
+      ]),
+    );
+    holders.push(...beats.values());
+    const env = { LEASEHOLD_FAILOVER_TAKEOVER_TIMEOUT: '60s', LEASEHOLD_WATCH_NAMESPACE: 'ownerlost' };
+    const managers = [
+      startManager(cluster(), 'o2', { ...env, LEASEHOLD_NODE_NAME: 'node-2' }),
+      startManager(cluster(), 'o3', { ...env, LEASEHOLD_NODE_NAME: 'node-3' }),
+    ];
+    const nodeOf = (m: { name: string }) => (m.name === 'o2' ? 'node-2' : 'node-3');
+    try {
+      await sleep(2_500); // two heartbeats seen by both managers: the period is known
+      const { pod, holder } = await runningShare('ownerlost', 'vol-o', 'node-1');
+      await holder.stop();
+      const marked = await eventually(
+        'the delinquent mark',
+        async () => {
+          const l = await readLease(kc, 'ownerlost', 'vol-o');
+          return l.delinquentSince ? l : undefined;
+        },
+        15_000,
+        5,
+      );
+      const owner = managers.find((m) => m.name === marked.failoverBy);
+      const survivor = managers.find((m) => m.name !== marked.failoverBy);
+      assert.ok(owner && survivor);
+      assert.equal(marked.failoverByNode, nodeOf(owner), 'the mark names the owner and its node');
+      // The replacement lands on the owner's node, and that node dies: its manager and heartbeat stop.
+      const first = await waitForReplacement(kc, 'ownerlost', 'vol-o', pod.metadata?.name ?? '');
+      await runPodOn(kc, first, nodeOf(owner));
+      await owner.kill('SIGKILL');
+      const beat = beats.get(nodeOf(owner));
+      await beat?.stop();
+      const downAt = performance.now();
+
+      await eventually(
+        'the takeover',
+        async () =>
+          (await readLease(kc, 'ownerlost', 'vol-o')).failoverBy === survivor.name ? true : undefined,
+        40_000,
+        50,
+      );
+      const waited = performance.now() - downAt;
+      const sinceBeat = Date.now() - (beat?.lastRenewalSentAt ?? 0);
+      // Lost after D + P (4 s) of silence by the survivor's clock, so never within D of the
+      // last heartbeat sent; the 60 s timeout cannot have done it.
+      assert.ok(sinceBeat >= D_MS, `taken over ${sinceBeat} ms after the last heartbeat was sent`);
+      assert.ok(waited < 30_000, `taken over ${waited.toFixed(0)} ms after the node went down`);
+      const said = (await survivor.lines()).find(
+        (l) => l.msg === 'failover owner lost with its node: taking over',
+      );
+      assert.equal(said?.node, nodeOf(owner), JSON.stringify(said));
+      assert.equal((await readLease(kc, 'ownerlost', 'vol-o')).failoverByNode, nodeOf(survivor));
+      // The survivor runs it on: the lost replacement goes, another is made (not on the dead node).
+      const second = await eventually(
+        'a second replacement',
+        async () =>
+          (await podsOf(kc, 'ownerlost', 'vol-o')).find(
+            (p) =>
+              !p.metadata?.deletionTimestamp &&
+              p.metadata?.name !== pod.metadata?.name &&
+              p.metadata?.name !== first.metadata?.name,
+          ),
+        20_000,
+      );
+      t.diagnostic(
+        `taken over ${(waited / 1000).toFixed(1)} s after the owner's node went down; replacement ${second.metadata?.name}`,
+      );
+      const events = await eventsFor(kc, 'ownerlost', 'vol-o');
+      assert.equal(events.filter((e) => e.reason === 'FailoverTakenOver').length, 1);
+    } finally {
+      for (const m of managers) await m.kill();
+    }
+  });
+
   it('20 share managers on one node, one lease stale: only it moves; a manager restart touches nothing', async () => {
     const kc = cluster().kubeConfig;
     await createNamespace(kc, 'twenty');

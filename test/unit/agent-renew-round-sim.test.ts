@@ -17,29 +17,11 @@ import {
   type RoundAnswer,
   type RoundSettings,
   type RoundState,
-  recordAnswer,
   recordSend,
   renewTimeFor,
   startRound,
 } from '../../agent/renew-round.ts';
-import { type LeaseRecord, newLeaseRecord } from '../../lib/lease-record.ts';
-
-const ME = { podName: 'sm-vol-1-abcde', nodeName: 'node-a' };
-const SETTINGS: RoundSettings = { hedgeDelayMs: 500, retryPeriodMs: 500, requestTimeoutMs: 2_000 };
-const OFF: RoundSettings = { hedgeDelayMs: 0, retryPeriodMs: 500, requestTimeoutMs: 1_000 };
-const WALL0 = Date.UTC(2026, 0, 1);
-
-function base(): LeaseRecord {
-  return {
-    ...newLeaseRecord('ns', 'vol-1', 6),
-    holder: ME.podName,
-    holderNode: ME.nodeName,
-    resourceVersion: '100',
-    renewTime: new Date(WALL0 - 2_000),
-  };
-}
-
-const answer = (state: RoundState, id: number, a: RoundAnswer) => recordAnswer(state, id, a, ME);
+import { answer, base, OFF, SETTINGS, WALL0 } from '../support/renew-round-fixtures.ts';
 
 describe('renewal round: simulated CAS server', () => {
   /** mulberry32: a small seeded PRNG, so a failing schedule can be replayed by its seed. */

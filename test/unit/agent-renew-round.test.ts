@@ -11,35 +11,17 @@ import {
   judgeRead,
   nextRoundAction,
   type RoundAction,
-  type RoundAnswer,
-  type RoundSettings,
   type RoundState,
-  recordAnswer,
   recordSend,
   renewTimeFor,
   startRound,
 } from '../../agent/renew-round.ts';
-import { fromWire, type LeaseRecord, newLeaseRecord, toWire } from '../../lib/lease-record.ts';
+import { fromWire, type LeaseRecord, toWire } from '../../lib/lease-record.ts';
+import { answer, base, ME, OFF, SETTINGS, WALL0 } from '../support/renew-round-fixtures.ts';
 
-const ME = { podName: 'sm-vol-1-abcde', nodeName: 'node-a' };
-const SETTINGS: RoundSettings = { hedgeDelayMs: 500, retryPeriodMs: 500, requestTimeoutMs: 2_000 };
-const OFF: RoundSettings = { hedgeDelayMs: 0, retryPeriodMs: 500, requestTimeoutMs: 1_000 };
-const WALL0 = Date.UTC(2026, 0, 1);
-// Defaults: D 6 s, T 4 s, fence timeout 1.5 s. The round starts at R = 2 s after the last proof.
 const D = 6_000;
 const T = 4_000;
 const FENCE_TIMEOUT = 1_500;
-
-function base(fields: Partial<LeaseRecord> = {}): LeaseRecord {
-  return {
-    ...newLeaseRecord('ns', 'vol-1', 6),
-    holder: ME.podName,
-    holderNode: ME.nodeName,
-    resourceVersion: '100',
-    renewTime: new Date(WALL0 - 2_000),
-    ...fields,
-  };
-}
 
 /** Sends what the action says at `nowMs` (wall = WALL0 + now); returns the state and the id. */
 function send(
@@ -55,7 +37,6 @@ function send(
   return { ...sent, action };
 }
 
-const answer = (state: RoundState, id: number, a: RoundAnswer) => recordAnswer(state, id, a, ME);
 /** What the server holds after write `id` of `state` committed. */
 const committed = (state: RoundState, id: number, rv = '101'): LeaseRecord => ({
   ...state.base,

@@ -157,6 +157,22 @@ const HOSTILE: [string, V1Lease, string, (l: ReturnType<typeof inspectLease>['le
     (l) => assert.equal(l.failoverBy, undefined),
   ],
   [
+    'failover-by-node not a node name',
+    wire(
+      {},
+      {
+        'leasehold.dev/delinquent': '2026-01-01T00:00:00.000Z',
+        'leasehold.dev/failover-by': 'mgr-1',
+        'leasehold.dev/failover-by-node': 'mgr-1@Not A Node',
+      },
+    ),
+    'metadata.annotations[leasehold.dev/failover-by-node]',
+    (l) => {
+      assert.equal(l.failoverBy, 'mgr-1');
+      assert.equal(l.failoverByNode, undefined);
+    },
+  ],
+  [
     'renewTime garbage',
     wire({ renewTime: 'yesterday' }),
     'spec.renewTime',
@@ -304,4 +320,33 @@ test('effective duration: the floor unless the Lease names a longer valid one; t
   assert.equal(timerDelayMs(-5), 0);
   assert.equal(timerDelayMs(Number.NaN), MAX_TIMER_MS);
   assert.equal(timerDelayMs(1234), 1234);
+});
+
+test('failover-by-node counts only when written for the manager failover-by names, and round-trips', () => {
+  const marked = {
+    'leasehold.dev/delinquent': '2026-01-01T00:00:00.000Z',
+    'leasehold.dev/failover-by': 'mgr-1',
+  };
+  const own = fromWire(wire({}, { ...marked, 'leasehold.dev/failover-by-node': 'mgr-1@node-b' }));
+  assert.equal(own.failoverByNode, 'node-b');
+  assert.deepEqual(inspectLease(own, 6000).odd, []);
+  // An earlier owner's value, left by a manager that does not write it: not this owner's node.
+  assert.equal(
+    fromWire(wire({}, { ...marked, 'leasehold.dev/failover-by-node': 'mgr-0@node-a' })).failoverByNode,
+    undefined,
+  );
+  assert.equal(
+    fromWire(wire({}, { ...marked, 'leasehold.dev/failover-by-node': 'node-a' })).failoverByNode,
+    undefined,
+  );
+  assert.equal(
+    fromWire(wire({}, { 'leasehold.dev/failover-by-node': 'mgr-1@node-b' })).failoverByNode,
+    undefined,
+  );
+  // Written as <manager>@<node>; a takeover's new owner replaces both.
+  const taken = toWire({ ...own, failoverBy: 'mgr-2', failoverByNode: 'node-c' });
+  assert.equal(taken.metadata?.annotations?.['leasehold.dev/failover-by-node'], 'mgr-2@node-c');
+  assert.equal(fromWire(taken).failoverByNode, 'node-c');
+  const cleared = toWire({ ...own, failoverByNode: undefined });
+  assert.equal(cleared.metadata?.annotations?.['leasehold.dev/failover-by-node'], undefined);
 });

@@ -5,6 +5,7 @@ import { ManualClock } from '../../lib/clock.ts';
 import type { Informer } from '../../lib/informer.ts';
 import { NodeObserver } from '../../manager/detection/node-observer.ts';
 import { EVENTS, PHASES, transition } from '../../manager/failover/failover-transitions.ts';
+import { judgeOwner, type OwnerInput } from '../../manager/failover/owner-lost.ts';
 import {
   judgeReplacement,
   lostNodeThreshold,
@@ -119,4 +120,43 @@ test("the node observer's heartbeat period is the longest recent interval betwee
   clock.advance(9_000);
   observer.resetHeartbeats();
   assert.equal(observer.heartbeat('sim-2')?.observedAt, clock.now(), 'the blindness rule');
+});
+
+const owner: OwnerInput = {
+  now: 100_000,
+  durationMs: 6_000,
+  graceMs: 40_000,
+  ownerNode: 'sim-2',
+  myNode: 'sim-3',
+  heartbeat: { observedAt: 92_000, periodMs: 2_000 },
+};
+
+test("the owner is lost once its node's heartbeat was silent for D + P, by the replacement rule's threshold", () => {
+  assert.deepEqual(judgeOwner(owner), { kind: 'lost', node: 'sim-2', silentMs: 8_000, thresholdMs: 8_000 });
+  const v = judgeOwner({ ...owner, heartbeat: { observedAt: 92_001, periodMs: 2_000 } });
+  assert.equal(v.kind, 'waiting');
+  assert.equal(v.kind === 'waiting' && v.recheckAt, 100_001);
+});
+
+test('no owner node named, our own node, or no heartbeat seen: never lost, and no time to look again', () => {
+  for (const input of [
+    { ...owner, ownerNode: undefined },
+    { ...owner, ownerNode: 'sim-3' },
+    { ...owner, heartbeat: undefined },
+  ]) {
+    const v = judgeOwner({ ...input, now: 10_000_000 });
+    assert.equal(v.kind, 'waiting', JSON.stringify(input));
+    assert.equal(v.kind === 'waiting' && v.recheckAt, undefined);
+  }
+});
+
+test('ownerLost takes over only from following (where the takeover timer runs), by CAS', () => {
+  assert.deepEqual(transition('following', 'ownerLost'), {
+    next: 'takingOver',
+    actions: ['cancelTakeoverTimer', 'writeTakeover'],
+  });
+  for (const phase of PHASES) {
+    if (phase === 'following') continue;
+    assert.deepEqual(transition(phase, 'ownerLost'), { next: phase, actions: [] }, phase);
+  }
 });
