@@ -12,6 +12,10 @@
  *    re-lists after the initial backoff (not the grown one: the server answered); the
  *    re-list is diffed against the cache so handlers see added, modified and deleted
  *    exactly as if they had watched throughout.
+ *  - Each watch asks the server to end it after `watchTimeout` (5-10 min by default); a
+ *    clean end is resumed from the last resourceVersion seen (event or bookmark), so the
+ *    server replays every change since: `onDisconnected('ended')` then
+ *    `onConnected('resumed')`, with no re-list.
  *  - A watch that delivers nothing (no event, no bookmark) for `quietTimeoutMs` is
  *    aborted and restarted: a half-open connection cannot pass for a quiet resource.
  *    Bookmarks are requested, so a healthy idle watch still speaks about once a minute.
@@ -59,6 +63,13 @@ export interface InformerOptions<T extends KubernetesObject> {
   quietTimeoutMs?: number;
   /** Deadline of one list request (default 30 s). */
   listDeadlineMs?: number;
+  /**
+   * How long the server keeps one watch open before it ends it (`timeoutSeconds`), drawn
+   * per watch in [minSeconds, maxSeconds) (default 300 .. 600 s, which spreads re-watches).
+   * Whole seconds, minSeconds >= 1. Hazard: a short watch means a re-watch (and a replay)
+   * every few seconds; tests use it to make re-watches frequent.
+   */
+  watchTimeout?: WatchTimeout;
   /** Re-watch backoff (default 200 ms .. 10 s; lib/watch-backoff.ts has the rules). */
   backoff?: WatchBackoffPolicy;
   /** Test seam for jitter; defaults to Math.random. */
@@ -66,6 +77,25 @@ export interface InformerOptions<T extends KubernetesObject> {
   onEvent: (type: InformerEventType, object: T, previous: T | undefined) => void;
   onConnected?: (kind: ConnectKind) => void;
   onDisconnected?: (reason: RestartReason, error?: unknown) => void;
+}
+
+export interface WatchTimeout {
+  minSeconds: number;
+  maxSeconds: number;
+}
+
+export const DEFAULT_WATCH_TIMEOUT: WatchTimeout = { minSeconds: 300, maxSeconds: 600 };
+
+/** Validates a watch timeout; returns problems naming the field, the value and the rule. */
+export function watchTimeoutProblems(timeout: WatchTimeout): string[] {
+  const problems: string[] = [];
+  if (!(Number.isInteger(timeout.minSeconds) && timeout.minSeconds >= 1))
+    problems.push(`watchTimeout.minSeconds: ${timeout.minSeconds} must be a whole number of seconds >= 1`);
+  if (!(Number.isInteger(timeout.maxSeconds) && timeout.maxSeconds > timeout.minSeconds))
+    problems.push(
+      `watchTimeout.maxSeconds: ${timeout.maxSeconds} must be a whole number of seconds > watchTimeout.minSeconds (${timeout.minSeconds})`,
+    );
+  return problems;
 }
 
 type WatchEnd = { reason: RestartReason; error?: unknown; delivered: boolean };
@@ -82,7 +112,10 @@ export class Informer<T extends KubernetesObject> {
   private restartCount = 0;
 
   constructor(private readonly opts: InformerOptions<T>) {
-    const problems = watchBackoffProblems(opts.backoff ?? DEFAULT_WATCH_BACKOFF);
+    const problems = [
+      ...watchBackoffProblems(opts.backoff ?? DEFAULT_WATCH_BACKOFF),
+      ...watchTimeoutProblems(opts.watchTimeout ?? DEFAULT_WATCH_TIMEOUT),
+    ];
     if (problems.length > 0)
       throw new LeaseholdError('E_INFORMER_OPTIONS', `informer of ${opts.resource}: ${problems.join('; ')}`);
   }
@@ -223,8 +256,10 @@ export class Informer<T extends KubernetesObject> {
     try {
       arm();
       const signal = AbortSignal.any([this.abort.signal, controller.signal]);
-      // NB: the server ends each watch after timeoutSeconds; a random 5-10 min spreads re-watches.
-      const timeoutSeconds = String(300 + Math.floor(Math.random() * 300));
+      // NB: the server ends each watch after timeoutSeconds (its --min-request-timeout only
+      // applies when a client sends none); a random 5-10 min spreads re-watches.
+      const { minSeconds, maxSeconds } = this.opts.watchTimeout ?? DEFAULT_WATCH_TIMEOUT;
+      const timeoutSeconds = String(minSeconds + Math.floor(Math.random() * (maxSeconds - minSeconds)));
       const url = this.url({
         watch: 'true',
         resourceVersion: this.resourceVersion,

@@ -123,8 +123,8 @@ const leases = informer<k8s.V1Lease>({
     controller?.enqueueFor(lease, false);
     outOfService?.shareLeaseSeen(lease);
   },
-  onConnected: () => monitor?.watchConnected(),
-  onDisconnected: () => monitor?.watchDisconnected(),
+  onConnected: (kind) => monitor?.watchConnected(kind),
+  onDisconnected: (reason) => monitor?.watchDisconnected(reason),
 });
 const pods = informer<V1Pod>({
   resource: 'pods',

@@ -7,8 +7,10 @@
  *  - Each held, non-delinquent lease has at most one timer, set for its deadline
  *    (effective observedAt + D); a renewal re-arms it.
  *  - While the Lease watch is unhealthy no timer runs. When it becomes healthy again
- *    (resumed or re-listed) every observedAt is reset to now, so no verdict comes before
- *    D of healthy watch.
+ *    every observedAt is reset to now, so no verdict comes before D of healthy watch;
+ *    except after a routine re-watch (one clean end, resumed from the same
+ *    resourceVersion within the gap bound: watch-continuity.ts), where the server
+ *    replays what was missed and the observations are kept.
  *  - `onStale` is called when a timer finds the lease stale; it is called again only
  *    after `rejudge` (the caller decides when to ask again).
  *  - Every lease is read strictly first (lease-fields.ts): the hooks and the verdicts see
@@ -20,19 +22,24 @@
  *    once (a Lease with a huge duration costs one wake-up per ~24.8 days, not a spin).
  */
 import type { Clock } from '../../lib/clock.ts';
+import { LeaseholdError } from '../../lib/errors.ts';
+import type { ConnectKind, RestartReason } from '../../lib/informer.ts';
 import type { k8s } from '../../lib/kube-client.ts';
 import { fromWire, type LeaseRecord, leaseKey } from '../../lib/lease-record.ts';
 import type { Logger } from '../../lib/logger.ts';
 import { timerDelayMs } from './lease-duration.ts';
 import { inspectLease, OddFieldMemory } from './lease-fields.ts';
+import { judge, type Observation, observe, refloor, resetObservation } from './staleness.ts';
 import {
-  judge,
-  type Observation,
-  observe,
-  refloor,
-  resetObservation,
-  type WatchHealth,
-} from './staleness.ts';
+  DEFAULT_WATCH_CONTINUITY,
+  decideWatch,
+  INITIAL_WATCH_STATE,
+  type WatchContinuityPolicy,
+  type WatchReport,
+  type WatchState,
+  watchContinuityProblems,
+  watchHealth,
+} from './watch-continuity.ts';
 
 export interface StaleVerdict {
   key: string;
@@ -57,7 +64,7 @@ export type DurationFloor = (key: string, lease: LeaseRecord) => number;
 export class LeaseMonitor {
   private readonly observations = new Map<string, Observation>();
   private readonly timers = new Map<string, NodeJS.Timeout>();
-  private watch: WatchHealth = { healthy: false, healthySince: 0 };
+  private watch: WatchState = INITIAL_WATCH_STATE;
   private readonly oddities = new OddFieldMemory();
 
   constructor(
@@ -65,14 +72,19 @@ export class LeaseMonitor {
     private readonly durationFloor: DurationFloor,
     private readonly hooks: LeaseMonitorHooks,
     private readonly log: Logger,
-  ) {}
+    private readonly continuity: WatchContinuityPolicy = DEFAULT_WATCH_CONTINUITY,
+  ) {
+    const problems = watchContinuityProblems(continuity);
+    if (problems.length > 0)
+      throw new LeaseholdError('E_MONITOR_OPTIONS', `lease monitor: ${problems.join('; ')}`);
+  }
 
   get tracked(): number {
     return this.observations.size;
   }
 
   get watchHealthy(): boolean {
-    return this.watch.healthy;
+    return this.watch.kind === 'healthy';
   }
 
   observation(key: string): Observation | undefined {
@@ -128,17 +140,27 @@ export class LeaseMonitor {
     return [...this.observations.values()].map((o) => o.lease);
   }
 
-  watchConnected(): void {
-    const now = this.clock.now();
-    this.watch = { healthy: true, healthySince: now };
-    for (const [key, observation] of this.observations)
-      this.observations.set(key, resetObservation(observation, now));
+  /** The Lease watch opened (`kind` as the informer reports it). */
+  watchConnected(kind: ConnectKind): void {
+    const observations = this.watchReport({ type: 'connected', kind });
+    if (observations === 'reset') {
+      const now = this.clock.now();
+      for (const [key, observation] of this.observations)
+        this.observations.set(key, resetObservation(observation, now));
+    }
     for (const key of this.observations.keys()) this.arm(key);
   }
 
-  watchDisconnected(): void {
-    this.watch = { healthy: false, healthySince: 0 };
+  /** The Lease watch broke (`reason` as the informer reports it): no verdicts until it opens. */
+  watchDisconnected(reason: RestartReason): void {
+    this.watchReport({ type: 'disconnected', reason });
     for (const key of [...this.timers.keys()]) this.clear(key);
+  }
+
+  private watchReport(report: WatchReport): 'keep' | 'reset' {
+    const { state, observations } = decideWatch(this.watch, report, this.clock.now(), this.continuity);
+    this.watch = state;
+    return observations;
   }
 
   /** Judges `key` again now (after a paused or failed attempt). */
@@ -161,7 +183,7 @@ export class LeaseMonitor {
     const observation = this.observations.get(key);
     if (!observation) return;
     const now = this.clock.now();
-    const verdict = judge(observation, this.watch, now);
+    const verdict = judge(observation, watchHealth(this.watch), now);
     if (verdict.kind === 'fresh') {
       // +1 ms: "stale" is strictly after the deadline. NB: clamped; fire() re-arms.
       const timer = setTimeout(() => this.fire(key), timerDelayMs(verdict.deadline - now + 1));
@@ -177,7 +199,7 @@ export class LeaseMonitor {
     const observation = this.observations.get(key);
     if (!observation) return;
     const now = this.clock.now();
-    const verdict = judge(observation, this.watch, now);
+    const verdict = judge(observation, watchHealth(this.watch), now);
     if (verdict.kind === 'stale') {
       this.hooks.onStale({
         key,

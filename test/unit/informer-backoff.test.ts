@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
-import { Informer } from '../../lib/informer.ts';
+import { DEFAULT_WATCH_TIMEOUT, Informer, watchTimeoutProblems } from '../../lib/informer.ts';
 import {
   DEFAULT_WATCH_BACKOFF,
   initialWatchBackoff,
@@ -115,6 +115,30 @@ describe('watch backoff', () => {
           onEvent: () => {},
         }),
       /informer of leases: backoff\.maxMs: 100 must be >= backoff\.initialMs \(500\)/,
+    );
+  });
+
+  it('rejects a bad watch timeout, naming the field and the rule', () => {
+    assert.deepEqual(watchTimeoutProblems(DEFAULT_WATCH_TIMEOUT), []);
+    assert.deepEqual(watchTimeoutProblems({ minSeconds: 2, maxSeconds: 3 }), []);
+    assert.match(
+      watchTimeoutProblems({ minSeconds: 0, maxSeconds: 3 }).join(),
+      /watchTimeout\.minSeconds: 0 must be a whole number of seconds >= 1/,
+    );
+    assert.match(
+      watchTimeoutProblems({ minSeconds: 5, maxSeconds: 5 }).join(),
+      /watchTimeout\.maxSeconds: 5 must be a whole number of seconds > watchTimeout\.minSeconds \(5\)/,
+    );
+    assert.throws(
+      () =>
+        new Informer({
+          resource: 'leases',
+          kubeConfig: new KubeConfig(),
+          path: '/apis/coordination.k8s.io/v1/leases',
+          watchTimeout: { minSeconds: 1.5, maxSeconds: 3 },
+          onEvent: () => {},
+        }),
+      /informer of leases: watchTimeout\.minSeconds: 1\.5 must be/,
     );
   });
 });

@@ -54,7 +54,7 @@ function monitor(floor: (key: string) => number = () => 6000) {
 
 test('the per-lease timer fires just after D with no renewal, and renewals push it back', () => {
   const { m, stale } = monitor();
-  m.watchConnected();
+  m.watchConnected('relisted');
   m.leaseSeen(wire('a', 1, '2026-01-01T00:00:00.000000Z'));
   advance(5000);
   m.leaseSeen(wire('a', 2, '2026-01-01T00:00:05.000000Z'));
@@ -68,22 +68,63 @@ test('the per-lease timer fires just after D with no renewal, and renewals push 
 
 test('blind while the watch is broken; after it reopens, D of healthy watch is needed', () => {
   const { m, stale } = monitor();
-  m.watchConnected();
+  m.watchConnected('relisted');
   m.leaseSeen(wire('a', 1, 't1'));
   advance(3000);
-  m.watchDisconnected();
+  m.watchDisconnected('error');
   advance(60_000);
   assert.equal(stale.length, 0, 'no verdict while blind');
-  m.watchConnected();
+  m.watchConnected('relisted');
   advance(5999);
   assert.equal(stale.length, 0, 'observedAt was reset at reconnect');
   advance(2);
   assert.equal(stale.length, 1);
 });
 
+test('a routine re-watch (clean end, resumed at once) keeps the deadline; an error break resets it', () => {
+  const { m, stale } = monitor();
+  m.watchConnected('relisted');
+  m.leaseSeen(wire('a', 1, 't1'));
+  m.leaseSeen(wire('b', 1, 't1'));
+  advance(2000);
+  m.watchDisconnected('ended');
+  advance(150);
+  m.watchConnected('resumed');
+  advance(3851);
+  assert.deepEqual(
+    stale.map((s) => s.key),
+    ['ns/a', 'ns/b'],
+    'D after the last renewal, not after the re-watch',
+  );
+  assert.equal(stale[0]?.effectiveObservedAt, 0);
+
+  const again = monitor();
+  const t0 = clock.now();
+  again.m.watchConnected('relisted');
+  again.m.leaseSeen(wire('a', 1, 't1'));
+  advance(2000);
+  again.m.watchDisconnected('error');
+  advance(150);
+  again.m.watchConnected('resumed');
+  advance(3851);
+  assert.equal(again.stale.length, 0, 'after an error the watch needs D again');
+  advance(2150);
+  assert.equal(again.stale.length, 1);
+  assert.equal(again.stale[0]?.effectiveObservedAt, t0 + 2150);
+});
+
+test('a bad re-watch gap bound is refused, naming it', () => {
+  const log = {} as Logger;
+  const hooks = { onStale: () => {}, onLeaseChange: () => {}, onLeaseGone: () => {} };
+  assert.throws(
+    () => new LeaseMonitor(clock, () => 6000, hooks, log, { maxGapMs: -1 }),
+    /lease monitor: watch continuity maxGapMs: -1 must be a finite number/,
+  );
+});
+
 test('an older resourceVersion delivered late does not undo a newer observation', () => {
   const { m, stale } = monitor();
-  m.watchConnected();
+  m.watchConnected('relisted');
   m.leaseSeen(wire('a', 5, '2026-01-01T00:00:05.000000Z'));
   advance(4000);
   m.leaseSeen(wire('a', 6, '2026-01-01T00:00:06.000000Z'));
@@ -95,7 +136,7 @@ test('an older resourceVersion delivered late does not undo a newer observation'
 
 test('deleted and free leases have no timer', () => {
   const { m, stale } = monitor();
-  m.watchConnected();
+  m.watchConnected('relisted');
   m.leaseSeen(wire('a', 1, 't1'));
   m.leaseSeen(wire('b', 1, 't1', ''));
   m.leaseDeleted('ns', 'a');
@@ -106,7 +147,7 @@ test('deleted and free leases have no timer', () => {
 
 test('100 leases, one timer each: each fires once, in deadline order', () => {
   const { m, stale } = monitor();
-  m.watchConnected();
+  m.watchConnected('relisted');
   for (let i = 0; i < 100; i++) {
     m.leaseSeen(wire(`l${i}`, 1, 't'));
     advance(10);
@@ -121,13 +162,13 @@ test('100 leases, one timer each: each fires once, in deadline order', () => {
 
 test('a held lease freed before its deadline (holder pod ended) is never judged stale', () => {
   const { m, stale } = monitor();
-  m.watchConnected();
+  m.watchConnected('relisted');
   m.leaseSeen(wire('a', 1, 't1'));
   advance(4000);
   m.leaseSeen(wire('a', 2, 't1', '')); // freed: holder emptied, renewTime kept
   advance(60_000);
-  m.watchDisconnected();
-  m.watchConnected(); // re-list after an outage: still free, still no timer
+  m.watchDisconnected('error');
+  m.watchConnected('relisted'); // re-list after an outage: still free, still no timer
   advance(60_000);
   assert.equal(stale.length, 0);
   m.leaseSeen(wire('a', 3, 't2', 'pod-b')); // the replacement acquires: a deadline again
@@ -141,7 +182,7 @@ function withDuration(lease: V1Lease, seconds: unknown): V1Lease {
 
 test('a Lease edited to a duration shorter than the floor is judged by the floor, and said once', () => {
   const { m, stale, lines } = monitor(() => 6000);
-  m.watchConnected();
+  m.watchConnected('relisted');
   m.leaseSeen(withDuration(wire('a', 1, '2026-01-01T00:00:00.000000Z'), 1));
   m.leaseSeen(withDuration(wire('a', 2, '2026-01-01T00:00:00.000000Z'), 1)); // metadata-only change
   advance(5999);
@@ -158,7 +199,7 @@ test('a Lease edited to a duration shorter than the floor is judged by the floor
 
 test('a huge duration: no timer beyond 2^31-1 ms, a few wake-ups over 60 days, verdict only after it', () => {
   const { m, stale } = monitor(() => 6000);
-  m.watchConnected();
+  m.watchConnected('relisted');
   const seconds = 2 ** 31 - 1;
   m.leaseSeen(withDuration(wire('a', 1, 't1'), seconds));
   const spy = mock.method(globalThis, 'setTimeout');
@@ -181,7 +222,7 @@ test('a huge duration: no timer beyond 2^31-1 ms, a few wake-ups over 60 days, v
 test('hostile durations (0, negative, fractional, NaN, a string, missing, beyond int32) fall back to the floor', () => {
   for (const value of [0, -5, 2.5, Number.NaN, '10', undefined, 2 ** 31, Number.POSITIVE_INFINITY]) {
     const { m, stale, lines } = monitor(() => 4000);
-    m.watchConnected();
+    m.watchConnected('relisted');
     m.leaseSeen(withDuration(wire('a', 1, 't1'), value));
     advance(4001);
     assert.equal(stale.length, 1, `verdict after the floor for ${String(value)}`);
@@ -197,7 +238,7 @@ test('hostile durations (0, negative, fractional, NaN, a string, missing, beyond
 test('the floor rises when the ShareManager is seen after the Lease, and is sticky for the holder', () => {
   let floor = 6000;
   const { m, stale } = monitor(() => floor);
-  m.watchConnected();
+  m.watchConnected('relisted');
   m.leaseSeen(withDuration(wire('a', 1, 't1'), 1));
   advance(3000);
   floor = 20_000; // the ShareManager (lease.duration 20s) arrives
