@@ -354,7 +354,7 @@ describe('manager failover on a stale lease', () => {
     }
   });
 
-  it('20 share managers on one node, one lease stale: only it moves; a manager restart touches nothing', async () => {
+  it('20 share managers on one node, one lease stale: only it moves; a manager restart touches nothing', async (t) => {
     const kc = cluster().kubeConfig;
     await createNamespace(kc, 'twenty');
     const env = { LEASEHOLD_WATCH_NAMESPACE: 'twenty' };
@@ -402,13 +402,22 @@ describe('manager failover on a stale lease', () => {
       await manager.kill('SIGTERM');
       manager = startManager(cluster(), 't2', env);
       await sleep(3 * D_MS);
-      assert.deepEqual(await snapshot(), before, 'no pod touched by the restart');
+      // A holder the loaded machine kept from renewing for D (the test plays it) may rightly
+      // have failed over meanwhile (CI, 2026-12-01, under load): excused, if few, only such a one.
+      const excused = names.filter((n) => n !== victim && shares.get(n)?.holder.hasLapsed());
+      assert.ok(excused.length <= 2, `${excused.length} holders could not renew for D: too loaded`);
+      if (excused.length > 0) t.diagnostic(`lapsed holders excused: ${excused.join(', ')}`);
+      const ofKept = (pods: string[]) => pods.filter((p) => !excused.some((n) => p.startsWith(`${n}-`)));
+      assert.deepEqual(ofKept(await snapshot()), ofKept(before), 'no pod touched by the restart');
       for (const name of names) {
+        if (excused.includes(name)) continue;
         const lease = await readLease(kc, 'twenty', name);
         assert.equal(lease.delinquentSince, undefined, `${name} not marked after the restart`);
         assert.equal((await getShareManager(kc, 'twenty', name)).status?.state, 'Running');
       }
-      const stale = (await manager.lines()).filter((l) => l.msg === 'lease stale by our observation');
+      const stale = (await manager.lines()).filter(
+        (l) => l.msg === 'lease stale by our observation' && !excused.some((n) => l.lease === `twenty/${n}`),
+      );
       assert.deepEqual(stale, [], 'the restarted manager declared nothing stale');
     } finally {
       await manager.kill();

@@ -60,6 +60,10 @@ function probedPod(name: string, liveness: Partial<V1Probe>, podGraceSeconds: nu
             // Room for the target to come up: one miss kills.
             initialDelaySeconds: 3,
             periodSeconds: 1,
+            // A killed target refuses at once, so the timeout never shapes the figures; a
+            // 1 s one failed a probe on a loaded machine (CI, 2026-12-01: killed 508 ms after
+            // the target, its grace begun before), so the kill came before the test's.
+            timeoutSeconds: 3,
             failureThreshold: 1,
             ...liveness,
           },
