@@ -154,7 +154,8 @@ const nodeLeases = informer<k8s.V1Lease>({
     else nodeObserver?.heartbeatSeen(lease);
     outOfService?.heartbeatSeen(lease.metadata?.name ?? '');
   },
-  onConnected: () => nodeObserver?.resetHeartbeats(),
+  onConnected: (kind) => nodeObserver?.watchConnected(kind),
+  onDisconnected: (reason) => nodeObserver?.watchDisconnected(reason),
 });
 // spec.consumer's PVs (cluster-scoped: selected by the namespace label) and claims.
 const volumes = informer<V1PersistentVolume>({

@@ -2,13 +2,25 @@
  * Node health as this manager sees it: the Node objects (Ready condition) and the node
  * heartbeat Leases in kube-node-lease, each judged by when WE observed it change
  * (node-health.ts has the rule).
+ *
+ * The blindness rule for heartbeats (as for share leases, watch-continuity.ts): while
+ * the heartbeat watch is broken, `heartbeat()` gives no evidence (a gap in our own view is
+ * never a silent node); when it opens again every observation moves to now, except after
+ * a routine re-watch (one clean end, resumed from the same resourceVersion within the gap
+ * bound), whose missed changes the server replays.
  */
 import type { V1Node } from '@kubernetes/client-node';
 import type { Clock } from '../../lib/clock.ts';
-import type { Informer } from '../../lib/informer.ts';
+import type { ConnectKind, Informer, RestartReason } from '../../lib/informer.ts';
 import type { k8s } from '../../lib/kube-client.ts';
 import type { HeartbeatSeen } from '../failover/replacement-lost.ts';
 import { type NodeHealth, nodeHealth } from './node-health.ts';
+import {
+  DEFAULT_WATCH_CONTINUITY,
+  decideWatch,
+  INITIAL_WATCH_STATE,
+  type WatchState,
+} from './watch-continuity.ts';
 
 /** How many intervals between heartbeat changes are kept to estimate a node's period. */
 const PERIOD_SAMPLES = 4;
@@ -41,8 +53,32 @@ export class NodeObserver {
     this.heartbeats.delete(lease.metadata?.name ?? '');
   }
 
+  private watch: WatchState = INITIAL_WATCH_STATE;
+
+  /** The heartbeat watch opened (`kind` as the informer reports it). */
+  watchConnected(kind: ConnectKind): void {
+    const { state, observations } = decideWatch(
+      this.watch,
+      { type: 'connected', kind },
+      this.clock.now(),
+      DEFAULT_WATCH_CONTINUITY,
+    );
+    this.watch = state;
+    if (observations === 'reset') this.resetHeartbeats();
+  }
+
+  /** The heartbeat watch broke: no evidence of silence until it opens again. */
+  watchDisconnected(reason: RestartReason): void {
+    this.watch = decideWatch(
+      this.watch,
+      { type: 'disconnected', reason },
+      this.clock.now(),
+      DEFAULT_WATCH_CONTINUITY,
+    ).state;
+  }
+
   /** The blindness rule for heartbeats too: after a (re)connect nothing is stale for the grace. */
-  resetHeartbeats(): void {
+  private resetHeartbeats(): void {
     const now = this.clock.now();
     for (const hb of this.heartbeats.values()) hb.observedAt = now;
   }
@@ -61,13 +97,13 @@ export class NodeObserver {
   }
 
   /**
-   * The node's heartbeat as replacement-lost.ts needs it: our last observation (moved by a
-   * reset) and its period as we saw it (the longest of the last few intervals between
+   * The node's heartbeat as replacement-lost.ts and owner-lost.ts need it, while the watch
+   * is healthy (else undefined: no evidence): our last observation (moved by a reset) and its period as we saw it (the longest of the last few intervals between
    * two changes; NB: a watch gap makes one interval long, which only makes the rule slower).
    */
   heartbeat(node: string): HeartbeatSeen | undefined {
     const hb = this.heartbeats.get(node);
-    if (!hb) return undefined;
+    if (!hb || this.watch.kind !== 'healthy') return undefined;
     return {
       observedAt: hb.observedAt,
       periodMs: hb.intervals.length > 0 ? Math.max(...hb.intervals) : undefined,

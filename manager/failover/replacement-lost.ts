@@ -23,8 +23,9 @@
  *    duration of the share and `P` the node's heartbeat period as we observed it (the
  *    longest of the last few intervals between two changes we saw; the kubelet's is 10 s,
  *    the simulator's 2 s). The silence is counted from our last observation, which a
- *    watch (re)connect moves to "now" (the blindness rule, node-observer.ts): a gap in
- *    our own view is never taken for a silent node. The threshold is capped at
+ *    watch (re)connect other than a routine re-watch moves to "now", and there is no
+ *    heartbeat at all while the watch is broken (the blindness rule, node-observer.ts): a
+ *    gap in our own view is never taken for a silent node. The threshold is capped at
  *    max(D, node lease grace): a node silent for the grace is unhealthy anyway.
  * NB: `D` alone is not enough: with the kubelet's 10 s heartbeat a healthy node is
  * silent for more than the default D = 6 s between two beats, and killing a healthy

@@ -104,6 +104,7 @@ test("the node observer's heartbeat period is the longest recent interval betwee
       spec: { renewTime: renewTime as unknown as Date },
     });
   assert.equal(observer.heartbeat('sim-2'), undefined);
+  observer.watchConnected('relisted');
   beat('t1');
   assert.equal(observer.heartbeat('sim-2')?.periodMs, undefined, 'one change: no period yet');
   clock.advance(2_000);
@@ -117,9 +118,35 @@ test("the node observer's heartbeat period is the longest recent interval betwee
     beat(`u${i}`);
   }
   assert.equal(observer.heartbeat('sim-2')?.periodMs, 2_000, 'only the last four intervals count');
+  // A routine re-watch (clean end, resumed at once): the observation is kept.
+  const seenAt = clock.now();
   clock.advance(9_000);
-  observer.resetHeartbeats();
-  assert.equal(observer.heartbeat('sim-2')?.observedAt, clock.now(), 'the blindness rule');
+  observer.watchDisconnected('ended');
+  assert.equal(observer.heartbeat('sim-2'), undefined, 'no evidence while the watch is broken');
+  clock.advance(150);
+  observer.watchConnected('resumed');
+  assert.equal(observer.heartbeat('sim-2')?.observedAt, seenAt, 'kept across a routine re-watch');
+  // Any other break: the blindness rule moves the observation to the reconnect.
+  for (const [reason, kind] of [
+    ['error', 'resumed'],
+    ['ended', 'relisted'],
+    ['quiet', 'resumed'],
+  ] as const) {
+    clock.advance(1_000);
+    observer.watchDisconnected(reason);
+    clock.advance(150);
+    observer.watchConnected(kind);
+    assert.equal(
+      observer.heartbeat('sim-2')?.observedAt,
+      clock.now(),
+      `the blindness rule after ${reason}/${kind}`,
+    );
+  }
+  clock.advance(1_000);
+  observer.watchDisconnected('ended');
+  clock.advance(5_000); // past the gap bound
+  observer.watchConnected('resumed');
+  assert.equal(observer.heartbeat('sim-2')?.observedAt, clock.now(), 'a long gap resets');
 });
 
 const owner: OwnerInput = {
