@@ -68,19 +68,27 @@ function informer<T extends k8s.KubernetesObject>(
   opts: Omit<InformerOptions<T>, 'kubeConfig' | 'onDisconnected'> &
     Partial<Pick<InformerOptions<T>, 'onDisconnected'>>,
 ): Informer<T> {
+  // The server ends every watch after its timeout (5-10 min): that end and the resume
+  // after it are routine (debug); any other break is a warning.
+  let routine = false;
   return new Informer<T>({
     kubeConfig: kc,
     quietTimeoutMs: config.watchQuietTimeoutMs,
     ...opts,
     onConnected: (kind) => {
       metrics.watchHealthy.set({ resource: opts.resource }, 1);
-      log.info({ resource: opts.resource, kind }, 'watch open');
+      const level = routine && kind === 'resumed' ? 'debug' : 'info';
+      routine = false;
+      log[level]({ resource: opts.resource, kind }, 'watch open');
       opts.onConnected?.(kind);
     },
     onDisconnected: (reason, error) => {
       metrics.watchHealthy.set({ resource: opts.resource }, 0);
       metrics.watchRestarts.inc({ resource: opts.resource });
-      log.warn({ resource: opts.resource, reason, err: error }, 'watch broken; re-watching with backoff');
+      routine = reason === 'ended' && error === undefined;
+      if (routine) log.debug({ resource: opts.resource, reason }, 'watch ended by the server; resuming');
+      else
+        log.warn({ resource: opts.resource, reason, err: error }, 'watch broken; re-watching with backoff');
       opts.onDisconnected?.(reason, error);
     },
   });
