@@ -18,7 +18,9 @@
  *    ends at the first sample that sees it frozen, and when it runs again a new window
  *    (reason `thawed` while open) starts at the last sample that saw it frozen, so a frozen
  *    stretch never hides a moment it may have run;
- *  - podLog: a container's log as the node's kubelet wrote it.
+ *  - podLog: a container's log as the node's kubelet wrote it;
+ *  - acksSince: a writer's acknowledgements from a moment on (pure): the writes a
+ *    server that should no longer serve acknowledged.
  *
  * Not guaranteed: that the tracker sees a ganesha that lived shorter than its sampling
  * period (on a 2-core machine a sample can take longer than the period); a process
@@ -133,6 +135,20 @@ export function podLog(node: RealNode, pod: k8s.V1Pod, container: string): strin
   } catch {
     return '';
   }
+}
+
+/**
+ * The acknowledgements in `events` at or after `sinceMonoMs` (pure; both on
+ * CLOCK_MONOTONIC). For a writer that stays with the old server (its pod IP), those
+ * after the replacement's ganesha started are writes two servers took at once.
+ */
+export function acksSince(
+  events: readonly { event: string; ms: number; seq?: number }[],
+  sinceMonoMs: number,
+): { ms: number; seq: number }[] {
+  return events
+    .filter((e) => e.event === 'ack' && e.ms >= sinceMonoMs)
+    .map((e) => ({ ms: e.ms, seq: e.seq ?? -1 }));
 }
 
 /** One sample: the ganesha processes seen, each with its own start on CLOCK_MONOTONIC. */

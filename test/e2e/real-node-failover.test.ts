@@ -22,7 +22,10 @@
  *    while frozen the old ganesha runs no instruction and is not counted as running;
  *    after the thaw it runs again beside the replacement until its fence (or the
  *    kubelet) stops it: that stretch is measured and bounded, and it must acknowledge
- *    nothing the client loses (the client's view below, across the thaw).
+ *    nothing once the replacement's ganesha started: a second writer pinned to the old
+ *    pod's IP (not the Service) sends it writes across the freeze and the thaw, and
+ *    none of its acks may come after that start (acksSince, unit-tested to find one);
+ *    the Service's client loses nothing (the client's view below, across the thaw).
  * Asserted in each:
  *  - the failover timeline from status.lastFailover: each step present, in order,
  *    after the fault, naming the lost pod, its node and the replacement (the record
@@ -52,7 +55,13 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { after, type TestContext, test } from 'node:test';
 import { overlappingWindows, type ServingWindow } from '../../dev/share-server/serving-window-log.ts';
 import { formatTimeline, PodTracker, timelineOf } from '../../dev/system/failover-facts.ts';
-import { createRealNfsShare, GaneshaTracker, podLog, realVolumeHandle } from '../../dev/system/real-share.ts';
+import {
+  acksSince,
+  createRealNfsShare,
+  GaneshaTracker,
+  podLog,
+  realVolumeHandle,
+} from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
 import { shareStatus } from '../../dev/system/shares.ts';
 import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
@@ -167,7 +176,8 @@ async function failOver(
   try {
     await fault(before.node);
     after = await servingPod(sys, before.pod);
-    await client.waitResumed(SERVING_WITHIN_MS);
+    // Acks after the replacement served (a partitioned old server acks until its fence).
+    await client.waitResumed(SERVING_WITHIN_MS, monotonicMs() - (Date.now() - after.servingWall));
   } finally {
     await pods.stop();
   }
@@ -256,8 +266,11 @@ async function failOver(
   return { before, after, faultAt, faultMono, client, toServingS };
 }
 
-/** The no-two-ganesha check over every window so far, but for `excused` (each named in the message). */
-function assertNeverTwo(label: string, excused: readonly ServingWindow[] = []): ServingWindow[] {
+/** The freeze's thawed windows of the old pod (bounded there), left out of every later check. */
+const excused: ServingWindow[] = [];
+
+/** The no-two-ganesha check over every window so far, but for the `excused` thawed ones. */
+function assertNeverTwo(label: string): ServingWindow[] {
   const windows = ganesha?.windows() ?? [];
   assert.deepEqual(
     overlappingWindows(
@@ -383,6 +396,14 @@ test('freeze (cgroup freezer) on real nodes: failed over while frozen; after the
   timeout: 300_000,
 }, async (t) => {
   const sys = system();
+  // A second writer that stays with the old server (its pod IP, not the Service): what
+  // a client still connected to it when the node froze would send it on the thaw.
+  const old = await servingPod(sys);
+  const podIP = old.object.status?.podIP;
+  assert.ok(podIP, `${old.pod} has a pod IP`);
+  const pinnedNode = sys.nodes.find((n) => n.name !== old.node)?.name ?? '';
+  const pinned = await RealNfsClient.start(sys, SHARE, pinnedNode, { file: 'freeze-pinned.bin', podIP });
+  await pinned.waitResumed(60_000);
   const f = await failOver('freeze', (node) => sys.node(node).freeze());
   let healed = false;
   try {
@@ -405,7 +426,21 @@ test('freeze (cgroup freezer) on real nodes: failed over while frozen; after the
         `the thawed old ganesha ran ${(w.stopMonoMs - thawMono).toFixed(0)} ms after the thaw, at most ${THAWED_RUN_MAX_MS} ms`,
       );
     }
-    assertNeverTwo('thaw', thawed);
+    excused.push(...thawed);
+    assertNeverTwo('thaw');
+    // Through the client: the thawed old ganesha acknowledged nothing once the
+    // replacement's had started (the writer pinned to its pod IP).
+    const replacementStart = windows.find((w) => w.id === f.after.pod)?.startMonoMs ?? Number.NaN;
+    const stale = acksSince(pinned.w.writer.events, replacementStart);
+    const pinnedLast = acksSince(pinned.w.writer.events, 0).at(-1);
+    process.stderr.write(
+      `freeze: the writer pinned to ${f.before.pod} (${podIP}): last ack ${pinnedLast ? `${(pinnedLast.ms - f.faultMono).toFixed(0)} ms from the freeze (negative: before it)` : 'none'}, ${stale.length} after the replacement's ganesha started\n`,
+    );
+    assert.deepEqual(
+      stale,
+      [],
+      `no write acknowledged by the thawed ${f.before.pod} after ${f.after.pod}'s ganesha started`,
+    );
     const fencedWall = realLogLineWall(sys, f.before.object, FENCED, 'agent');
     process.stderr.write(
       `freeze: after the thaw the old ganesha ran ${thawed.map((w) => `${((w.stopMonoMs ?? Number.NaN) - thawMono).toFixed(0)} ms`).join(', ') || 'not once (seen gone at the first sample)'}; its agent ${fencedWall === undefined ? 'logged no fence (the kubelet stopped it)' : 'logged its fence'}; every process of the old pod gone ${goneMs.toFixed(0)} ms after the thaw\n`,
@@ -422,6 +457,7 @@ test('freeze (cgroup freezer) on real nodes: failed over while frozen; after the
   } finally {
     if (!healed) await sys.node(f.before.node).heal(); // thaw before stop (a frozen task ignores SIGKILL)
     await f.client.stop();
+    await pinned.stop();
   }
 });
 

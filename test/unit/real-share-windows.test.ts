@@ -6,12 +6,14 @@
  * last one that saw it), and starts at the process's own start, not when first seen.
  * A process held by the freezer is not running: its window ends at the first sample
  * that saw it frozen and a thawed one opens at the last sample that saw it frozen, so
- * a thawed old server that runs on next to its replacement is an overlap.
+ * a thawed old server that runs on next to its replacement is an overlap. And the
+ * check that a writer pinned to the old server saw no ack once the replacement ran
+ * (acksSince) finds such an ack, and only such.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
-import { type GaneshaSample, ganeshaWindows } from '../../dev/system/real-share.ts';
+import { acksSince, type GaneshaSample, ganeshaWindows } from '../../dev/system/real-share.ts';
 
 const names: Record<string, string> = { 'uid-a': 'share-a', 'uid-b': 'share-b' };
 // The start as /proc gives it (ticks) and as mapped to CLOCK_MONOTONIC, which jitters by
@@ -125,4 +127,19 @@ test('frozen and gone (killed while frozen, reaped at the thaw): no window after
   ]);
   assert.equal(w.length, 2);
   assert.deepEqual(overlappingWindows(w, 400), []);
+});
+
+test('acksSince: an ack at or after the replacement started is reported, earlier ones and other events are not', () => {
+  const events = [
+    { event: 'ack', ms: 100, seq: 1, sentMs: 90 },
+    { event: 'error', ms: 250 },
+    { event: 'connected', ms: 300 },
+    { event: 'ack', ms: 300, seq: 2, sentMs: 120 },
+    { event: 'ack', ms: 420, seq: 3, sentMs: 410 },
+  ];
+  assert.deepEqual(acksSince(events, 300), [
+    { ms: 300, seq: 2 },
+    { ms: 420, seq: 3 },
+  ]);
+  assert.deepEqual(acksSince(events.slice(0, 3), 200), [], 'none after: the check passes');
 });
