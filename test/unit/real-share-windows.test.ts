@@ -8,12 +8,18 @@
  * that saw it frozen and a thawed one opens at the last sample that saw it frozen, so
  * a thawed old server that runs on next to its replacement is an overlap. And the
  * check that a writer pinned to the old server saw no ack once the replacement ran
- * (acksSince) finds such an ack, and only such.
+ * (acksSince) finds such an ack, and only such; and one no window of a running
+ * process accounts for (acksOutsideWindows) is found.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
-import { acksSince, type GaneshaSample, ganeshaWindows } from '../../dev/system/real-share.ts';
+import {
+  acksOutsideWindows,
+  acksSince,
+  type GaneshaSample,
+  ganeshaWindows,
+} from '../../dev/system/real-share.ts';
 
 const names: Record<string, string> = { 'uid-a': 'share-a', 'uid-b': 'share-b' };
 // The start as /proc gives it (ticks) and as mapped to CLOCK_MONOTONIC, which jitters by
@@ -142,4 +148,29 @@ test('acksSince: an ack at or after the replacement started is reported, earlier
     { ms: 420, seq: 3 },
   ]);
   assert.deepEqual(acksSince(events.slice(0, 3), 200), [], 'none after: the check passes');
+});
+
+test('acksOutsideWindows: an ack outside every window is found; inside one, or an open one, is not', () => {
+  const acks = [
+    { ms: 100, seq: 1 },
+    { ms: 250, seq: 2 },
+    { ms: 400, seq: 3 },
+  ];
+  assert.deepEqual(acksOutsideWindows(acks, [{ startMonoMs: 200, stopMonoMs: 300 }]), [
+    { ms: 100, seq: 1 },
+    { ms: 400, seq: 3 },
+  ]);
+  assert.deepEqual(
+    acksOutsideWindows(acks, [
+      { startMonoMs: 50, stopMonoMs: 120 },
+      { startMonoMs: 240, stopMonoMs: undefined },
+    ]),
+    [],
+  );
+  assert.deepEqual(acksOutsideWindows(acks, []), acks, 'no window: every ack is outside');
+  assert.deepEqual(
+    acksOutsideWindows(acks, [{ startMonoMs: 200, stopMonoMs: 300 }], 100),
+    [{ ms: 100, seq: 1 }],
+    'the slack reaches past the end only, up to slackMs',
+  );
 });
