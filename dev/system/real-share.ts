@@ -13,8 +13,15 @@
  *    a window starts at the process's own start time (/proc/<pid>/stat, clock ticks
  *    since boot, mapped to CLOCK_MONOTONIC) and ends at the first sample that no
  *    longer sees it; so a window is never shorter than the process's life, and an
- *    overlap check on them is stricter, never looser;
- *  - podLog: a container's log as the node's kubelet wrote it.
+ *    overlap check on them is stricter, never looser. A process its node's freezer
+ *    holds (freezer.state FROZEN: it runs no instruction) is not running: its window
+ *    ends at the first sample that sees it frozen, and when it runs again a new window
+ *    (reason `thawed` while open) starts at the last sample that saw it frozen, so a frozen
+ *    stretch never hides a moment it may have run;
+ *  - podLog: a container's log as the node's kubelet wrote it;
+ *  - acksSince: a writer's acknowledgements from a moment on (pure): the writes a
+ *    server that should no longer serve acknowledged; acksOutsideWindows: those no
+ *    window of a running process accounts for.
  *
  * Not guaranteed: that the tracker sees a ganesha that lived shorter than its sampling
  * period (on a 2-core machine a sample can take longer than the period); a process
@@ -25,6 +32,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
+import { freezerCgroupOf, freezerMount } from '../node/freezer.ts';
 import type { RealNode } from '../node/node.ts';
 import type { ServingWindow } from '../share-server/serving-window-log.ts';
 import type { RealSystem } from './real-system.ts';
@@ -130,11 +138,52 @@ export function podLog(node: RealNode, pod: k8s.V1Pod, container: string): strin
   }
 }
 
+/**
+ * The acknowledgements in `events` at or after `sinceMonoMs` (pure; both on
+ * CLOCK_MONOTONIC). For a writer that stays with the old server (its pod IP), those
+ * after the replacement's ganesha started are writes two servers took at once.
+ */
+export function acksSince(
+  events: readonly { event: string; ms: number; seq?: number }[],
+  sinceMonoMs: number,
+): { ms: number; seq: number }[] {
+  return events
+    .filter((e) => e.event === 'ack' && e.ms >= sinceMonoMs)
+    .map((e) => ({ ms: e.ms, seq: e.seq ?? -1 }));
+}
+
+/**
+ * The acks that fall in none of `windows` (pure; an open window reaches on forever):
+ * acks no process the tracker saw running accounts for. `slackMs`: how long after a
+ * window's end an ack may still be recorded (the client timestamps the reply when it
+ * reads it, which on a loaded machine can be late).
+ */
+export function acksOutsideWindows(
+  acks: readonly { ms: number; seq: number }[],
+  windows: readonly Pick<ServingWindow, 'startMonoMs' | 'stopMonoMs'>[],
+  slackMs = 0,
+): { ms: number; seq: number }[] {
+  return acks.filter(
+    (a) =>
+      !windows.some(
+        (w) => a.ms >= w.startMonoMs && a.ms <= (w.stopMonoMs ?? Number.POSITIVE_INFINITY) + slackMs,
+      ),
+  );
+}
+
 /** One sample: the ganesha processes seen, each with its own start on CLOCK_MONOTONIC. */
 export interface GaneshaSample {
   atMonoMs: number;
   /** `startTicks`: the raw start (clock ticks since boot), which with the pid names one process. */
-  seen: { podUid: string; pid: number; startTicks: number; startMonoMs: number; node: string }[];
+  seen: {
+    podUid: string;
+    pid: number;
+    startTicks: number;
+    startMonoMs: number;
+    node: string;
+    /** Held by the cgroup freezer (FROZEN) at the sample: it runs no instruction. */
+    frozen?: boolean;
+  }[];
 }
 
 /**
@@ -148,30 +197,42 @@ export function ganeshaWindows(
   wallOf: (monoMs: number) => string,
 ): ServingWindow[] {
   const open = new Map<string, ServingWindow>();
+  /** Processes seen frozen, by key: the last sample that saw each frozen. */
+  const frozenAt = new Map<string, number>();
   const done: ServingWindow[] = [];
+  const close = (key: string, w: ServingWindow, atMonoMs: number, reason: string) => {
+    open.delete(key);
+    done.push({ ...w, stopMonoMs: atMonoMs, stopWall: wallOf(atMonoMs), reason });
+  };
   for (const s of samples) {
     const now = new Set<string>();
     for (const p of s.seen) {
       const key = `${p.podUid}/${p.pid}/${p.startTicks}`;
       now.add(key);
-      if (!open.has(key))
-        open.set(key, {
-          id: podName(p.podUid) ?? p.podUid,
-          pid: p.pid,
-          startMonoMs: p.startMonoMs,
-          startWall: wallOf(p.startMonoMs),
-          firstSeq: 0,
-          stopMonoMs: undefined,
-          stopWall: undefined,
-          lastSeq: undefined,
-          reason: undefined,
-        });
+      const w = open.get(key);
+      if (p.frozen) {
+        if (w) close(key, w, s.atMonoMs, 'frozen');
+        frozenAt.set(key, s.atMonoMs);
+        continue;
+      }
+      if (w) continue;
+      const thawedFrom = frozenAt.get(key);
+      frozenAt.delete(key);
+      const startMonoMs = thawedFrom ?? p.startMonoMs;
+      open.set(key, {
+        id: podName(p.podUid) ?? p.podUid,
+        pid: p.pid,
+        startMonoMs,
+        startWall: wallOf(startMonoMs),
+        firstSeq: 0,
+        stopMonoMs: undefined,
+        stopWall: undefined,
+        lastSeq: undefined,
+        reason: thawedFrom === undefined ? undefined : 'thawed',
+      });
     }
-    for (const [key, w] of open) {
-      if (now.has(key)) continue;
-      open.delete(key);
-      done.push({ ...w, stopMonoMs: s.atMonoMs, stopWall: wallOf(s.atMonoMs), reason: 'gone' });
-    }
+    for (const [key, w] of open) if (!now.has(key)) close(key, w, s.atMonoMs, 'gone');
+    for (const key of frozenAt.keys()) if (!now.has(key)) frozenAt.delete(key);
   }
   return [...done, ...open.values()].sort((a, b) => a.startMonoMs - b.startMonoMs);
 }
@@ -195,8 +256,19 @@ function processStart(
   }
 }
 
+/** The process's freezer cgroup reads FROZEN (v1 reports the effective state, a frozen parent's included). */
+function isFrozen(freezer: string, pid: number): boolean {
+  const cg = freezerCgroupOf(pid);
+  if (cg === undefined) return false;
+  try {
+    return readFileSync(join(freezer, cg, 'freezer.state'), 'utf8').trim() === 'FROZEN';
+  } catch {
+    return false;
+  }
+}
+
 /** The ganesha.nfsd processes on the host in a pod cgroup under one of `nodes`' cgroup roots. */
-function sampleGanesha(nodes: readonly RealNode[]): GaneshaSample {
+function sampleGanesha(nodes: readonly RealNode[], freezer: string | undefined): GaneshaSample {
   const atMonoMs = monotonicMs();
   const uptimeS = Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]);
   const seen: GaneshaSample['seen'] = [];
@@ -212,7 +284,14 @@ function sampleGanesha(nodes: readonly RealNode[]): GaneshaSample {
       if (!node || !uid) continue;
       const start = processStart(pid, atMonoMs, uptimeS);
       if (start)
-        seen.push({ podUid: uid, pid, startTicks: start.ticks, startMonoMs: start.monoMs, node: node.name });
+        seen.push({
+          podUid: uid,
+          pid,
+          startTicks: start.ticks,
+          startMonoMs: start.monoMs,
+          node: node.name,
+          frozen: freezer !== undefined && isFrozen(freezer, pid),
+        });
     } catch {
       // gone meanwhile
     }
@@ -235,9 +314,15 @@ export class GaneshaTracker {
     private readonly share: string,
     periodMs = 100,
   ) {
+    let freezer: string | undefined;
+    try {
+      freezer = freezerMount();
+    } catch {
+      freezer = undefined; // no v1 freezer: no node can be frozen either
+    }
     this.done = (async () => {
       while (this.running) {
-        const s = sampleGanesha(this.sys.nodes);
+        const s = sampleGanesha(this.sys.nodes, freezer);
         this.samples.push(s);
         if (s.seen.some((p) => !this.names.has(p.podUid))) await this.learnNames();
         await sleep(periodMs);

@@ -631,23 +631,29 @@ export class RealNfsClient {
     readonly w: ShareWriter,
   ) {}
 
-  /** Starts the writer on `node` (a RealNode name), on `file` of the share. */
+  /** Starts the writer on `node` (a RealNode name), on `file` of the share; through the ClusterIP unless `podIP`. */
   static async start(
     sys: RealSystem,
     share: string,
     node: string,
-    opts: { file?: string; intervalMs?: number } = {},
+    opts: { file?: string; intervalMs?: number; podIP?: string } = {},
   ): Promise<RealNfsClient> {
     const svc = await sys.core.readNamespacedService(
       { namespace: SHARES_NAMESPACE, name: share },
       withDeadline(5_000),
     );
-    const host = svc.spec?.clusterIP;
-    const port = svc.spec?.ports?.find((p) => p.name === 'nfs')?.port;
-    const mountPort = svc.spec?.ports?.find((p) => p.name === 'nfs-mount')?.port;
+    // NB: with podIP, straight to that pod's server (the preset's container ports), not
+    // the Service: a client that stays with one server whatever the failover does.
+    const host = opts.podIP ?? svc.spec?.clusterIP;
+    const portOf = (name: string) => {
+      const p = svc.spec?.ports?.find((x) => x.name === name);
+      return opts.podIP ? Number(p?.targetPort ?? p?.port) : p?.port;
+    };
+    const port = portOf('nfs');
+    const mountPort = portOf('nfs-mount');
     assert.ok(
       host && port && mountPort,
-      `Service ${SHARES_NAMESPACE}/${share} has a ClusterIP and the nfs and nfs-mount ports`,
+      `Service ${SHARES_NAMESPACE}/${share} has a ClusterIP and the nfs and nfs-mount ports (numeric target ports for podIP)`,
     );
     const binary = await buildWriter();
     const on = sys.node(node);
@@ -682,9 +688,13 @@ export class RealNfsClient {
     return ms;
   }
 
-  /** Waits until the writer had RESUMED_ACKS acks after the last fault (or since its start). */
-  async waitResumed(timeoutMs: number): Promise<void> {
-    const since = this.faultsMs.at(-1) ?? 0;
+  /**
+   * Waits until the writer had RESUMED_ACKS acks after `sinceMonoMs` (default: the last
+   * fault, or its start). NB: after a partition the old server acks on until its fence:
+   * pass when the replacement served to wait for writes to it.
+   */
+  async waitResumed(timeoutMs: number, sinceMonoMs?: number): Promise<void> {
+    const since = sinceMonoMs ?? this.faultsMs.at(-1) ?? 0;
     await eventually(
       `${this.share}: ${RESUMED_ACKS} acknowledged NFS writes from the node's netns${this.faultsMs.length > 0 ? ' after the fault' : ''}`,
       async () =>
