@@ -46,6 +46,7 @@ import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { CoordinationV1Api, CoreV1Api, StorageV1Api, type V1VolumeAttachment } from '@kubernetes/client-node';
 import { type CsiController, startCsiController } from '../../dev/csi/controller.ts';
+import { viewLeftovers } from '../../dev/csi/view-leftovers.ts';
 import { type LocalImage, localImages } from '../../dev/image/images.ts';
 import { nodeBinaries } from '../../dev/node/binaries.ts';
 import { KUBELET_SYSCTLS } from '../../dev/node/config.ts';
@@ -56,6 +57,7 @@ import { type RealNode, startRealNode } from '../../dev/node/node.ts';
 import type { SimNode } from '../../dev/sim/node/sim-node.ts';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
+import { fencedHandoff } from './real-node-fencing.ts';
 import { projectImagesRun } from './real-node-images.ts';
 
 const cluster = useCluster({ realNodes: true });
@@ -132,7 +134,7 @@ describe('real nodes', () => {
     async () => {
       images = await localImages();
       const tc = performance.now();
-      csi = await startCsiController(cluster());
+      csi = await startCsiController(cluster(), { fencing: true, provisioning: true });
       console.log(
         `real node: CSI controller and external-attacher up ${Math.round(performance.now() - tc)} ms`,
       );
@@ -250,6 +252,13 @@ describe('real nodes', () => {
     await csiVolumeRoundTrip(node2, csi, images.leasehold as LocalImage);
   });
 
+  it("the fencing driver: a dynamically provisioned volume handed from frozen real-1 to real-2, real-1's view revoked first (EIO after), deleted with its claim", {
+    timeout: 240_000,
+  }, async () => {
+    assert.ok(node && node2 && csi, 'both nodes and the CSI controller started');
+    await fencedHandoff(cluster(), node, node2, csi);
+  });
+
   it('faults as on dev/sim: freeze and partition stall stop real-2 renewing its lease, heal renews it', {
     timeout: 120_000,
   }, async () => {
@@ -271,6 +280,23 @@ describe('real nodes', () => {
   it('stop leaves nothing, also of a frozen node', { timeout: 60_000 }, async () => {
     assert.ok(node && node2, 'both nodes started');
     // A host process in real-2's network is the machine's: stop ends it (frozen too).
+    if (csi) {
+      // A killed controller leaves no view: real-1's revoked view (still served, EIO)
+      // dies with the driver, by its parent-death signal.
+      const backing = csi.backingDir;
+      assert.notDeepEqual(viewLeftovers(backing), [], "real-1's revoked view is still served before");
+      const driver = hostProcesses().find(
+        (p) => p.cmdline.includes('-mode=controller') && p.cmdline.includes(`-backing-dir=${backing}`),
+      );
+      assert.ok(driver, 'the driver controller runs');
+      process.kill(driver.pid, 'SIGKILL');
+      await eventually(
+        'no view left after the driver was killed',
+        async () => (viewLeftovers(backing).length === 0 ? true : undefined),
+        20_000,
+        100,
+      );
+    }
     const client = node2.spawnInNetwork(['sleep', '60'], { stdio: 'ignore' });
     const clientExit = once(client, 'exit');
     node2.freeze();
@@ -654,7 +680,12 @@ async function csiVolumeRoundTrip(node: RealNode, csi: CsiController, image: Loc
   const va = attached.va;
   assert.equal(va.spec?.attacher, csi.driverName, 'made for the driver by the attach-detach controller');
   assert.equal(va.spec?.nodeName, node.name);
-  assert.deepEqual(va.status?.attachmentMetadata, { attachedNode: node.name }, "ControllerPublish's context");
+  assert.equal(va.status?.attachmentMetadata?.attachedNode, node.name, "ControllerPublish's context");
+  assert.match(
+    va.status?.attachmentMetadata?.view ?? '',
+    new RegExp(`/views/${handle}/${node.name}\\.\\d+$`),
+    "a static volume too goes through the node's own view (the fencing mode)",
+  );
   const records = await csi.attachments(handle);
   assert.deepEqual(
     records.map((r) => r.node),

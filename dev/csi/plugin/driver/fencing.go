@@ -11,7 +11,8 @@ package main
 // driver part, the process `leasehold-csi-hostdir -mode=node -node-id=<node>` with this
 // controller's -backing-dir). The FUSE server stays a child of this process: in the
 // host's pid namespace and cgroups, so freezing the node does not freeze the storage.
-// The publish context names the view (publishContextView); NodeStage bind-mounts it.
+// The publish context names the view (publishContextView); NodeStage moves that mount
+// onto the staging path (mounts.go moveView says why a move).
 //
 // Guarantees: at most one live (granted, not revoked) view of a volume at a time unless
 // every capability asks for read-only multi-node access: a grant to another node while

@@ -12,8 +12,8 @@
 // directory; the publish context it returns carries attachedNode, and NodeStageVolume
 // refuses a volume whose publish context does not name this node, so a volume is
 // never staged on a node it was not attached to. Stage bind-mounts the volume
-// directory (with -fencefs: the node's own revocable view, fencing.go) at the staging
-// path, publish bind-mounts the staging path at the target path (read-only when
+// directory (with -fencefs: moves the node's own revocable view, fencing.go) at the
+// staging path, publish bind-mounts the staging path at the target path (read-only when
 // asked); unpublish and unstage unmount and remove what they made. CreateVolume and
 // DeleteVolume make and remove a volume's directory (provision.go). Every call is
 // idempotent, as the CSI spec asks; errors are gRPC status errors naming the volume
