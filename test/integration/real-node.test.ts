@@ -23,7 +23,13 @@
  * real-2 writes into a static PersistentVolume of the testbed's CSI driver (dev/csi:
  * attachRequired; the real attach-detach controller's VolumeAttachment, attached by the
  * real external-attacher before the pod runs; staged and published by the kubelet;
- * the file in the driver's backing dir; the VolumeAttachment gone after the pod); then
+ * the file in the driver's backing dir; the VolumeAttachment gone after the pod; the
+ * driver runs in its fencing mode, so even this static volume goes through the node's
+ * own view); then the fencing driver with dynamic provisioning (real-node-fencing.ts: a
+ * PVC provisioned by the real external-provisioner, written through real-1's view,
+ * real-1 frozen mid-write and its volume handed to real-2; the revoke, on the host,
+ * precedes real-2's grant, real-1's writes fail with EIO after the thaw, real-2 reads
+ * exactly what real-1 wrote before; the claim's delete removes the volume); then
  * real-2 is frozen (freezer cgroups FROZEN, a spawnInNetwork process's too, its
  * Lease stops, its kernel still resets real-1 on a closed port) and thawed (renews),
  * then partitioned with `stall` (Lease stops, the container runs on, the fabric still
@@ -32,7 +38,9 @@
  * (the node's and the fabric's leftover checks throw otherwise;
  * test/unit/node-leftovers.test.ts proves the check fails on a stray cgroup and
  * process and does not take a stranger in recycled namespace ids for one), and no host sysctl the kubelet cares about, host link or host nftables
- * rule changed; the CSI controller's processes and dir are gone. Bring the components and the images with
+ * rule changed; the CSI controller's processes and dir are gone, and killing its driver
+ * (SIGKILL) takes its fencefs views with it (parent-death signal: no view process or
+ * mount left in any namespace). Bring the components and the images with
  * `bash dev/toolchain.sh --node --image ...` (without --image the first run here builds
  * the images, about 3 minutes).
  */
