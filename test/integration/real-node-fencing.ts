@@ -50,7 +50,8 @@ const podVolumePath = (node: RealNode, podUid: string, pv: string) =>
  * A shell in the node's pid and mount namespaces (so the node's freeze stops it)
  * appending `n` lines to `file` every 50 ms on one descriptor held open: "ok n" or
  * "err n" on stdout per line; after 5 errors a fresh open is tried once ("reopen ok" /
- * "reopen err"), then it exits. Its stderr carries the shell's error messages.
+ * "reopen err"), then it exits; killing the returned process kills it too. Its stderr
+ * carries the shell's error messages.
  */
 function startWriter(node: RealNode, file: string): { proc: ChildProcess; out: string[]; err: string[] } {
   const script = [
@@ -63,13 +64,10 @@ function startWriter(node: RealNode, file: string): { proc: ChildProcess; out: s
     'done',
     `if echo again >>'${file}'; then echo "reopen ok"; else echo "reopen err"; fi`,
   ].join('\n');
-  const proc = spawn(
-    'nsenter',
-    ['--target', String(pid1Of(node)), '--pid', '--mount', '--', 'sh', '-c', script],
-    {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
+  // setpriv's parent-death signal: killing nsenter (its parent, on the host) ends the
+  // shell, which is in the node's pid namespace and would otherwise live on.
+  const argv = ['--target', String(pid1Of(node)), '--pid', '--mount', '--', 'setpriv', '--pdeathsig', 'KILL'];
+  const proc = spawn('nsenter', [...argv, 'sh', '-c', script], { stdio: ['ignore', 'pipe', 'pipe'] });
   const out: string[] = [];
   const err: string[] = [];
   proc.stdout?.on('data', (b: Buffer) => out.push(...b.toString().split('\n').filter(Boolean)));
