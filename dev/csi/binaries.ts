@@ -9,11 +9,18 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LeaseholdError } from '../../lib/errors.ts';
 
-export const CSI_BINARIES = ['csi-attacher', 'leasehold-csi-hostdir', 'leasehold-csi-registrar'] as const;
+export const CSI_BINARIES = [
+  'csi-attacher',
+  'csi-provisioner',
+  'leasehold-csi-hostdir',
+  'leasehold-csi-registrar',
+] as const;
 
 export interface CsiBinaries {
   /** external-attacher's cmd/csi-attacher. */
   attacher: string;
+  /** external-provisioner's cmd/csi-provisioner. */
+  provisioner: string;
   /** The testbed's driver (plugin/driver): `-mode=controller` or `-mode=node`. */
   driver: string;
   /** Registers the driver's node socket with the kubelet (plugin/registrar). */
@@ -36,6 +43,7 @@ export async function csiBinaries(): Promise<CsiBinaries> {
   }
   return {
     attacher: join(dir, 'csi-attacher'),
+    provisioner: join(dir, 'csi-provisioner'),
     driver: join(dir, 'leasehold-csi-hostdir'),
     registrar: join(dir, 'leasehold-csi-registrar'),
   };

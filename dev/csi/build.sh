@@ -3,6 +3,8 @@
 # and prints its path:
 #   csi-attacher              github.com/kubernetes-csi/external-attacher/v4 cmd/csi-attacher
 #                             at the release pinned in ./attacher/go.mod
+#   csi-provisioner           github.com/kubernetes-csi/external-provisioner/v6 cmd/csi-provisioner
+#                             at the release pinned in ./provisioner/go.mod
 #   leasehold-csi-hostdir     ./plugin/driver: the testbed's CSI driver (controller and node parts)
 #   leasehold-csi-registrar   ./plugin/registrar: registers the driver's node socket with the kubelet
 # Why the driver and the registrar are the project's own: README.md beside this file.
@@ -17,11 +19,12 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 ATTACHER_VERSION="$(awk '$1=="require" && $2=="github.com/kubernetes-csi/external-attacher/v4"{print $3}' "$here/attacher/go.mod")"
+PROVISIONER_VERSION="$(awk '$1=="require" && $2=="github.com/kubernetes-csi/external-provisioner/v6"{print $3}' "$here/provisioner/go.mod")"
 PLUGIN_REV="$(cat "$here/plugin/go.mod" "$here/plugin/go.sum" "$here"/plugin/driver/*.go "$here"/plugin/registrar/*.go | sha256sum | cut -c1-12)"
 
 cache_root="${LEASEHOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold}"
-bin="$cache_root/csi/attacher$ATTACHER_VERSION-plugin$PLUGIN_REV"
-files=(csi-attacher leasehold-csi-hostdir leasehold-csi-registrar)
+bin="$cache_root/csi/attacher$ATTACHER_VERSION-provisioner$PROVISIONER_VERSION-plugin$PLUGIN_REV"
+files=(csi-attacher csi-provisioner leasehold-csi-hostdir leasehold-csi-registrar)
 
 complete() {
   [ -f "$bin/.complete" ] || return 1
@@ -58,6 +61,8 @@ step() {
 
 step csi-attacher "$here/attacher" github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher \
   "-s -w -X main.version=$ATTACHER_VERSION"
+step csi-provisioner "$here/provisioner" github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner \
+  "-s -w -X main.version=$PROVISIONER_VERSION"
 step leasehold-csi-hostdir "$here/plugin" ./driver "-s -w"
 step leasehold-csi-registrar "$here/plugin" ./registrar "-s -w"
 

@@ -1,8 +1,9 @@
 /**
  * The testbed's CSI wiring as pure data: the driver's name, where its sockets are on a
  * node (the kubelet's conventions), the argv of each part, and the API objects the
- * control-plane side creates (the CSIDriver, and the external-attacher's identity with
- * the RBAC of its upstream deploy/kubernetes/rbac.yaml).
+ * control-plane side creates (the CSIDriver, the StorageClass of dynamic provisioning,
+ * and the external-attacher's and external-provisioner's identities with the RBAC of
+ * their upstream deploy/kubernetes/rbac.yaml).
  *
  * Invariants: the node socket is under the kubelet root's plugins/<driver>/ and the
  * registration socket under plugins_registry/, the paths the kubelet's plugin watcher
@@ -11,7 +12,7 @@
  * socket address (socketPathProblem) before a part is started on it.
  */
 import { join } from 'node:path';
-import type { V1ClusterRole, V1CSIDriver, V1Role } from '@kubernetes/client-node';
+import type { V1ClusterRole, V1CSIDriver, V1Role, V1StorageClass } from '@kubernetes/client-node';
 
 export const DRIVER_NAME = 'hostdir.csi.leasehold.dev';
 
@@ -54,12 +55,19 @@ export const registrarArgs = (paths: NodePluginPaths): string[] => [
   `-registration-dir=${paths.registrationDir}`,
 ];
 
-export const driverControllerArgs = (socket: string, backingDir: string, stateDir: string): string[] => [
+/** `fencefs`: the leasehold-fencefs binary, which turns the fencing mode on (plugin/driver/fencing.go). */
+export const driverControllerArgs = (
+  socket: string,
+  backingDir: string,
+  stateDir: string,
+  fencefs?: string,
+): string[] => [
   '-mode=controller',
   `-endpoint=${socket}`,
   `-drivername=${DRIVER_NAME}`,
   `-backing-dir=${backingDir}`,
   `-state-dir=${stateDir}`,
+  ...(fencefs ? [`-fencefs=${fencefs}`] : []),
 ];
 
 /**
@@ -77,6 +85,82 @@ export const attacherArgs = (socket: string, kubeconfig: string): string[] => [
   '--worker-threads=4',
   '-v=2',
 ];
+
+/** The external-provisioner's ServiceAccount (its upstream rbac.yaml names it so). */
+export const PROVISIONER_ACCOUNT = { namespace: 'default', name: 'csi-provisioner' } as const;
+
+/** The StorageClass of the driver's dynamically provisioned volumes. */
+export const STORAGE_CLASS = 'leasehold-hostdir';
+
+/**
+ * The provisioner with one replica, so no leader election. NB: its retry back-off is
+ * capped at 5 s (default 5 min), as the attacher's; "Started provisioner controller" is
+ * what controller.ts waits for.
+ */
+export const provisionerArgs = (socket: string, kubeconfig: string): string[] => [
+  `--csi-address=${socket}`,
+  `--kubeconfig=${kubeconfig}`,
+  '--leader-election=false',
+  '--timeout=15s',
+  '--retry-interval-start=500ms',
+  '--retry-interval-max=5s',
+  '--worker-threads=4',
+  '-v=2',
+];
+
+/**
+ * Immediate binding (the PVC is provisioned when made, before a pod picks a node: the
+ * driver has no topology) and Delete: deleting the PVC deletes the volume.
+ */
+export const storageClassObject = (): V1StorageClass => ({
+  metadata: { name: STORAGE_CLASS },
+  provisioner: DRIVER_NAME,
+  reclaimPolicy: 'Delete',
+  volumeBindingMode: 'Immediate',
+});
+
+/** external-provisioner's deploy/kubernetes/rbac.yaml (v6.4.0): its ClusterRole. */
+export const provisionerClusterRole = (): V1ClusterRole => ({
+  metadata: { name: 'external-provisioner-runner' },
+  rules: [
+    {
+      apiGroups: [''],
+      resources: ['persistentvolumes'],
+      verbs: ['get', 'list', 'watch', 'create', 'patch', 'delete'],
+    },
+    { apiGroups: [''], resources: ['persistentvolumeclaims'], verbs: ['get', 'list', 'watch', 'update'] },
+    { apiGroups: ['storage.k8s.io'], resources: ['storageclasses'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: [''], resources: ['events'], verbs: ['list', 'watch', 'create', 'update', 'patch'] },
+    {
+      apiGroups: ['snapshot.storage.k8s.io'],
+      resources: ['volumesnapshots'],
+      verbs: ['get', 'list', 'watch', 'update'],
+    },
+    { apiGroups: ['snapshot.storage.k8s.io'], resources: ['volumesnapshotcontents'], verbs: ['get', 'list'] },
+    { apiGroups: ['storage.k8s.io'], resources: ['csinodes'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: ['storage.k8s.io'], resources: ['volumeattachments'], verbs: ['get', 'list', 'watch'] },
+  ],
+});
+
+/** The same file's Role (leader election's Leases, storage capacity, its owner lookup). */
+export const provisionerRole = (): V1Role => ({
+  metadata: { name: 'external-provisioner-cfg', namespace: PROVISIONER_ACCOUNT.namespace },
+  rules: [
+    {
+      apiGroups: ['coordination.k8s.io'],
+      resources: ['leases'],
+      verbs: ['get', 'watch', 'list', 'delete', 'update', 'create'],
+    },
+    {
+      apiGroups: ['storage.k8s.io'],
+      resources: ['csistoragecapacities'],
+      verbs: ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'],
+    },
+    { apiGroups: [''], resources: ['pods'], verbs: ['get'] },
+    { apiGroups: ['apps'], resources: ['replicasets'], verbs: ['get'] },
+  ],
+});
 
 /** attachRequired: the attach-detach controller makes a VolumeAttachment before the kubelet mounts. */
 export const csiDriverObject = (): V1CSIDriver => ({

@@ -1,9 +1,13 @@
 /**
  * The control-plane side of the testbed's CSI driver, as a cluster runs it: the
- * driver's controller part and the real external-attacher, as processes next to the
- * control plane (on the host, like the API server), the attacher with a kubeconfig of
- * its own identity (a token of the ServiceAccount default/csi-attacher) and the RBAC
- * of its upstream rbac.yaml (config.ts), and the CSIDriver object (attachRequired).
+ * driver's controller part and the real external-attacher (with `provisioning`, the
+ * real external-provisioner and a StorageClass too), as processes next to the control
+ * plane (on the host, like the API server), each sidecar with a kubeconfig of its own
+ * identity (a token of its ServiceAccount, default/csi-attacher or
+ * default/csi-provisioner) and the RBAC of its upstream rbac.yaml (config.ts), and the
+ * CSIDriver object (attachRequired). With `fencing` the driver grants each node its own
+ * revocable view of a volume (plugin/driver/fencing.go); `accessLog()` reads its
+ * record of grants and revokes.
  * The node side (driver node part and registrar) is started by each real node
  * (dev/node/node-boot.ts) when given `csi`.
  *
@@ -12,10 +16,12 @@
  *   await csi.stop();                      // throws CsiLeftoverError if a process stays
  *
  * Guarantees: resolves once the attacher has connected to the driver and chosen its
- * real ControllerPublish handler, or rejects naming the part and its log, having
- * stopped what it started. stop() is idempotent; it stops both processes, deletes the
+ * real ControllerPublish handler (and the provisioner has started its controller), or
+ * rejects naming the part and its log, having stopped what it started. stop() is
+ * idempotent; it stops its processes (the driver closes its views first), deletes the
  * API objects it created, removes its directory (the backing volumes with it), and
- * fails if a process it started is still alive. On SIGINT/SIGTERM or this process's
+ * fails if a process it started, a view's fencefs process or a view's mount (in any
+ * mount namespace: view-leftovers.ts) is still there. On SIGINT/SIGTERM or this process's
  * death the processes die too (dev/cluster/component.ts: pdeathsig); the directory is
  * removed on the way out, and is in the cluster's dir for what SIGKILL leaves. Not guaranteed: that VolumeAttachments are gone at stop
  * (the test deletes its pods first; a VolumeAttachment left then stays in the
@@ -24,10 +30,18 @@
 import { existsSync, rmSync } from 'node:fs';
 import { chown, mkdir, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { CoreV1Api, RbacAuthorizationV1Api, StorageV1Api } from '@kubernetes/client-node';
+import {
+  CoreV1Api,
+  RbacAuthorizationV1Api,
+  StorageV1Api,
+  type V1ClusterRole,
+  type V1Role,
+} from '@kubernetes/client-node';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { Component, onAbruptExit } from '../cluster/component.ts';
 import type { Cluster } from '../cluster/types.ts';
+import type { AccessLogEntry, AccessOp } from '../sim/storage/access-log.ts';
+import { fencefsBinary } from '../sim/storage/fencefs-binary.ts';
 import { csiBinaries } from './binaries.ts';
 import {
   ATTACHER_ACCOUNT,
@@ -37,8 +51,15 @@ import {
   csiDriverObject,
   DRIVER_NAME,
   driverControllerArgs,
+  PROVISIONER_ACCOUNT,
+  provisionerArgs,
+  provisionerClusterRole,
+  provisionerRole,
+  STORAGE_CLASS,
   socketPathProblem,
+  storageClassObject,
 } from './config.ts';
+import { viewLeftovers } from './view-leftovers.ts';
 
 export interface CsiController {
   readonly driverName: string;
@@ -51,19 +72,39 @@ export interface CsiController {
    * name, with the time (host clock, ms) of the record.
    */
   attachments(handle: string): Promise<{ node: string; atMs: number }[]>;
+  /** The driver's grants and revokes of views, in its order (fencing mode; [] otherwise). */
+  accessLog(): Promise<AccessLogEntry[]>;
+  /** A dynamically provisioned volume (CreateVolume): its directory and recorded capacity, or undefined. */
+  volume(handle: string): Promise<{ dir: string; capacityBytes: number } | undefined>;
   readonly logDir: string;
   stop(): Promise<void>;
 }
 
 export class CsiLeftoverError extends LeaseholdError {
-  constructor(pids: readonly number[]) {
-    super('E_CSI_LEFTOVERS', `the CSI controller's processes ${pids.join(', ')} are still alive after stop`);
+  constructor(leftovers: readonly string[]) {
+    super('E_CSI_LEFTOVERS', `the CSI controller left behind after stop: ${leftovers.join('; ')}`);
   }
+}
+
+export interface CsiControllerOptions {
+  onProgress?: (line: string) => void;
+  /**
+   * The driver's fencing mode (plugin/driver/fencing.go): a node reaches a volume only
+   * through its own revocable view, granted at ControllerPublish, revoked at
+   * ControllerUnpublish. Default false: the node bind-mounts the backing directory.
+   * Needs /dev/fuse and leasehold-fencefs (dev/fuse, built on first use).
+   */
+  fencing?: boolean;
+  /**
+   * Dynamic provisioning: the external-provisioner and the StorageClass STORAGE_CLASS.
+   * Default false (one process and a few API objects less; static PVs work either way).
+   */
+  provisioning?: boolean;
 }
 
 export async function startCsiController(
   cluster: Cluster,
-  opts: { onProgress?: (line: string) => void } = {},
+  opts: CsiControllerOptions = {},
 ): Promise<CsiController> {
   const progress = opts.onProgress ?? (() => {});
   const bins = await csiBinaries();
@@ -93,7 +134,12 @@ export async function startCsiController(
     if (stopped) return;
     stopped = true;
     for (const c of [...components].reverse()) await c.stop(5_000);
-    const alive = components.flatMap((c) => (c.pid !== undefined && isAlive(c.pid) ? [c.pid] : []));
+    const alive = [
+      ...components.flatMap((c) =>
+        c.pid !== undefined && isAlive(c.pid) ? [`process ${c.pid} (${c.name})`] : [],
+      ),
+      ...viewLeftovers(backingDir),
+    ];
     const deleted = await Promise.allSettled(created.reverse().map((undo) => undo()));
     await rm(dir, { recursive: true, force: true });
     forgetAbrupt();
@@ -120,69 +166,76 @@ export async function startCsiController(
 
   try {
     await Promise.all([backingDir, stateDir, logDir].map((d) => mkdir(d, { recursive: true })));
-    const { namespace, name: account } = ATTACHER_ACCOUNT;
     await ensure(
       `CSIDriver ${DRIVER_NAME}`,
       () => storage.createCSIDriver({ body: csiDriverObject() }),
       () => storage.deleteCSIDriver({ name: DRIVER_NAME }),
     );
-    await ensure(
-      `ServiceAccount ${namespace}/${account}`,
-      () => core.createNamespacedServiceAccount({ namespace, body: { metadata: { name: account } } }),
-      () => core.deleteNamespacedServiceAccount({ namespace, name: account }),
-    );
-    const clusterRole = attacherClusterRole();
-    const roleName = clusterRole.metadata?.name ?? '';
-    await ensure(
-      `ClusterRole ${roleName}`,
-      () => rbac.createClusterRole({ body: clusterRole }),
-      () => rbac.deleteClusterRole({ name: roleName }),
-    );
-    const subjects = [{ kind: 'ServiceAccount', name: account, namespace }];
-    await ensure(
-      'ClusterRoleBinding csi-attacher-role',
-      () =>
-        rbac.createClusterRoleBinding({
-          body: {
-            metadata: { name: 'csi-attacher-role' },
-            subjects,
-            roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: roleName },
-          },
-        }),
-      () => rbac.deleteClusterRoleBinding({ name: 'csi-attacher-role' }),
-    );
-    const leaseRole = attacherLeaseRole();
-    const leaseRoleName = leaseRole.metadata?.name ?? '';
-    await ensure(
-      `Role ${namespace}/${leaseRoleName}`,
-      () => rbac.createNamespacedRole({ namespace, body: leaseRole }),
-      () => rbac.deleteNamespacedRole({ namespace, name: leaseRoleName }),
-    );
-    await ensure(
-      `RoleBinding ${namespace}/csi-attacher-role-cfg`,
-      () =>
-        rbac.createNamespacedRoleBinding({
-          namespace,
-          body: {
-            metadata: { name: 'csi-attacher-role-cfg' },
-            subjects,
-            roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: leaseRoleName },
-          },
-        }),
-      () => rbac.deleteNamespacedRoleBinding({ namespace, name: 'csi-attacher-role-cfg' }),
-    );
-    // The testbed lives minutes; the token outlives it.
-    const token = await core.createNamespacedServiceAccountToken({
-      namespace,
-      name: account,
-      body: { spec: { audiences: [], expirationSeconds: 3600 } },
-    });
-    await cluster.writeTokenKubeconfig(kubeconfig, token.status?.token ?? '');
+    /** A sidecar's ServiceAccount, its upstream ClusterRole and Role bound to it, and a kubeconfig of its token. */
+    const identity = async (
+      account: { namespace: string; name: string },
+      clusterRole: V1ClusterRole,
+      role: V1Role,
+      kubeconfig: string,
+    ) => {
+      const { namespace, name } = account;
+      await ensure(
+        `ServiceAccount ${namespace}/${name}`,
+        () => core.createNamespacedServiceAccount({ namespace, body: { metadata: { name } } }),
+        () => core.deleteNamespacedServiceAccount({ namespace, name }),
+      );
+      const subjects = [{ kind: 'ServiceAccount', name, namespace }];
+      const roleName = clusterRole.metadata?.name ?? '';
+      await ensure(
+        `ClusterRole ${roleName}`,
+        () => rbac.createClusterRole({ body: clusterRole }),
+        () => rbac.deleteClusterRole({ name: roleName }),
+      );
+      await ensure(
+        `ClusterRoleBinding ${name}-role`,
+        () =>
+          rbac.createClusterRoleBinding({
+            body: {
+              metadata: { name: `${name}-role` },
+              subjects,
+              roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: roleName },
+            },
+          }),
+        () => rbac.deleteClusterRoleBinding({ name: `${name}-role` }),
+      );
+      const nsRoleName = role.metadata?.name ?? '';
+      await ensure(
+        `Role ${namespace}/${nsRoleName}`,
+        () => rbac.createNamespacedRole({ namespace, body: role }),
+        () => rbac.deleteNamespacedRole({ namespace, name: nsRoleName }),
+      );
+      await ensure(
+        `RoleBinding ${namespace}/${name}-role-cfg`,
+        () =>
+          rbac.createNamespacedRoleBinding({
+            namespace,
+            body: {
+              metadata: { name: `${name}-role-cfg` },
+              subjects,
+              roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: nsRoleName },
+            },
+          }),
+        () => rbac.deleteNamespacedRoleBinding({ namespace, name: `${name}-role-cfg` }),
+      );
+      // The testbed lives minutes; the token outlives it.
+      const token = await core.createNamespacedServiceAccountToken({
+        namespace,
+        name,
+        body: { spec: { audiences: [], expirationSeconds: 3600 } },
+      });
+      await cluster.writeTokenKubeconfig(kubeconfig, token.status?.token ?? '');
+    };
+    await identity(ATTACHER_ACCOUNT, attacherClusterRole(), attacherLeaseRole(), kubeconfig);
 
     const driver = new Component(
       'csi/controller',
       bins.driver,
-      driverControllerArgs(socket, backingDir, stateDir),
+      driverControllerArgs(socket, backingDir, stateDir, opts.fencing ? fencefsBinary() : undefined),
       join(logDir, 'driver-controller.log'),
     );
     components.push(driver);
@@ -200,7 +253,30 @@ export async function startCsiController(
       async () => (await readFile(attacher.logPath, 'utf8')).includes('using real CSI handler'),
       30_000,
     );
-    progress(`csi: driver controller and external-attacher up (logs: ${logDir})`);
+    if (opts.provisioning) {
+      const provisionerKubeconfig = join(dir, 'csi-provisioner.kubeconfig');
+      await identity(PROVISIONER_ACCOUNT, provisionerClusterRole(), provisionerRole(), provisionerKubeconfig);
+      await ensure(
+        `StorageClass ${STORAGE_CLASS}`,
+        () => storage.createStorageClass({ body: storageClassObject() }),
+        () => storage.deleteStorageClass({ name: STORAGE_CLASS }),
+      );
+      const provisioner = new Component(
+        'csi/external-provisioner',
+        bins.provisioner,
+        provisionerArgs(socket, provisionerKubeconfig),
+        join(logDir, 'csi-provisioner.log'),
+      );
+      components.push(provisioner);
+      provisioner.start();
+      await provisioner.waitReady(
+        async () => (await readFile(provisioner.logPath, 'utf8')).includes('Started provisioner controller'),
+        30_000,
+      );
+    }
+    progress(
+      `csi: driver controller${opts.fencing ? ' (fencing)' : ''}, external-attacher${opts.provisioning ? ', external-provisioner' : ''} up (logs: ${logDir})`,
+    );
   } catch (err) {
     await stop().catch(() => {});
     throw err;
@@ -221,8 +297,53 @@ export async function startCsiController(
       const names = existsSync(dir) ? (await readdir(dir)).sort() : [];
       return Promise.all(names.map(async (node) => ({ node, atMs: (await stat(join(dir, node))).mtimeMs })));
     },
+    async accessLog() {
+      const file = join(stateDir, 'access.jsonl');
+      return existsSync(file) ? parseAccessLog(await readFile(file, 'utf8')) : [];
+    },
+    async volume(handle) {
+      const file = join(stateDir, 'volumes', `${handle}.json`);
+      if (!existsSync(file)) return undefined;
+      const meta = JSON.parse(await readFile(file, 'utf8')) as { capacityBytes: number };
+      return { dir: join(backingDir, handle), capacityBytes: meta.capacityBytes };
+    },
     stop,
   };
+}
+
+/**
+ * Pure: the driver's access log (plugin/driver/fencing.go, one JSON object a line) as
+ * access-log.ts entries; a line that is not one is an error naming its number.
+ */
+export function parseAccessLog(text: string): AccessLogEntry[] {
+  return text
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .map((line, i) => {
+      const r = JSON.parse(line) as Partial<Record<string, unknown>>;
+      const ok =
+        typeof r.seq === 'number' &&
+        (r.op === 'grant' || r.op === 'revoke') &&
+        typeof r.pv === 'string' &&
+        typeof r.node === 'string' &&
+        typeof r.view === 'string' &&
+        typeof r.monoMs === 'number' &&
+        typeof r.wallMs === 'number';
+      if (!ok)
+        throw new LeaseholdError(
+          'E_CSI_ACCESS_LOG',
+          `the CSI driver's access log, line ${i + 1}: not an access record: ${line}`,
+        );
+      return {
+        seq: r.seq as number,
+        op: r.op as AccessOp,
+        pv: r.pv as string,
+        node: r.node as string,
+        view: r.view as string,
+        monoMs: r.monoMs as number,
+        wall: new Date(r.wallMs as number),
+      };
+    });
 }
 
 function isAlive(pid: number): boolean {

@@ -23,7 +23,13 @@
  * real-2 writes into a static PersistentVolume of the testbed's CSI driver (dev/csi:
  * attachRequired; the real attach-detach controller's VolumeAttachment, attached by the
  * real external-attacher before the pod runs; staged and published by the kubelet;
- * the file in the driver's backing dir; the VolumeAttachment gone after the pod); then
+ * the file in the driver's backing dir; the VolumeAttachment gone after the pod; the
+ * driver runs in its fencing mode, so even this static volume goes through the node's
+ * own view); then the fencing driver with dynamic provisioning (real-node-fencing.ts: a
+ * PVC provisioned by the real external-provisioner, written through real-1's view,
+ * real-1 frozen mid-write and its volume handed to real-2; the revoke, on the host,
+ * precedes real-2's grant, real-1's writes fail with EIO after the thaw, real-2 reads
+ * exactly what real-1 wrote before; the claim's delete removes the volume); then
  * real-2 is frozen (freezer cgroups FROZEN, a spawnInNetwork process's too, its
  * Lease stops, its kernel still resets real-1 on a closed port) and thawed (renews),
  * then partitioned with `stall` (Lease stops, the container runs on, the fabric still
@@ -32,7 +38,9 @@
  * (the node's and the fabric's leftover checks throw otherwise;
  * test/unit/node-leftovers.test.ts proves the check fails on a stray cgroup and
  * process and does not take a stranger in recycled namespace ids for one), and no host sysctl the kubelet cares about, host link or host nftables
- * rule changed; the CSI controller's processes and dir are gone. Bring the components and the images with
+ * rule changed; the CSI controller's processes and dir are gone, and killing its driver
+ * (SIGKILL) takes its fencefs views with it (parent-death signal: no view process or
+ * mount left in any namespace). Bring the components and the images with
  * `bash dev/toolchain.sh --node --image ...` (without --image the first run here builds
  * the images, about 3 minutes).
  */
@@ -46,6 +54,7 @@ import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { CoordinationV1Api, CoreV1Api, StorageV1Api, type V1VolumeAttachment } from '@kubernetes/client-node';
 import { type CsiController, startCsiController } from '../../dev/csi/controller.ts';
+import { viewLeftovers } from '../../dev/csi/view-leftovers.ts';
 import { type LocalImage, localImages } from '../../dev/image/images.ts';
 import { nodeBinaries } from '../../dev/node/binaries.ts';
 import { KUBELET_SYSCTLS } from '../../dev/node/config.ts';
@@ -56,6 +65,7 @@ import { type RealNode, startRealNode } from '../../dev/node/node.ts';
 import type { SimNode } from '../../dev/sim/node/sim-node.ts';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
+import { fencedHandoff } from './real-node-fencing.ts';
 import { projectImagesRun } from './real-node-images.ts';
 
 const cluster = useCluster({ realNodes: true });
@@ -132,7 +142,7 @@ describe('real nodes', () => {
     async () => {
       images = await localImages();
       const tc = performance.now();
-      csi = await startCsiController(cluster());
+      csi = await startCsiController(cluster(), { fencing: true, provisioning: true });
       console.log(
         `real node: CSI controller and external-attacher up ${Math.round(performance.now() - tc)} ms`,
       );
@@ -250,6 +260,13 @@ describe('real nodes', () => {
     await csiVolumeRoundTrip(node2, csi, images.leasehold as LocalImage);
   });
 
+  it("the fencing driver: a dynamically provisioned volume handed from frozen real-1 to real-2, real-1's view revoked first (EIO after), deleted with its claim", {
+    timeout: 240_000,
+  }, async () => {
+    assert.ok(node && node2 && csi, 'both nodes and the CSI controller started');
+    await fencedHandoff(cluster(), node, node2, csi);
+  });
+
   it('faults as on dev/sim: freeze and partition stall stop real-2 renewing its lease, heal renews it', {
     timeout: 120_000,
   }, async () => {
@@ -271,6 +288,23 @@ describe('real nodes', () => {
   it('stop leaves nothing, also of a frozen node', { timeout: 60_000 }, async () => {
     assert.ok(node && node2, 'both nodes started');
     // A host process in real-2's network is the machine's: stop ends it (frozen too).
+    if (csi) {
+      // A killed controller leaves no view: real-1's revoked view (still served, EIO)
+      // dies with the driver, by its parent-death signal.
+      const backing = csi.backingDir;
+      assert.notDeepEqual(viewLeftovers(backing), [], "real-1's revoked view is still served before");
+      const driver = hostProcesses().find(
+        (p) => p.cmdline.includes('-mode=controller') && p.cmdline.includes(`-backing-dir=${backing}`),
+      );
+      assert.ok(driver, 'the driver controller runs');
+      process.kill(driver.pid, 'SIGKILL');
+      await eventually(
+        'no view left after the driver was killed',
+        async () => (viewLeftovers(backing).length === 0 ? true : undefined),
+        20_000,
+        100,
+      );
+    }
     const client = node2.spawnInNetwork(['sleep', '60'], { stdio: 'ignore' });
     const clientExit = once(client, 'exit');
     node2.freeze();
@@ -654,7 +688,12 @@ async function csiVolumeRoundTrip(node: RealNode, csi: CsiController, image: Loc
   const va = attached.va;
   assert.equal(va.spec?.attacher, csi.driverName, 'made for the driver by the attach-detach controller');
   assert.equal(va.spec?.nodeName, node.name);
-  assert.deepEqual(va.status?.attachmentMetadata, { attachedNode: node.name }, "ControllerPublish's context");
+  assert.equal(va.status?.attachmentMetadata?.attachedNode, node.name, "ControllerPublish's context");
+  assert.match(
+    va.status?.attachmentMetadata?.view ?? '',
+    new RegExp(`/views/${handle}/${node.name}\\.\\d+$`),
+    "a static volume too goes through the node's own view (the fencing mode)",
+  );
   const records = await csi.attachments(handle);
   assert.deepEqual(
     records.map((r) => r.node),

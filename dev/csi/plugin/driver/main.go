@@ -1,8 +1,9 @@
 // leasehold-csi-hostdir: a CSI driver whose volumes are directories under one backing
 // directory (-backing-dir/<volume handle>), run in two parts as a cluster runs a driver:
 //
-//	-mode=controller  Identity + Controller (ControllerPublish/Unpublish), next to the
-//	                  control plane; the external-attacher calls it.
+//	-mode=controller  Identity + Controller (Create/DeleteVolume, ControllerPublish/
+//	                  Unpublish), next to the control plane; the external-provisioner
+//	                  and the external-attacher call it.
 //	-mode=node        Identity + Node (NodeStage/Unstage, NodePublish/Unpublish), on a
 //	                  node, in its mount namespace; the kubelet calls it.
 //
@@ -11,13 +12,15 @@
 // directory; the publish context it returns carries attachedNode, and NodeStageVolume
 // refuses a volume whose publish context does not name this node, so a volume is
 // never staged on a node it was not attached to. Stage bind-mounts the volume
-// directory at the staging path, publish bind-mounts the staging path at the target
-// path (read-only when asked); unpublish and unstage unmount and remove what they
-// made. Every call is idempotent, as the CSI spec asks.
-// Not guaranteed: capacity, CreateVolume/DeleteVolume (volumes are static: the
-// testbed makes their directories), block volumes, and fencing: a node whose volume
-// was unpublished keeps writing until its own unmount (the fencing driver is a later
-// step, see ../README.md).
+// directory (with -fencefs: moves the node's own revocable view, fencing.go) at the
+// staging path, publish bind-mounts the staging path at the target path (read-only when
+// asked); unpublish and unstage unmount and remove what they made. CreateVolume and
+// DeleteVolume make and remove a volume's directory (provision.go). Every call is
+// idempotent, as the CSI spec asks; errors are gRPC status errors naming the volume
+// and the node.
+// Not guaranteed: capacity limits (recorded, not enforced), block volumes, snapshots,
+// topology; without -fencefs, fencing: a node whose volume was unpublished keeps
+// writing until its own unmount.
 package main
 
 import (
@@ -43,14 +46,15 @@ func main() {
 		backingDir = flag.String("backing-dir", "", "directory holding one directory per volume (required)")
 		stateDir   = flag.String("state-dir", "", "controller: where attachments are recorded (required with -mode=controller)")
 		nodeID     = flag.String("node-id", "", "node: this node's id, as the kubelet reports it (required with -mode=node)")
+		fencefs    = flag.String("fencefs", "", "controller: the leasehold-fencefs binary; set, a node reaches a volume only through its revocable view (fencing.go)")
 	)
 	flag.Parse()
-	if err := run(*endpoint, *mode, *name, *backingDir, *stateDir, *nodeID); err != nil {
+	if err := run(*endpoint, *mode, *name, *backingDir, *stateDir, *nodeID, *fencefs); err != nil {
 		log.Fatalf("leasehold-csi-hostdir: %v", err)
 	}
 }
 
-func run(endpoint, mode, name, backingDir, stateDir, nodeID string) error {
+func run(endpoint, mode, name, backingDir, stateDir, nodeID, fencefs string) error {
 	if endpoint == "" || backingDir == "" {
 		return fmt.Errorf("-endpoint and -backing-dir are required")
 	}
@@ -61,7 +65,12 @@ func run(endpoint, mode, name, backingDir, stateDir, nodeID string) error {
 			return fmt.Errorf("-state-dir is required with -mode=controller")
 		}
 		csi.RegisterIdentityServer(server, &identity{name: name, controller: true})
-		csi.RegisterControllerServer(server, &controller{backingDir: backingDir, stateDir: stateDir})
+		ctl := &controller{backingDir: backingDir, stateDir: stateDir}
+		if fencefs != "" {
+			ctl.fence = newFencing(fencefs, backingDir, stateDir)
+			defer ctl.fence.closeAll()
+		}
+		csi.RegisterControllerServer(server, ctl)
 	case "node":
 		if nodeID == "" {
 			return fmt.Errorf("-node-id is required with -mode=node")

@@ -81,3 +81,24 @@ func unmount(path string) error {
 	}
 	return nil
 }
+
+// moveView moves the view mounted at view onto staging (MS_MOVE) unless staging is
+// already a mount point. NB: a move, not a bind: the kubelet's UnmountDevice refuses
+// a staging path whose mount has another reference (mount-utils GetMountRefs: the same
+// device and root elsewhere), which the view's own mount point would be; moved, the
+// storage's FUSE connection (and its revoke) is unchanged, and the view's mount point
+// is an empty directory again.
+func moveView(view, staging string) error {
+	if mounted, err := isMountPoint(staging); err != nil {
+		return fmt.Errorf("reading the mount table: %w", err)
+	} else if mounted {
+		return nil
+	}
+	if mounted, err := isMountPoint(view); err != nil || !mounted {
+		return fmt.Errorf("its view %s is not mounted here (%v)", view, err)
+	}
+	if err := unix.Mount(view, staging, "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("moving the view %s to %s: %w", view, staging, err)
+	}
+	return nil
+}

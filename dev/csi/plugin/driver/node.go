@@ -46,6 +46,17 @@ func (n *node) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeReques
 		return nil, status.Errorf(codes.FailedPrecondition, "staging volume %s on node %s: it is attached to %q", volume, n.nodeID, got)
 	}
 	source := filepath.Join(n.backingDir, volume)
+	// The fencing mode: the storage mounted this node's own view (fencing.go); staging
+	// the backing directory instead would go around its revoke.
+	if view, fenced := req.GetPublishContext()[publishContextView]; fenced {
+		if err := os.MkdirAll(staging, 0o750); err != nil {
+			return nil, status.Errorf(codes.Internal, "staging volume %s: making %s: %v", volume, staging, err)
+		}
+		if err := moveView(view, staging); err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "staging volume %s on node %s: %v", volume, n.nodeID, err)
+		}
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
 	if st, err := os.Stat(source); err != nil || !st.IsDir() {
 		return nil, status.Errorf(codes.NotFound, "staging volume %s: no directory %s", volume, source)
 	}
