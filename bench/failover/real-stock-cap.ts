@@ -5,27 +5,64 @@
  * dead node, the VolumeAttachment still on it), and by which path a sample that did
  * resume got its volume back (`stockResumePath`, from the times seen and the
  * kube-controller-manager's own log lines).
- * Guarantees: a sample is `measured` only when the client's first acknowledged write
- * came after the crash and within the budget (stats.ts crashToServing); a write before
- * the crash is `rejected`, never counted; no write within the budget is `capped`, which
- * is stock's expected outcome, not a failure.
+ * Guarantees: a sample is `measured` only when the client's writes resumed after the
+ * crash and within the budget: the first ack of the first flow of `needed` acks after
+ * the crash, each within CLIENT_STALL_TOLERANCE_MS of the one before (`resumedAt`), so
+ * a lone ack of a write in flight at the crash (the dying server committed it; seen in
+ * the first real run: one ack 0.02 s after the crash, then none for 450 s) is not the
+ * share serving again; a serving before the crash is `rejected`, never counted
+ * (stats.ts crashToServing); no such flow within the budget is `capped`, which is
+ * stock's expected outcome, not a failure.
  * Not guaranteed: the reasons are what the API holds at the cap (events are
  * deduplicated and may have aged out); the path is inferred from what was seen.
  */
-import { crashToServing } from './stats.ts';
+import { CLIENT_STALL_TOLERANCE_MS, crashToServing } from './stats.ts';
 
 export type StockJudgement =
   | { outcome: 'measured'; writesResumedS: number }
   | { outcome: 'capped'; reason: string }
   | { outcome: 'rejected'; reason: string };
 
-/** The sample's outcome from the crash and the client's first ack after it (one clock). */
+/**
+ * The first ack of the first flow of `needed` acks after `crashMs` (ack times in order,
+ * one clock), each at most `toleranceMs` after the one before; undefined when none.
+ */
+export function resumedAt(
+  acksMs: readonly number[],
+  crashMs: number,
+  needed: number,
+  toleranceMs = CLIENT_STALL_TOLERANCE_MS,
+): number | undefined {
+  let start: number | undefined;
+  let count = 0;
+  let prev = Number.NaN;
+  for (const t of acksMs) {
+    if (t <= crashMs) continue;
+    if (start === undefined || t - prev > toleranceMs) {
+      start = t;
+      count = 0;
+    }
+    count++;
+    prev = t;
+    if (count >= needed) return start;
+  }
+  return undefined;
+}
+
+/** The resumed flow's first ack (`resumedMs`) minus the last ack before it; NaN when none. */
+export function resumedGapMs(acksMs: readonly number[], resumedMs: number): number {
+  const before = acksMs.filter((t) => t < resumedMs).at(-1);
+  return before === undefined ? Number.NaN : resumedMs - before;
+}
+
+/** The sample's outcome from the crash and the client's acks (one clock): see the header. */
 export function judgeStockSample(
   crashMs: number,
-  firstAckMs: number | undefined,
+  acksMs: readonly number[],
   budgetMs: number,
+  needed: number,
 ): StockJudgement {
-  const j = crashToServing(crashMs, firstAckMs, budgetMs);
+  const j = crashToServing(crashMs, resumedAt(acksMs, crashMs, needed), budgetMs);
   if (j.kind === 'measured') return { outcome: 'measured', writesResumedS: j.s };
   if (j.kind === 'rejected') return { outcome: 'rejected', reason: j.reason };
   return { outcome: 'capped', reason: j.reason };

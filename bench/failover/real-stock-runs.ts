@@ -46,7 +46,13 @@ import {
 } from '../../manager/reconciliation/nfs-server-preset.ts';
 import type { RealCrashSample, RealNodeResult } from './real-node-runs.ts';
 import { managerRestarts, waitManagerRestarted } from './real-node-runs.ts';
-import { judgeStockSample, stockCapReasons, stockResumePath } from './real-stock-cap.ts';
+import {
+  judgeStockSample,
+  resumedAt,
+  resumedGapMs,
+  stockCapReasons,
+  stockResumePath,
+} from './real-stock-cap.ts';
 import { clientFlowing, round, summarize } from './stats.ts';
 import { stockTolerations } from './stock-runs.ts';
 
@@ -260,8 +266,8 @@ export async function realStockCrashRuns(
         let after: Awaited<ReturnType<typeof stockServing>>;
         let replacementCreatedS: number | undefined;
         let lastReport = 0;
-        const resumed = () =>
-          client.writer.events.filter((e) => e.event === 'ack' && e.ms > crashMono).length >= RESUMED_ACKS;
+        const acks = () => client.writer.events.flatMap((e) => (e.event === 'ack' ? [e.ms] : []));
+        const resumed = () => resumedAt(acks(), crashMono, RESUMED_ACKS) !== undefined;
         while (Date.now() - crashWall < opts.budgetMs && !resumed()) {
           if (sample.detectS === undefined) {
             const node = await sys.core
@@ -308,8 +314,8 @@ export async function realStockCrashRuns(
         if (!after) after = await stockServing(sys, share, victim.pod);
         await client.stop();
         const report = client.report([crashMono]);
-        const gap = report.clientWriteGaps[0];
-        const judged = judgeStockSample(crashMono, gap?.firstAck?.ms, opts.budgetMs);
+        const resumedMs = resumedAt(acks(), crashMono, RESUMED_ACKS);
+        const judged = judgeStockSample(crashMono, acks(), opts.budgetMs, RESUMED_ACKS);
         const kcm = controllerLogLines(sys, pv, logFrom);
         if (judged.outcome === 'capped') {
           const [evs, pods, vas] = await Promise.all([
@@ -350,8 +356,11 @@ export async function realStockCrashRuns(
           attachedS: attach && attach.atMs > crashWall ? round((attach.atMs - crashWall) / 1000) : undefined,
           serverServingS: after ? round((after.servingWall - crashWall) / 1000) : undefined,
           writesResumedS: judged.outcome === 'measured' ? judged.writesResumedS : undefined,
+          // From the last ack before the resumed flow to its first (a lone in-flight ack is not a resumption).
           clientWriteGapS:
-            judged.outcome === 'measured' && gap?.gapMs !== undefined ? round(gap.gapMs / 1000) : undefined,
+            judged.outcome === 'measured' && resumedMs !== undefined
+              ? round(resumedGapMs(acks(), resumedMs) / 1000)
+              : undefined,
           acked: report.acked,
           lost: report.ackedWritesLost,
           outcome: judged.outcome === 'rejected' ? 'skipped' : judged.outcome,

@@ -10,7 +10,13 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseRealNodeBenchArgs } from '../../bench/failover/real-node-args.ts';
 import { realNodeTable } from '../../bench/failover/real-node-table.ts';
-import { judgeStockSample, stockCapReasons, stockResumePath } from '../../bench/failover/real-stock-cap.ts';
+import {
+  judgeStockSample,
+  resumedAt,
+  resumedGapMs,
+  stockCapReasons,
+  stockResumePath,
+} from '../../bench/failover/real-stock-cap.ts';
 import { simReferenceOf } from '../../bench/failover/sim-reference.ts';
 
 test('real-node bench args: defaults 5 crashes on 2 nodes, the Kubernetes defaults', () => {
@@ -120,19 +126,28 @@ test('simReferenceOf: the newest sim NFS-client file on the same timings with a 
   assert.equal(simReferenceOf([], { adcSync: '1m', nodeMonitorGracePeriod: '40s' }), undefined);
 });
 
-test('judgeStockSample: measured only after the crash and within the budget; else capped or rejected', () => {
-  assert.deepEqual(judgeStockSample(1_000, 73_500, 450_000), { outcome: 'measured', writesResumedS: 72.5 });
-  assert.deepEqual(judgeStockSample(1_000, undefined, 450_000), {
+test('judgeStockSample: measured only from a resumed flow after the crash, within the budget; else capped or rejected', () => {
+  const flow = (fromMs: number, n = 20) => Array.from({ length: n }, (_, i) => fromMs + i * 20);
+  assert.deepEqual(judgeStockSample(1_000, [...flow(0, 5), ...flow(73_500)], 450_000, 20), {
+    outcome: 'measured',
+    writesResumedS: 72.5,
+  });
+  // The first real run: one write in flight at the crash acknowledged 0.02 s after it, then none.
+  assert.deepEqual(judgeStockSample(1_000, [...flow(0, 50), 1_020], 450_000, 20), {
     outcome: 'capped',
     reason: 'not served again within 450 s',
   });
-  assert.equal(
-    judgeStockSample(1_000, 452_000, 450_000).outcome,
-    'capped',
-    'a write after the cap is capped',
+  assert.deepEqual(
+    judgeStockSample(1_000, [1_020, ...flow(200_000)], 450_000, 20),
+    { outcome: 'measured', writesResumedS: 199 },
+    'the lone in-flight ack is not the resumption; the flow after the stall is',
   );
-  const before = judgeStockSample(10_000, 9_000, 450_000);
-  assert.equal(before.outcome, 'rejected', 'a write before the crash is not this crash');
+  assert.equal(judgeStockSample(1_000, flow(1_000, 19), 450_000, 20).outcome, 'capped', '19 of 20 acks');
+  assert.equal(judgeStockSample(1_000, flow(452_000), 450_000, 20).outcome, 'capped', 'a flow after the cap');
+  const split = [...flow(5_000, 10), ...flow(9_000, 10)];
+  assert.equal(resumedAt(split, 1_000, 20), undefined, 'a stall over the tolerance restarts the count');
+  assert.equal(resumedGapMs([...flow(0, 3), 1_020, 200_000], 200_000), 198_980);
+  assert.ok(Number.isNaN(resumedGapMs([5], 5)));
 });
 
 test('stockCapReasons: Multi-Attach, a pod stuck Terminating and the attachment on the dead node, each named', () => {
