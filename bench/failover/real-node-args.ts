@@ -1,15 +1,18 @@
 /**
  * `npm run bench -- failover --real-nodes [--runs N] [--nodes N] [--adc-sync D]
- * [--node-monitor-grace D] [--budget S] [--settle S]`, parsed by a pure function (no I/O, no exit).
+ * [--node-monitor-grace D] [--budget S] [--settle S] [--modes leasehold,stock] [--stock-budget S]`,
+ * parsed by a pure function (no I/O, no exit).
  * Defaults: 5 crashes (each healed: the node reboots before the next), 2 nodes, the
  * Kubernetes defaults of the sim benchmark (ADC sync 1m, node-monitor grace 40s), a
  * budget of 150 s per crash (crash to the client's resumed writes), no settling after
  * each reboot's manager has run again (real-node-runs.ts waits for its restarted
- * container; `--settle S` adds S seconds).
+ * container; `--settle S` adds S seconds), the `leasehold` mode only; `--modes
+ * leasehold,stock` adds stock Kubernetes (real-stock-runs.ts), run after it on the same
+ * system, each stock crash capped at `--stock-budget` (default 600 s, at least 60).
  * Guarantees: accepted values are in range; a rejected one names the option and the
- * rule. Options of the sim benchmark that do not apply on real nodes (--modes, --share,
- * --parallel, --heartbeat: the real kubelet's heartbeat is its own default, 10 s) are
- * rejected as unknown, not ignored.
+ * rule. Options of the sim benchmark that do not apply on real nodes (--share,
+ * --parallel, --heartbeat: the real kubelet's heartbeat is its own default, 10 s; the
+ * sim's other modes) are rejected, not ignored.
  */
 import { parseArgs } from 'node:util';
 
@@ -21,10 +24,17 @@ export interface RealNodeBenchArgs {
   budgetS: number;
   /** Seconds to wait after a reboot's manager is Ready before the next crash. */
   settleS: number;
+  /** The modes, in the order they run on the one system. */
+  modes: RealNodeMode[];
+  /** Per stock crash: crash to the client's resumed writes, or capped. */
+  stockBudgetS: number;
 }
 
+export const REAL_NODE_MODES = ['leasehold', 'stock'] as const;
+export type RealNodeMode = (typeof REAL_NODE_MODES)[number];
+
 export const REAL_NODE_BENCH_USAGE =
-  'usage: npm run bench -- failover --real-nodes [--runs 1-50 (default 5)] [--nodes 2-5 (default 2)] [--adc-sync DURATION (default 1m)] [--node-monitor-grace DURATION (default 40s)] [--budget SECONDS (per crash, default 150)] [--settle SECONDS (after a reboot, default 0)]';
+  'usage: npm run bench -- failover --real-nodes [--runs 1-50 (default 5)] [--nodes 2-5 (default 2)] [--adc-sync DURATION (default 1m)] [--node-monitor-grace DURATION (default 40s)] [--budget SECONDS (per crash, default 150)] [--settle SECONDS (after a reboot, default 0)] [--modes leasehold,stock (default leasehold)] [--stock-budget SECONDS (per stock crash, default 600)]';
 
 const DURATION = /^[1-9]\d*(s|m)$/;
 
@@ -40,6 +50,8 @@ export function parseRealNodeBenchArgs(argv: readonly string[]): RealNodeBenchAr
         'node-monitor-grace': { type: 'string', default: '40s' },
         budget: { type: 'string', default: '150' },
         settle: { type: 'string', default: '0' },
+        modes: { type: 'string', default: 'leasehold' },
+        'stock-budget': { type: 'string', default: '600' },
       },
       strict: true,
       allowPositionals: false,
@@ -65,5 +77,25 @@ export function parseRealNodeBenchArgs(argv: readonly string[]): RealNodeBenchAr
   const settleS = Number(values.settle);
   if (!Number.isFinite(settleS) || settleS < 0 || settleS > 600)
     return { problem: `--settle=${values.settle}: must be a number of seconds from 0 to 600` };
-  return { runs, nodes, adcSync, nodeMonitorGracePeriod: grace, budgetS, settleS };
+  const modes = (values.modes ?? '').split(',');
+  const unknown = modes.find((m) => !(REAL_NODE_MODES as readonly string[]).includes(m));
+  if (unknown !== undefined)
+    return {
+      problem: `--modes=${values.modes}: ${JSON.stringify(unknown)} is not a real-node mode (${REAL_NODE_MODES.join(', ')}; comma-separated)`,
+    };
+  if (new Set(modes).size !== modes.length)
+    return { problem: `--modes=${values.modes}: a mode may be named once` };
+  const stockBudgetS = Number(values['stock-budget']);
+  if (!Number.isFinite(stockBudgetS) || stockBudgetS < 60)
+    return { problem: `--stock-budget=${values['stock-budget']}: must be a number of seconds >= 60` };
+  return {
+    runs,
+    nodes,
+    adcSync,
+    nodeMonitorGracePeriod: grace,
+    budgetS,
+    settleS,
+    modes: modes as RealNodeMode[],
+    stockBudgetS,
+  };
 }

@@ -62,7 +62,7 @@ export interface RealCrashSample {
 }
 
 export interface RealNodeResult {
-  mode: 'leasehold-real-nodes';
+  mode: 'leasehold-real-nodes' | 'stock-real-nodes';
   settings: string;
   samples: RealCrashSample[];
   detection: Summary;
@@ -241,7 +241,7 @@ export function managerRestarts(pods: Map<string, k8s.V1Pod>, node: string): num
  * new manager runs; the next crash then hits a manager that has not started, which
  * detects it D after its own Lease watch opens (measured: 6.7-12.9 s instead of ~5 s).
  */
-async function waitManagerRestarted(sys: RealSystem, node: string, before: number, timeoutMs: number) {
+export async function waitManagerRestarted(sys: RealSystem, node: string, before: number, timeoutMs: number) {
   for (const until = performance.now() + timeoutMs; performance.now() < until; await sleep(250)) {
     const c = (await managerPodsByNode(sys.core)).get(node)?.status?.containerStatuses?.[0];
     if ((c?.restartCount ?? 0) > before && c?.ready) return;

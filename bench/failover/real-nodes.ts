@@ -1,13 +1,16 @@
 /**
  * `npm run bench -- failover --real-nodes [options]` (bench/run.ts routes it here; the
  * options: real-node-args.ts): the leasehold mode on real nodes with the NFS client
- * (real-node-runs.ts), on one real-node system (dev/system/real-system.ts) with the
+ * (real-node-runs.ts) and, with `--modes leasehold,stock`, stock Kubernetes
+ * (real-stock-runs.ts), one mode after the other in the order given (the leasehold
+ * share deleted before stock starts: one share at a time), on one real-node system (dev/system/real-system.ts) with the
  * control plane on the sim benchmark's Kubernetes defaults (ADC sync 1m, node-monitor
  * grace 40s; the kubelets' own heartbeat, 10 s). Prints the figures (p50/p95), next to
  * the sim nodes' leasehold figures from the newest sim result file on the same
  * timings (sim-reference.ts: labelled as another run, with its date and load), and
- * writes bench/results/failover-real-nodes-nfs-client-v3-adc-<adc>-nmg-<grace>-settle-<s>s-leasehold.json
- * with the load average (sampled every 15 s).
+ * writes bench/results/failover-real-nodes-nfs-client-v3-adc-<adc>-nmg-<grace>-settle-<s>s-<modes joined by +>.json
+ * with the load average (sampled every 15 s). The modes' rows side by side in one table
+ * (real-node-table.ts).
  * Exit codes: 0 done and safe (no acknowledged write lost, never two ganesha, no
  * violation; capped crashes are reported, not failures), 1 a violation or a failure,
  * 2 bad arguments. SIGINT: every component's own exit hook removes what it made.
@@ -17,8 +20,13 @@ import { availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../../dev/system/helm-install.ts';
 import { startRealSystem } from '../../dev/system/real-system.ts';
+import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
+import { sleep } from '../../lib/clock.ts';
+import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { parseRealNodeBenchArgs, REAL_NODE_BENCH_USAGE } from './real-node-args.ts';
-import { realNodeCrashRuns } from './real-node-runs.ts';
+import { REAL_SHARE, type RealNodeResult, realNodeCrashRuns } from './real-node-runs.ts';
+import { realNodeTable, type TableRow } from './real-node-table.ts';
+import { realStockCrashRuns } from './real-stock-runs.ts';
 import { readSimReference } from './sim-reference.ts';
 import { type Summary, summarizeLoad } from './stats.ts';
 
@@ -39,6 +47,30 @@ loadTimer.unref();
 const fmt = (x: number | undefined) => (x === undefined ? '     -' : x.toFixed(2).padStart(6));
 const fmtS = (s: Summary) => `${fmt(s.p50)} ${fmt(s.p95)}`;
 
+/** Deletes the leasehold share (its ShareManager; the manager removes its pod) and waits until its pods are gone. */
+async function removeLeaseholdShare(sys: Awaited<ReturnType<typeof startRealSystem>>): Promise<void> {
+  await sys.kc.makeApiClient(k8s.CustomObjectsApi).deleteNamespacedCustomObject(
+    {
+      group: 'leasehold.dev',
+      version: 'v1alpha1',
+      plural: 'sharemanagers',
+      namespace: SHARES_NAMESPACE,
+      name: REAL_SHARE,
+    },
+    withDeadline(10_000),
+  );
+  for (const until = performance.now() + 120_000; performance.now() < until; await sleep(1_000)) {
+    const pods = await sys.core.listNamespacedPod(
+      { namespace: SHARES_NAMESPACE, labelSelector: `leasehold.dev/share-manager=${REAL_SHARE}` },
+      withDeadline(5_000),
+    );
+    if (pods.items.length === 0) return;
+  }
+  throw new Error(
+    `the leasehold share ${REAL_SHARE}'s pods were not gone 120 s after its ShareManager was deleted`,
+  );
+}
+
 async function main(): Promise<number> {
   if ('problem' in args) return 2;
   say(`starting the control plane and ${args.nodes} real nodes`);
@@ -50,14 +82,31 @@ async function main(): Promise<number> {
     },
     progress: say,
   });
-  let result: Awaited<ReturnType<typeof realNodeCrashRuns>>;
+  const results: RealNodeResult[] = [];
   try {
-    result = await realNodeCrashRuns(sys, {
-      runs: args.runs,
-      budgetMs: args.budgetS * 1000,
-      settleMs: args.settleS * 1000,
-      say,
-    });
+    for (const mode of args.modes) {
+      say(`mode ${mode}: ${args.runs} crashes`);
+      if (mode === 'leasehold')
+        results.push(
+          await realNodeCrashRuns(sys, {
+            runs: args.runs,
+            budgetMs: args.budgetS * 1000,
+            settleMs: args.settleS * 1000,
+            say,
+          }),
+        );
+      else {
+        if (results.length > 0) await removeLeaseholdShare(sys);
+        results.push(
+          await realStockCrashRuns(sys, {
+            runs: args.runs,
+            budgetMs: args.stockBudgetS * 1000,
+            settleMs: args.settleS * 1000,
+            say,
+          }),
+        );
+      }
+    }
   } finally {
     say('stopping the system (every node runs its leftover check)');
     await sys.stop();
@@ -74,28 +123,51 @@ async function main(): Promise<number> {
     adcSync: args.adcSync,
     nodeMonitorGracePeriod: args.nodeMonitorGracePeriod,
   });
-  const r = result;
+  const rows: TableRow[] = results.map((r) => ({
+    label: `${r.mode === 'stock-real-nodes' ? 'stock' : 'leasehold'}, real nodes (this run)`,
+    detection: r.detection,
+    crashToServing: r.crashToServing,
+    clientWriteGap: r.clientWriteGap,
+    measured: r.crashToServing.n,
+    total: r.samples.length,
+    capped: r.capped,
+    budgetS: r.mode === 'stock-real-nodes' ? args.stockBudgetS : args.budgetS,
+  }));
+  if (sim)
+    rows.push({
+      label: 'leasehold, sim nodes (OTHER run)',
+      detection: sim.detection,
+      crashToServing: sim.crashToServing,
+      clientWriteGap: sim.clientWriteGap,
+      measured: sim.crashToServing.n,
+      total: sim.runs,
+      suffix: `(${sim.file}, ${sim.date}, load mean ${sim.loadMean ?? '?'})`,
+    });
   const lines = [
     '',
-    `Failover after a node crash on real nodes, measured from the NFS client (libnfs v3 in a surviving node's network, through the ClusterIP): ${args.runs} crashes, each healed by a reboot and ${args.settleS} s of settling; ${args.nodes} nodes; ADC sync ${args.adcSync}, node-monitor grace ${args.nodeMonitorGracePeriod}; load average ${load.atStart.join(' ')} at start, ${load.atEnd.join(' ')} at end (1-min mean ${load.oneMinute.mean ?? '?'}, max ${load.oneMinute.max ?? '?'}) on ${load.cores} cores`,
-    `${'run'.padEnd(36)}detection p50/p95   crash-to-serving p50/p95   clientWriteGap p50/p95   n`,
-    `${'leasehold, real nodes (this run)'.padEnd(34)}  ${fmtS(r.detection)}      ${fmtS(r.crashToServing)}              ${fmtS(r.clientWriteGap)}            ${r.crashToServing.n}/${r.samples.length}`,
+    `Failover after a node crash on real nodes, measured from the NFS client (libnfs v3 in a surviving node's network, through the ClusterIP): ${args.runs} crashes per mode (${args.modes.join(', ')}, one after the other on one system), each healed by a reboot and ${args.settleS} s of settling; ${args.nodes} nodes; ADC sync ${args.adcSync}, node-monitor grace ${args.nodeMonitorGracePeriod}; load average ${load.atStart.join(' ')} at start, ${load.atEnd.join(' ')} at end (1-min mean ${load.oneMinute.mean ?? '?'}, max ${load.oneMinute.max ?? '?'}) on ${load.cores} cores`,
+    ...realNodeTable(rows),
     sim
-      ? `${'leasehold, sim nodes (OTHER run)'.padEnd(34)}  ${fmtS(sim.detection)}      ${fmtS(sim.crashToServing)}              ${fmtS(sim.clientWriteGap)}            ${sim.crashToServing.n}/${sim.runs}   (${sim.file}, ${sim.date}, load mean ${sim.loadMean ?? '?'})`
+      ? ''
       : `leasehold, sim nodes: no sim result file on ADC sync ${args.adcSync} / grace ${args.nodeMonitorGracePeriod} in bench/results`,
-    '',
-    `real nodes: server logged serving p50/p95 ${fmtS(r.crashToServerServing)} s, agent acquired ${fmtS(r.crashToAgentAcquired)} s, reboot to a Ready manager ${fmtS(r.reboot)} s`,
-    `real nodes: ${r.acked} acknowledged writes, ${r.ackedWritesLost} lost (read back from the volume), ${r.duplicates} duplicates, ${r.staleHandles} stale handles; ${r.ganeshaSeen} ganesha processes seen, ${r.serverOverlaps} overlapping; ${r.capped} capped, ${r.skipped} skipped`,
-    ...r.violations.map((v) => `VIOLATION: ${v}`),
-    ...r.notes.map((n) => `note: ${n}`),
+    ...results.flatMap((r) => {
+      const m = r.mode === 'stock-real-nodes' ? 'stock' : 'leasehold';
+      return [
+        `${m}: server logged serving p50/p95 ${fmtS(r.crashToServerServing)} s, agent acquired ${fmtS(r.crashToAgentAcquired)} s, reboot ${fmtS(r.reboot)} s`,
+        `${m}: ${r.acked} acknowledged writes, ${r.ackedWritesLost} lost (read back from the volume), ${r.duplicates} duplicates, ${r.staleHandles} stale handles; ${r.ganeshaSeen} ganesha processes seen, ${r.serverOverlaps} overlapping; ${r.capped} capped, ${r.skipped} skipped`,
+        ...r.violations.map((v) => `VIOLATION (${m}): ${v}`),
+        ...r.notes.map((n) => `note (${m}): ${n}`),
+      ];
+    }),
     '',
   ];
   process.stdout.write(lines.join('\n'));
-  const file = `failover-real-nodes-nfs-client-v3-adc-${args.adcSync}-nmg-${args.nodeMonitorGracePeriod}-settle-${args.settleS}s-leasehold.json`;
+  const file = `failover-real-nodes-nfs-client-v3-adc-${args.adcSync}-nmg-${args.nodeMonitorGracePeriod}-settle-${args.settleS}s-${args.modes.join('+')}.json`;
   mkdirSync(dir, { recursive: true });
   const record = {
     date: new Date().toISOString(),
     runs: args.runs,
+    modes: args.modes,
     nodes: args.nodes,
     share: 'nfs',
     adcSync: args.adcSync,
@@ -109,15 +181,19 @@ async function main(): Promise<number> {
       client: 'libnfs NFSv3',
       writeIntervalMs: 20,
       budgetS: args.budgetS,
+      stockBudgetS: args.stockBudgetS,
+      stockTolerationSeconds: 30,
       settleS: args.settleS,
     },
     load,
-    results: [r],
+    results,
     simReference: sim ? { ...sim, note: 'from another run (the sim benchmark), not this one' } : null,
   };
   writeFileSync(join(dir, file), `${JSON.stringify(record, null, 2)}\n`);
   process.stdout.write(`wrote ${join('bench', 'results', file)}\n`);
-  return r.violations.length === 0 && r.ackedWritesLost === 0 && r.serverOverlaps === 0 ? 0 : 1;
+  return results.every((r) => r.violations.length === 0 && r.ackedWritesLost === 0 && r.serverOverlaps === 0)
+    ? 0
+    : 1;
 }
 
 process.exitCode = await main().catch((err: unknown) => {
