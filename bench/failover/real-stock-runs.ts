@@ -26,6 +26,7 @@ import { startNodeNfsClient } from '../../dev/demo/real-nfs-client.ts';
 import { logLineWall } from '../../dev/demo/real-pods.ts';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
 import {
+  createRealVolume,
   GaneshaTracker,
   podLog,
   REAL_NFS_EXPORT,
@@ -69,41 +70,9 @@ export interface RealStockSample extends RealCrashSample {
   capReasons?: string[];
 }
 
-/** The stock share: PV + claim (as createRealNfsShare's, without the ShareManager), Deployment, Service. */
+/** The stock share: the volume createRealNfsShare makes, without the ShareManager; a Deployment and a Service. */
 async function createStockShare(sys: RealSystem, share: string): Promise<void> {
-  const claim = `${share}-data`;
-  await sys.csi.makeVolume(realVolumeHandle(share));
-  await sys.core.createPersistentVolume(
-    {
-      body: {
-        metadata: { name: realPvName(share) },
-        spec: {
-          capacity: { storage: '1Gi' },
-          accessModes: ['ReadWriteOnce'],
-          persistentVolumeReclaimPolicy: 'Retain',
-          storageClassName: '',
-          claimRef: { namespace: SHARES_NAMESPACE, name: claim },
-          csi: { driver: sys.csi.driverName, volumeHandle: realVolumeHandle(share) },
-        },
-      },
-    },
-    withDeadline(10_000),
-  );
-  await sys.core.createNamespacedPersistentVolumeClaim(
-    {
-      namespace: SHARES_NAMESPACE,
-      body: {
-        metadata: { name: claim },
-        spec: {
-          accessModes: ['ReadWriteOnce'],
-          storageClassName: '',
-          volumeName: realPvName(share),
-          resources: { requests: { storage: '1Gi' } },
-        },
-      },
-    },
-    withDeadline(10_000),
-  );
+  const claim = await createRealVolume(sys, share);
   const server = nfsServerContainer(sys.images.nfsGanesha.ref, REAL_NFS_EXPORT, NFS);
   const labels = { [LABEL]: share };
   await sys.kc.makeApiClient(k8s.AppsV1Api).createNamespacedDeployment(

@@ -41,20 +41,11 @@ export function freezerMount(): string {
 
 /** Host pids of every process in the pid namespace `pidNs` (as /proc/PID/ns/pid reads). */
 export function processesInPidNs(pidNs: string): number[] {
-  return processesInNs('pid', pidNs);
-}
-
-/** Every host pid whose mount namespace is `mntNs` (the readlink of /proc/PID/ns/mnt). */
-export function processesInMountNs(mntNs: string): number[] {
-  return processesInNs('mnt', mntNs);
-}
-
-function processesInNs(kind: 'pid' | 'mnt', ns: string): number[] {
   const pids: number[] = [];
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
     try {
-      if (readlinkSync(`/proc/${name}/ns/${kind}`) === ns) pids.push(Number(name));
+      if (readlinkSync(`/proc/${name}/ns/pid`) === pidNs) pids.push(Number(name));
     } catch {
       // gone meanwhile
     }

@@ -75,7 +75,7 @@ import { type ApiLink, startApiLink } from './api-link.ts';
 import { nodeBinaries } from './binaries.ts';
 import { removeCgroupRoot } from './cgroups.ts';
 import { type FabricUse, sharedFabric } from './fabric.ts';
-import { freezeNode, freezerMountIn, processesInMountNs, processesInPidNs, thawNode } from './freezer.ts';
+import { freezeNode, freezerMountIn, processesInPidNs, thawNode } from './freezer.ts';
 import { type NodeLayout, nodeLayout } from './layout.ts';
 import {
   describeLeftovers,
@@ -415,17 +415,11 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
   /** The crash: every process of the boot dies at one instant; what a reboot loses goes. */
   async function powerOff(): Promise<void> {
     const ns = boot.pid1 ? readlinkSync(`/proc/${boot.pid1}/ns/pid`) : undefined;
-    const mnt = boot.pid1 ? readlinkSync(`/proc/${boot.pid1}/ns/mnt`) : undefined;
     // Frozen first, so that no process of the node sees another die (containerd a shim,
     // the kubelet containerd) and acts on it.
     if (ns && hasFreezer()) freezeNode(ns, layout.cgroupRoot, () => [...spawned]);
     for (const pid of ns ? processesInPidNs(ns) : []) signal(pid, 'SIGKILL');
     for (const pid of identity.pids) signal(pid, 'SIGKILL');
-    // The node's mounts die with its kernel: the server of a FUSE mount made in its mount
-    // namespace from outside (the fencing CSI driver's per-node view, dev/csi) is that
-    // kernel's connection, not the storage, so it goes too; the storage counts a view
-    // whose server died as revoked.
-    for (const pid of mnt ? processesInMountNs(mnt) : []) signal(pid, 'SIGKILL');
     thawNode(layout.cgroupRoot);
     await waitGone(node, 15_000);
     const left = findLeftovers(node, { ...hostSnapshot(node), cgroups: [] });

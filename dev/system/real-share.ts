@@ -50,12 +50,12 @@ export interface RealNfsShareOptions {
   node?: string;
 }
 
-/** The volume (a static CSI PV + its claim `<share>-data`) and the ShareManager. */
-export async function createRealNfsShare(
-  sys: RealSystem,
-  share: string,
-  opts: RealNfsShareOptions = {},
-): Promise<void> {
+/**
+ * A share's volume: a backing directory of the testbed's CSI driver, a static PV of it
+ * and its claim `<share>-data` in the shares namespace (bound to each other); returns
+ * the claim's name. Also what a share without leasehold mounts (bench's stock mode).
+ */
+export async function createRealVolume(sys: RealSystem, share: string): Promise<string> {
   const claim = `${share}-data`;
   await sys.csi.makeVolume(realVolumeHandle(share));
   await sys.core.createPersistentVolume(
@@ -89,6 +89,16 @@ export async function createRealNfsShare(
     },
     withDeadline(10_000),
   );
+  return claim;
+}
+
+/** The volume (a static CSI PV + its claim `<share>-data`) and the ShareManager. */
+export async function createRealNfsShare(
+  sys: RealSystem,
+  share: string,
+  opts: RealNfsShareOptions = {},
+): Promise<void> {
+  const claim = await createRealVolume(sys, share);
   const custom = sys.kc.makeApiClient(k8s.CustomObjectsApi);
   await custom.createNamespacedCustomObject(
     {
