@@ -16,8 +16,9 @@
  *      then `settleMs` before the next crash.
  * Per crash (s since the crash): detection (status.lastFailover.detectedAt, first
  * value), replacement created, volume attached (the CSI controller's record), agent
- * acquired, server logged serving, writes resumed (first ack after the crash:
- * crash-to-serving), clientWriteGap, the reboot's length. Over the run: acknowledged
+ * acquired, server logged serving, writes resumed (the first ack of the first flow of
+ * 20 acks after the crash, stats.ts resumedAt: crash-to-serving), clientWriteGap (to
+ * that ack from the last before it), the reboot's length. Over the run: acknowledged
  * writes lost (0), duplicates, stale handles, and never two ganesha of the share
  * (GaneshaTracker over the whole run, reboots included: `serverOverlaps` must be 0).
  * A crash whose client was not flowing, or whose share moved during the pause, is
@@ -36,10 +37,18 @@ import { managerPodsByNode, waitForManagers } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import type { k8s } from '../../lib/kube-client.ts';
 import { describeManagerPod, keepManagerLogs } from './real-node-logs.ts';
-import { clientFlowing, round, type Summary, summarize, victimStillServing } from './stats.ts';
+import {
+  clientFlowing,
+  RESUMED_ACKS,
+  resumedAt,
+  resumedGapMs,
+  round,
+  type Summary,
+  summarize,
+  victimStillServing,
+} from './stats.ts';
 
 export const REAL_SHARE = 'benchreal';
-const RESUMED_ACKS = 20;
 
 export interface RealCrashSample {
   run: number;
@@ -119,6 +128,7 @@ export async function realNodeCrashRuns(
           continue;
         }
         const pods = new PodTracker(sys, REAL_SHARE);
+        const acks = () => client.writer.events.flatMap((e) => (e.event === 'ack' ? [e.ms] : []));
         const crashWall = Date.now();
         const crashMono = monotonicMs();
         say(`run ${run}: crashing ${victim.node} (serving ${victim.pod}; the client on ${clientNode})`);
@@ -127,10 +137,7 @@ export async function realNodeCrashRuns(
         let after: Awaited<ReturnType<typeof servingPod>>;
         try {
           after = await waitServingPod(sys, REAL_SHARE, opts.budgetMs, victim.pod).catch(() => undefined);
-          while (
-            performance.now() < deadline &&
-            client.writer.events.filter((e) => e.event === 'ack' && e.ms > crashMono).length < RESUMED_ACKS
-          )
+          while (performance.now() < deadline && resumedAt(acks(), crashMono, RESUMED_ACKS) === undefined)
             await sleep(200);
         } finally {
           await pods.stop();
@@ -141,7 +148,9 @@ export async function realNodeCrashRuns(
         await keepManagerLogs(sys, run, crashWall, victim.node, say);
         const lf = { ...(status?.lastFailover ?? {}), ...pods.firstFailover };
         const report = client.report([crashMono]);
-        const gap = report.clientWriteGaps[0];
+        // Resumed = the first of a flow of RESUMED_ACKS acks after the crash (stats.ts
+        // resumedAt), not a lone ack of a write in flight at the crash.
+        const resumedMs = resumedAt(acks(), crashMono, RESUMED_ACKS);
         const attach = after
           ? (await sys.csi.attachments(realVolumeHandle(REAL_SHARE))).find((a) => a.node === after?.node)
           : undefined;
@@ -153,16 +162,17 @@ export async function realNodeCrashRuns(
           attachedS: sinceS(attach?.atMs, crashWall),
           agentAcquiredS: sinceS(wall(lf.completedAt), crashWall),
           serverServingS: sinceS(after?.servingWall, crashWall),
-          writesResumedS: gap?.firstAck ? round((gap.firstAck.ms - crashMono) / 1000) : undefined,
-          clientWriteGapS: gap?.gapMs === undefined ? undefined : round(gap.gapMs / 1000),
+          writesResumedS: resumedMs === undefined ? undefined : round((resumedMs - crashMono) / 1000),
+          clientWriteGapS:
+            resumedMs === undefined ? undefined : round(resumedGapMs(acks(), resumedMs) / 1000),
           acked: report.acked,
           lost: report.ackedWritesLost,
           clientErrors: client.writer.events.flatMap((e) =>
-            e.event === 'error' && e.ms >= crashMono && (!gap?.firstAck || e.ms <= gap.firstAck.ms)
+            e.event === 'error' && e.ms >= crashMono && (resumedMs === undefined || e.ms <= resumedMs)
               ? [[round((e.ms - crashMono) / 1000), e.op, e.kind] as [number, string, string]]
               : [],
           ),
-          outcome: gap?.firstAck ? 'measured' : 'capped',
+          outcome: resumedMs === undefined ? 'capped' : 'measured',
         } satisfies Partial<RealCrashSample>);
         acked += report.acked;
         lost += report.ackedWritesLost;

@@ -16,44 +16,12 @@
  * Not guaranteed: the reasons are what the API holds at the cap (events are
  * deduplicated and may have aged out); the path is inferred from what was seen.
  */
-import { CLIENT_STALL_TOLERANCE_MS, crashToServing } from './stats.ts';
+import { crashToServing, resumedAt } from './stats.ts';
 
 export type StockJudgement =
   | { outcome: 'measured'; writesResumedS: number }
   | { outcome: 'capped'; reason: string }
   | { outcome: 'rejected'; reason: string };
-
-/**
- * The first ack of the first flow of `needed` acks after `crashMs` (ack times in order,
- * one clock), each at most `toleranceMs` after the one before; undefined when none.
- */
-export function resumedAt(
-  acksMs: readonly number[],
-  crashMs: number,
-  needed: number,
-  toleranceMs = CLIENT_STALL_TOLERANCE_MS,
-): number | undefined {
-  let start: number | undefined;
-  let count = 0;
-  let prev = Number.NaN;
-  for (const t of acksMs) {
-    if (t <= crashMs) continue;
-    if (start === undefined || t - prev > toleranceMs) {
-      start = t;
-      count = 0;
-    }
-    count++;
-    prev = t;
-    if (count >= needed) return start;
-  }
-  return undefined;
-}
-
-/** The resumed flow's first ack (`resumedMs`) minus the last ack before it; NaN when none. */
-export function resumedGapMs(acksMs: readonly number[], resumedMs: number): number {
-  const before = acksMs.filter((t) => t < resumedMs).at(-1);
-  return before === undefined ? Number.NaN : resumedMs - before;
-}
 
 /** The sample's outcome from the crash and the client's acks (one clock): see the header. */
 export function judgeStockSample(

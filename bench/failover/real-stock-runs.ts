@@ -47,19 +47,12 @@ import {
 } from '../../manager/reconciliation/nfs-server-preset.ts';
 import type { RealCrashSample, RealNodeResult } from './real-node-runs.ts';
 import { managerRestarts, waitManagerRestarted } from './real-node-runs.ts';
-import {
-  judgeStockSample,
-  resumedAt,
-  resumedGapMs,
-  stockCapReasons,
-  stockResumePath,
-} from './real-stock-cap.ts';
-import { clientFlowing, round, summarize } from './stats.ts';
+import { judgeStockSample, stockCapReasons, stockResumePath } from './real-stock-cap.ts';
+import { clientFlowing, RESUMED_ACKS, resumedAt, resumedGapMs, round, summarize } from './stats.ts';
 import { stockTolerations } from './stock-runs.ts';
 
 export const STOCK_SHARE = 'stockreal';
 const LABEL = 'bench.leasehold.dev/stock-share';
-const RESUMED_ACKS = 20;
 const NFS = { versions: ['3' as const] };
 
 export interface RealStockSample extends RealCrashSample {

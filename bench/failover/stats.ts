@@ -200,3 +200,42 @@ export function clientStalledBeforeCrashS(
   const stalledS = round(gapS - resumedS);
   return stalledS * 1000 > toleranceMs ? stalledS : undefined;
 }
+
+/**
+ * How many acks in a row, each within the tolerance of the one before, count as the
+ * client writing again after a crash (`resumedAt`): not a lone ack of a write that was
+ * in flight at the crash (the dying server committed it).
+ */
+export const RESUMED_ACKS = 20;
+
+/**
+ * The first ack of the first flow of `needed` acks after `crashMs` (ack times in order,
+ * one clock), each at most `toleranceMs` after the one before; undefined when none.
+ */
+export function resumedAt(
+  acksMs: readonly number[],
+  crashMs: number,
+  needed: number,
+  toleranceMs = CLIENT_STALL_TOLERANCE_MS,
+): number | undefined {
+  let start: number | undefined;
+  let count = 0;
+  let prev = Number.NaN;
+  for (const t of acksMs) {
+    if (t <= crashMs) continue;
+    if (start === undefined || t - prev > toleranceMs) {
+      start = t;
+      count = 0;
+    }
+    count++;
+    prev = t;
+    if (count >= needed) return start;
+  }
+  return undefined;
+}
+
+/** The resumed flow's first ack (`resumedMs`) minus the last ack before it; NaN when none. */
+export function resumedGapMs(acksMs: readonly number[], resumedMs: number): number {
+  const before = acksMs.filter((t) => t < resumedMs).at(-1);
+  return before === undefined ? Number.NaN : resumedMs - before;
+}

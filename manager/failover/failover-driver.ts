@@ -179,6 +179,8 @@ export class FailoverDriver {
           lagMs: Math.round(verdict.lagMs),
           confirmMs: Math.round(verdict.confirmMs ?? 0),
           durationMs: verdict.observation.durationMs,
+          // The version last seen and confirmed by the quorum read: which renewal was the last.
+          resourceVersion: lease.resourceVersion,
         },
         'lease stale by our observation',
       );

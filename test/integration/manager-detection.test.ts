@@ -59,15 +59,18 @@ describe('stale detection by observed time', () => {
     await sleep(2 * D_MS); // the manager has watched them for a while: none may be stale yet
     // A holder the loaded machine kept from renewing for D may rightly be judged stale
     // (the CI run of 2026-12-01 had one of 100, and 42 of 100 while helpers loaded the
-    // machine), and a CI run of 2026-12-02 judged one of 50 stale whose own record shows
-    // no lapse (not explained: docs/testing.md): now 20. Excused, if few, only a lapsed one.
+    // machine); a timed-out acquire the API server committed counts too (docs/testing.md).
+    // Excused, if few, only a lapsed one.
     const isVerdict = (l: { msg?: unknown }) => l.msg === 'lease stale by our observation';
     const early = (await manager.lines()).filter(isVerdict);
     const excused = new Set<string>();
     for (const line of early) {
       const h = doomed.find((d) => `detect/${d.name}` === line.lease);
       assert.ok(h, `a verdict for a lease of this test: ${JSON.stringify(line)}`);
-      assert.ok(h.hasLapsed(), `stale while renewing, never D without a renewal: ${JSON.stringify(line)}`);
+      assert.ok(
+        h.hasLapsed(),
+        `stale while renewing, never D without a renewal: ${JSON.stringify(line)}; the holder's record: ${h.history()}`,
+      );
       excused.add(h.name);
     }
     assert.ok(

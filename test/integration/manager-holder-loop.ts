@@ -2,11 +2,24 @@
  * The test playing a share-manager pod's agent on its Lease (no simulated node runs the
  * real agent in these tests): acquire by CAS, renew by CAS, stop when told or when the
  * lease is lost.
+ * Its own record of lapses is kept on CLOCK_MONOTONIC (the clock the manager judges by),
+ * so a step of the wall clock cannot hide or invent one; the wall-clock fields are for
+ * comparing with the manager's log times. `attempts` keeps the last 40 tries (send and
+ * return, outcome, the resourceVersion written) for a failure message to show.
  */
 import type * as k8s from '@kubernetes/client-node';
 import { sleep } from '../../lib/clock.ts';
 import { type LeaseRecord, newLeaseRecord } from '../../lib/lease-record.ts';
 import { KubeLeaseStore } from '../../lib/lease-store.ts';
+
+export interface HolderAttempt {
+  sent: number;
+  returned: number;
+  outcome: string;
+}
+
+/** CLOCK_MONOTONIC in ms (process.hrtime: the same clock in every process of the host). */
+const monotonicMs = () => Number(process.hrtime.bigint() / 1000n) / 1000;
 
 /**
  * Plays a pod's agent: acquires the Lease (free, own, or delinquent) and renews it every
@@ -27,6 +40,10 @@ export class HolderLoop {
    * only a real one).
    */
   readonly lapses: { from: number; to: number }[] = [];
+  /** The last 40 attempts, oldest first (monotonic ms since this loop started). */
+  readonly attempts: HolderAttempt[] = [];
+  private lastSentMono = 0;
+  private readonly startMono = monotonicMs();
   private lease: LeaseRecord | undefined;
   private readonly store: KubeLeaseStore;
 
@@ -43,12 +60,21 @@ export class HolderLoop {
     this.store = new KubeLeaseStore(kc);
   }
 
-  /** It has gone the lease duration without a renewal, in the past or up to `now`. */
-  hasLapsed(now = Date.now()): boolean {
+  /**
+   * It has gone the lease duration without a confirmed renewal, in the past or up to now,
+   * counted from its first write sent (answered or not: a timed-out acquire may have
+   * been committed, and the manager then rightly judges that lease).
+   */
+  hasLapsed(): boolean {
     return (
       this.lapses.length > 0 ||
-      (this.renewals > 0 && now - this.lastRenewalSentAt >= this.durationSeconds * 1000)
+      (this.lastSentMono > 0 && monotonicMs() - this.lastSentMono >= this.durationSeconds * 1000)
     );
+  }
+
+  /** The attempts and lapses, for a failure message. */
+  history(): string {
+    return JSON.stringify({ lease: this.name, lapses: this.lapses, attempts: this.attempts });
   }
 
   start(): this {
@@ -64,20 +90,34 @@ export class HolderLoop {
   private async loop(): Promise<void> {
     while (!this.stopped && !this.lost) {
       const sentAt = Date.now();
+      const sentMono = monotonicMs();
       try {
         await this.tick();
         const returnedAt = Date.now();
-        if (this.renewals > 0 && returnedAt - this.lastRenewalSentAt >= this.durationSeconds * 1000)
+        const returnedMono = monotonicMs();
+        if (this.lastSentMono > 0 && returnedMono - this.lastSentMono >= this.durationSeconds * 1000)
           this.lapses.push({ from: this.lastRenewalSentAt, to: returnedAt });
         this.lastRenewalSentAt = sentAt;
+        this.lastSentMono = sentMono;
         this.lastRenewalAt = returnedAt;
         this.renewals += 1;
-      } catch {
+        this.note(sentMono, returnedMono, `ok rv ${this.lease?.resourceVersion}`);
+      } catch (err) {
         this.lease = undefined; // re-read next time
+        this.note(sentMono, monotonicMs(), `failed: ${(err as Error).message}`);
       }
       const wait = this.renewMs - (Date.now() - sentAt);
       if (wait > 0 && !this.stopped) await sleep(wait);
     }
+  }
+
+  private note(sentMono: number, returnedMono: number, outcome: string): void {
+    this.attempts.push({
+      sent: Math.round(sentMono - this.startMono),
+      returned: Math.round(returnedMono - this.startMono),
+      outcome,
+    });
+    if (this.attempts.length > 40) this.attempts.shift();
   }
 
   private async tick(): Promise<void> {
@@ -115,6 +155,9 @@ export class HolderLoop {
           failoverBy: undefined,
           durationSeconds: this.durationSeconds,
         };
+    // A write whose answer never came (a timeout) may still have been committed: from
+    // the first write sent, the lease may be ours, and a lapse counts from then.
+    if (this.lastSentMono === 0) this.lastSentMono = monotonicMs();
     const outcome = await this.store.update(next, 1000);
     if (outcome.kind === 'conflict') {
       this.lease = undefined;

@@ -10,14 +10,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseRealNodeBenchArgs } from '../../bench/failover/real-node-args.ts';
 import { realNodeTable } from '../../bench/failover/real-node-table.ts';
-import {
-  judgeStockSample,
-  resumedAt,
-  resumedGapMs,
-  stockCapReasons,
-  stockResumePath,
-} from '../../bench/failover/real-stock-cap.ts';
+import { judgeStockSample, stockCapReasons, stockResumePath } from '../../bench/failover/real-stock-cap.ts';
 import { simReferenceOf } from '../../bench/failover/sim-reference.ts';
+import { resumedAt, resumedGapMs } from '../../bench/failover/stats.ts';
 
 test('real-node bench args: defaults 5 crashes on 2 nodes, the Kubernetes defaults', () => {
   assert.deepEqual(parseRealNodeBenchArgs([]), {
