@@ -420,63 +420,11 @@ export class NfsClientShare {
     return this.tracker.logLineWall(pod, 'serving');
   }
 
-  /** assertStoppedInOrder (below) for this share's tracker. */
-  assertStoppedInOrder(oldPod: string, newPod: string): StoppedInOrder {
-    return assertStoppedInOrder(this.sys, this.tracker, oldPod, newPod);
-  }
-
   async stop(): Promise<void> {
     openNfsShares.delete(this);
     await this.writer?.writer.stop();
     await this.tracker.stop();
   }
-}
-
-export interface StoppedInOrder {
-  marginMs: number;
-  by: string;
-  exit: string;
-}
-
-/**
- * Asserts that `oldPod`'s ganesha ran once and was stopped — by the pod fence (its
- * entrypoint logged the SIGTERM) or the entrypoint's own lease gate — before
- * `newPod`'s server started; returns that margin (ms), what stopped it and how the
- * container exited, for the scenario to print. NB: an exit by SIGKILL is allowed: the
- * pod fence SIGKILLs what is left after its grace, which a loaded machine can
- * exceed; the order is what safety needs.
- */
-export function assertStoppedInOrder(
-  sys: System,
-  tracker: ServerProcessTracker,
-  oldPod: string,
-  newPod: string,
-): StoppedInOrder {
-  const windows = tracker.windows();
-  const old = windows.filter((w) => w.id === oldPod);
-  const fresh = windows.find((w) => w.id === newPod);
-  assert.equal(old.length, 1, `${oldPod} ran its server once`);
-  assert.ok(fresh, `${newPod} ran a server`);
-  const stopMs = old[0]?.stopMonoMs;
-  assert.ok(stopMs !== undefined, `${oldPod}'s server stopped`);
-  const marginMs = fresh.startMonoMs - stopMs;
-  assert.ok(marginMs > 0, `${oldPod}'s server stopped ${marginMs.toFixed(0)} ms before ${newPod}'s started`);
-  const exit = sys.sim.exits.find((e) => e.pod === oldPod && e.container === 'server');
-  const by =
-    tracker.logLineWall(oldPod, 'stop requested: forwarding SIGTERM to ganesha') !== undefined
-      ? 'SIGTERM (the pod fence)'
-      : tracker.logLineWall(oldPod, 'stopped: the lease proof lapsed') !== undefined
-        ? 'its own lease gate'
-        : undefined;
-  assert.ok(
-    by,
-    `${oldPod}'s server logged why it stopped (the fence or its lease gate); exit ${JSON.stringify(exit)}`,
-  );
-  return {
-    marginMs,
-    by,
-    exit: exit ? `${exit.signal ?? `code ${exit.code}`} (${exit.reason})` : 'not seen',
-  };
 }
 
 export interface NfsFaultResult {

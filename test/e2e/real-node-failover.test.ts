@@ -50,7 +50,7 @@
  *    on past the heal, until the old pod is gone from its node.
  * Printed: fault -> serving (the replacement's `serving` line), the clientWriteGap (with
  * the writer's errors and reconnects after the fault) and the timeline.
- * NFSv4.0 (what nfs-failover.test.ts checked on the sim, moved here with its crash
+ * NFSv4.0 (from the sim's nfs-failover.test.ts, removed once its checks ran here, with its crash
  * checks): the share serves NFSv3 and NFSv4.0 (spec.nfs, grace and lease 5 s instead
  * of 15 s / 10 s, to keep the wait short), and across the crash a libnfs NFSv4.0 writer
  * runs beside the NFSv3 one (same node, same ClusterIP, its own file) with the same
