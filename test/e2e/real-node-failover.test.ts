@@ -61,7 +61,7 @@
  * with v4.0 enabled the replacement's ganesha runs its whole grace period (a v4.0
  * client never sends RECLAIM_COMPLETE) and libnfs never reclaims, so the reconnect's
  * OPEN gets NFS4ERR_GRACE until grace ends, which ganesha notices at its reaper's next
- * check (every min(10 s, lease / 2): 2.5 s here): v4.0 writes resume 5-8.5 s after the
+ * check (every min(10 s, lease / 2), whole seconds: 2 s here): v4.0 writes resume 5-8 s after the
  * replacement's ganesha started (grace + up to a reaper tick + one 1 s backoff step),
  * v3 ones about when it serves. Measured in two runs: v4.0 clientWriteGap 14.85 and
  * 16.88 s (6.15 and 7.15 s after ganesha started; 5 and 6 NFS4ERR_GRACE answers)
