@@ -50,9 +50,9 @@
  *    on past the heal, until the old pod is gone from its node.
  * Printed: fault -> serving (the replacement's `serving` line), the clientWriteGap (with
  * the writer's errors and reconnects after the fault) and the timeline.
- * NFSv4.0 (from the sim's nfs-failover.test.ts, removed once its checks ran here, with its crash
- * checks): the share serves NFSv3 and NFSv4.0 (spec.nfs, grace and lease 5 s instead
- * of 15 s / 10 s, to keep the wait short), and across the crash a libnfs NFSv4.0 writer
+ * NFSv4.0 and the checks of the sim's nfs-failover.test.ts (removed once they ran
+ * here): the share serves NFSv3 and NFSv4.0 (spec.nfs; grace and lease 5 s instead of
+ * 15 s / 10 s, to keep the wait short), and across the crash a libnfs NFSv4.0 writer
  * runs beside the NFSv3 one (same node, same ClusterIP, its own file) with the same
  * checks; the crash also asserts that the other node's manager ran the failover
  * (lastFailover.by, not the crashed node's), one LeaseExpired event, the EndpointSlices
@@ -61,13 +61,13 @@
  * with v4.0 enabled the replacement's ganesha runs its whole grace period (a v4.0
  * client never sends RECLAIM_COMPLETE) and libnfs never reclaims, so the reconnect's
  * OPEN gets NFS4ERR_GRACE until grace ends, which ganesha notices at its reaper's next
- * check (every min(10 s, lease / 2), whole seconds: 2 s here): v4.0 writes resume 5-8 s after the
- * replacement's ganesha started (grace + up to a reaper tick + one 1 s backoff step),
- * v3 ones about when it serves. Measured in two runs: v4.0 clientWriteGap 14.85 and
- * 16.88 s (6.15 and 7.15 s after ganesha started; 5 and 6 NFS4ERR_GRACE answers)
- * against v3 8.80 and 10.77 s; it costs the crash 2-6 s (the wait past the v3 writer's).
- * Not run with v4.0: the partitions and the freeze (a v4.0 client's side of them is the
- * crash's: its server gone, the replacement in grace).
+ * check (every min(10 s, lease / 2) in whole seconds: 2 s here). So v4.0 writes resume
+ * 5-8 s after the replacement's ganesha started (grace + up to a reaper tick + one 1 s
+ * backoff step), v3 ones about when it serves. Measured in two runs: v4.0
+ * clientWriteGap 14.85 and 16.88 s (6.15 and 7.15 s after ganesha started; 5 and 6
+ * NFS4ERR_GRACE answers) against v3 8.80 and 10.77 s; it costs the crash 2-6 s (the
+ * wait past the v3 writer's). Not run with v4.0: the partitions and the freeze (a
+ * v4.0 client's side of them is the crash's: its server gone, the replacement in grace).
  * Cost: one system start (29 s quiet, 32-104 s with a load of 4-19) and four failovers
  * with the client's checks and heals (each 11-35 s; the crash about 20 s): the file
  * took 96 s with three of them, 120-174 s with all four at a load of 7-13.
