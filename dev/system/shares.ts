@@ -195,7 +195,7 @@ export async function waitServing(
 }
 
 /** The pod names the share's Service endpoints (EndpointSlices) point at, ready ones only. */
-export async function serviceEndpointPods(sys: System, name: string): Promise<string[]> {
+export async function serviceEndpointPods(sys: Pick<System, 'kc'>, name: string): Promise<string[]> {
   const discovery = sys.kc.makeApiClient(k8s.DiscoveryV1Api);
   const slices = await discovery.listNamespacedEndpointSlice(
     { namespace: SHARES_NAMESPACE, labelSelector: `kubernetes.io/service-name=${name}` },

@@ -16,7 +16,7 @@
  *    node-monitor grace (8 s: the node-lifecycle controller sees every heartbeat late);
  *    it was 20 s plus the 5 s stop, which added nothing to those but grew every client's
  *    reconnect backoff.
- * kube-controller-manager: --attach-detach-reconcile-sync-period=2s (see nfs-failover.test.ts).
+ * kube-controller-manager: --attach-detach-reconcile-sync-period=2s (why: docs/testing.md, The tiers).
  */
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';

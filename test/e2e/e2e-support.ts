@@ -159,7 +159,7 @@ export async function failedOver(sys: System): Promise<Map<string, ShareStatus>>
 }
 
 /** Events of a reason in the shares namespace (e.g. LeaseExpired), as "object: message". */
-export async function eventsOf(sys: System, reason: string): Promise<string[]> {
+export async function eventsOf(sys: Pick<System, 'core'>, reason: string): Promise<string[]> {
   const list = await sys.core.listNamespacedEvent(
     { namespace: SHARES_NAMESPACE, fieldSelector: `reason=${reason}` },
     withDeadline(10_000),
@@ -285,7 +285,8 @@ async function faultAndFollow<S extends { pod: string; node: string }>(
  * WRITE and COMMIT never wait for ganesha's grace period, so the client's gap is the
  * failover itself and the server's grace and lease defaults (15 s / 10 s) cost these
  * files nothing; an NFSv4.0 client waits out the whole grace after every start
- * (nfs-failover.test.ts runs one with a 5 s grace; bench/failover measures both).
+ * (real-node-failover.test.ts runs one across its crash with a 5 s grace; bench/failover
+ * measures both).
  */
 export const E2E_NFS = { versions: ['3'] };
 /**
@@ -419,63 +420,11 @@ export class NfsClientShare {
     return this.tracker.logLineWall(pod, 'serving');
   }
 
-  /** assertStoppedInOrder (below) for this share's tracker. */
-  assertStoppedInOrder(oldPod: string, newPod: string): StoppedInOrder {
-    return assertStoppedInOrder(this.sys, this.tracker, oldPod, newPod);
-  }
-
   async stop(): Promise<void> {
     openNfsShares.delete(this);
     await this.writer?.writer.stop();
     await this.tracker.stop();
   }
-}
-
-export interface StoppedInOrder {
-  marginMs: number;
-  by: string;
-  exit: string;
-}
-
-/**
- * Asserts that `oldPod`'s ganesha ran once and was stopped — by the pod fence (its
- * entrypoint logged the SIGTERM) or the entrypoint's own lease gate — before
- * `newPod`'s server started; returns that margin (ms), what stopped it and how the
- * container exited, for the scenario to print. NB: an exit by SIGKILL is allowed: the
- * pod fence SIGKILLs what is left after its grace, which a loaded machine can
- * exceed; the order is what safety needs.
- */
-export function assertStoppedInOrder(
-  sys: System,
-  tracker: ServerProcessTracker,
-  oldPod: string,
-  newPod: string,
-): StoppedInOrder {
-  const windows = tracker.windows();
-  const old = windows.filter((w) => w.id === oldPod);
-  const fresh = windows.find((w) => w.id === newPod);
-  assert.equal(old.length, 1, `${oldPod} ran its server once`);
-  assert.ok(fresh, `${newPod} ran a server`);
-  const stopMs = old[0]?.stopMonoMs;
-  assert.ok(stopMs !== undefined, `${oldPod}'s server stopped`);
-  const marginMs = fresh.startMonoMs - stopMs;
-  assert.ok(marginMs > 0, `${oldPod}'s server stopped ${marginMs.toFixed(0)} ms before ${newPod}'s started`);
-  const exit = sys.sim.exits.find((e) => e.pod === oldPod && e.container === 'server');
-  const by =
-    tracker.logLineWall(oldPod, 'stop requested: forwarding SIGTERM to ganesha') !== undefined
-      ? 'SIGTERM (the pod fence)'
-      : tracker.logLineWall(oldPod, 'stopped: the lease proof lapsed') !== undefined
-        ? 'its own lease gate'
-        : undefined;
-  assert.ok(
-    by,
-    `${oldPod}'s server logged why it stopped (the fence or its lease gate); exit ${JSON.stringify(exit)}`,
-  );
-  return {
-    marginMs,
-    by,
-    exit: exit ? `${exit.signal ?? `code ${exit.code}`} (${exit.reason})` : 'not seen',
-  };
 }
 
 export interface NfsFaultResult {
@@ -615,13 +564,15 @@ export function realLogLineWall(
 }
 
 /**
- * The NFS client's view on real nodes: the libnfs writer (dev/nfs-client, NFSv3,
- * numbered committed records) as a host process in a real node's network namespace
+ * The NFS client's view on real nodes: the libnfs writer (dev/nfs-client, NFSv3 or
+ * NFSv4.0, numbered committed records) as a host process in a real node's network namespace
  * (RealNode.spawnInNetwork: the node's process, so freeze stops it and crash kills
  * it), writing through the share's Service ClusterIP as a pod on that node would (the
  * node's kube-proxy DNATs it to the server pod, on this node or over the fabric on
  * another). The checks are NfsClientShare's, the file read back from the volume (the
- * CSI driver's backing dir).
+ * CSI driver's backing dir). NB: an NFSv4.0 writer needs a share whose spec.nfs.versions
+ * has 4.0 (E2E_NFS has not) and waits out the replacement's grace period: libnfs never
+ * reclaims (dev/nfs-client/README.md).
  */
 export class RealNfsClient {
   readonly faultsMs: number[] = [];
@@ -631,13 +582,17 @@ export class RealNfsClient {
     readonly w: ShareWriter,
   ) {}
 
-  /** Starts the writer on `node` (a RealNode name), on `file` of the share; through the ClusterIP unless `podIP`. */
+  /**
+   * Starts the writer on `node` (a RealNode name), on `file` of the share; through the
+   * ClusterIP unless `podIP`; NFSv3 (default) or `version` 4 (NFSv4.0: the nfs port alone).
+   */
   static async start(
     sys: RealSystem,
     share: string,
     node: string,
-    opts: { file?: string; intervalMs?: number; podIP?: string } = {},
+    opts: { file?: string; intervalMs?: number; podIP?: string; version?: 3 | 4 } = {},
   ): Promise<RealNfsClient> {
+    const version = opts.version ?? 3;
     const svc = await sys.core.readNamespacedService(
       { namespace: SHARES_NAMESPACE, name: share },
       withDeadline(5_000),
@@ -650,10 +605,10 @@ export class RealNfsClient {
       return opts.podIP ? Number(p?.targetPort ?? p?.port) : p?.port;
     };
     const port = portOf('nfs');
-    const mountPort = portOf('nfs-mount');
+    const mountPort = version === 3 ? portOf('nfs-mount') : undefined;
     assert.ok(
-      host && port && mountPort,
-      `Service ${SHARES_NAMESPACE}/${share} has a ClusterIP and the nfs and nfs-mount ports (numeric target ports for podIP)`,
+      host && port && (version === 4 || mountPort),
+      `Service ${SHARES_NAMESPACE}/${share} has a ClusterIP and the nfs${version === 3 ? ' and nfs-mount ports' : ' port'} (numeric target ports for podIP)`,
     );
     const binary = await buildWriter();
     const on = sys.node(node);
@@ -661,10 +616,10 @@ export class RealNfsClient {
     const writer = startWriter(
       binary,
       {
-        version: 3,
+        version,
         host,
         port,
-        mountPort,
+        ...(mountPort ? { mountPort } : {}),
         exportPath: REAL_NFS_EXPORT,
         file,
         intervalMs: opts.intervalMs ?? WRITE_INTERVAL_MS,
@@ -673,12 +628,17 @@ export class RealNfsClient {
     );
     const client = new RealNfsClient(sys, share, {
       writer,
-      version: 3,
+      version,
       file,
-      address: { host, port, mountPort },
+      address: { host, port, ...(mountPort ? { mountPort } : {}) },
     });
     openRealClients.add(client);
     return client;
+  }
+
+  /** NFSv3 or NFSv4.0: what the writer speaks, for messages. */
+  get protocol(): string {
+    return this.w.version === 3 ? 'NFSv3' : 'NFSv4.0';
   }
 
   /** Marks a fault now, on the writer's clock (CLOCK_MONOTONIC): call right before causing it. */
@@ -686,6 +646,11 @@ export class RealNfsClient {
     const ms = monotonicMs();
     this.faultsMs.push(ms);
     return ms;
+  }
+
+  /** Marks `ms` (CLOCK_MONOTONIC) as a fault: another writer's mark of the same fault. */
+  markFaultAt(ms: number): void {
+    this.faultsMs.push(ms);
   }
 
   /**
@@ -696,7 +661,7 @@ export class RealNfsClient {
   async waitResumed(timeoutMs: number, sinceMonoMs?: number): Promise<void> {
     const since = sinceMonoMs ?? this.faultsMs.at(-1) ?? 0;
     await eventually(
-      `${this.share}: ${RESUMED_ACKS} acknowledged NFS writes from the node's netns${this.faultsMs.length > 0 ? ' after the fault' : ''}`,
+      `${this.share}: ${RESUMED_ACKS} acknowledged ${this.protocol} writes from the node's netns${this.faultsMs.length > 0 ? ' after the fault' : ''}`,
       async () =>
         this.w.writer.events.filter((e) => e.event === 'ack' && e.ms > since).length >= RESUMED_ACKS
           ? true
@@ -752,7 +717,7 @@ export class RealNfsClient {
                 `+${((e.ms - since) / 1000).toFixed(1)} s ${e.event === 'error' ? `${e.kind} (${e.op}: ${e.message.slice(0, 120)})` : 'connected'}`,
             );
     process.stderr.write(
-      `${label}: ${this.share} NFSv3 from a real node's netns: ${gaps}; acked ${report.acked}, lost ${report.ackedWritesLost}, duplicates ${report.duplicates.length}, stale ${report.staleHandles}, errors ${JSON.stringify(report.errors)}${after.length > 0 ? `; after the fault: ${after.join('; ')}` : ''}\n`,
+      `${label}: ${this.share} ${this.protocol} from a real node's netns: ${gaps}; acked ${report.acked}, lost ${report.ackedWritesLost}, duplicates ${report.duplicates.length}, stale ${report.staleHandles}, errors ${JSON.stringify(report.errors)}${after.length > 0 ? `; after the fault: ${after.join('; ')}` : ''}\n`,
     );
     assert.deepEqual(report.violations, [], `${this.share}: the NFS client's view upholds every guarantee`);
     assert.equal(report.ackedWritesLost, 0, 'acknowledged writes lost');

@@ -11,7 +11,7 @@
  * (the frozen one counts as alive until the kubelet reaped it), clientWriteGap printed.
  * The 19 bystanders keep the toy record server: all they show is that they keep their
  * pods, and 19 ganesha servers with their rpcbinds would only load the 2-core machine.
- * kube-controller-manager: --attach-detach-reconcile-sync-period=2s (see nfs-failover.test.ts).
+ * kube-controller-manager: --attach-detach-reconcile-sync-period=2s (why: docs/testing.md, The tiers).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

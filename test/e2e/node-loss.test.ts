@@ -20,7 +20,7 @@
  * does at a fraction of ganesha's start-up cost on a 2-core machine.
  * Before the by-node rule, 5 of 6 leases stale on a healthy-looking node tripped the
  * guard (more than 50 % and at least 3): two of them waited for the window or the grace.
- * kube-controller-manager: --attach-detach-reconcile-sync-period=2s (see nfs-failover.test.ts),
+ * kube-controller-manager: --attach-detach-reconcile-sync-period=2s (why: docs/testing.md, The tiers),
  * so the figure measures leasehold, not that controller's one-minute sync.
  */
 import assert from 'node:assert/strict';

@@ -75,7 +75,7 @@ const OPEN = 'sf-open';
 const LOST = 'sim-1';
 const OTHER = 'sim-2';
 const system = useSystem({ nodes: 2, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
-// As test/e2e/nfs-failover.test.ts: what libnfs speaks, short grace and lease.
+// As the NFSv4.0 client of real-node-failover.test.ts: what libnfs speaks, short grace and lease.
 const NFS = { versions: ['3', '4.0'], gracePeriod: '5s', leaseLifetime: '5s' };
 const WRITER_FILE = 'records-v3.bin';
 
