@@ -42,7 +42,7 @@ async function nodeReady(sys: System, node: string): Promise<boolean> {
   return n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 }
 
-export async function lastRenewMs(sys: System, share = SHARE): Promise<number | undefined> {
+export async function lastRenewMs(sys: { kc: k8s.KubeConfig }, share = SHARE): Promise<number | undefined> {
   const coord = sys.kc.makeApiClient(k8s.CoordinationV1Api);
   const lease = await coord.readNamespacedLease(
     { namespace: SHARES_NAMESPACE, name: share },

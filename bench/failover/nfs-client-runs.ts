@@ -42,10 +42,9 @@ import {
   clientFlowing,
   clientStalledBeforeCrashS,
   crashToServing,
-  longhornVerdictMs,
+  emulateLonghornVerdict,
   round,
   type Summary,
-  shiftByDetection,
   summarize,
   victimStillServing,
 } from './stats.ts';
@@ -284,26 +283,15 @@ export async function nfsClientCrashRuns(
         delete sample.clientWriteGapS;
         sample.note ??= `writes resumed ${judged.s} s after the crash but no failover was recorded: the crashed node was not serving the share`;
       }
-      if (opts.longhorn && sample.detectS !== undefined) {
-        if (renewMs === undefined) {
-          sample.note ??= 'no renewTime read at the crash: Longhorn verdict not emulated';
-          delete sample.writesResumedS;
-          delete sample.clientWriteGapS;
-        } else {
-          const verdict = longhornVerdictMs(renewMs, opts.longhorn.leaseMs, crashWall + Math.random() * 1000);
-          const lhDetectS = round((verdict - crashWall) / 1000);
-          const measuredDetectS = sample.detectS;
-          const shift = (k: 'writesResumedS' | 'clientWriteGapS' | 'serverReadyS') => {
-            const v = shiftByDetection(sample[k], measuredDetectS, lhDetectS);
-            if (v === undefined) delete sample[k];
-            else sample[k] = v;
-          };
-          shift('writesResumedS');
-          shift('clientWriteGapS');
-          shift('serverReadyS');
-          sample.detectS = lhDetectS;
-        }
-      }
+      if (opts.longhorn)
+        emulateLonghornVerdict(
+          sample,
+          ['writesResumedS', 'clientWriteGapS', 'serverReadyS'] as const,
+          renewMs,
+          opts.longhorn.leaseMs,
+          crashWall,
+          crashWall + Math.random() * 1000,
+        );
       const resumedMono = gap?.firstAck?.ms ?? Number.POSITIVE_INFINITY;
       const between = w.writer.events.filter((e) => e.ms > crashMono && e.ms <= resumedMono);
       sample.clientErrors = between.flatMap((e) =>

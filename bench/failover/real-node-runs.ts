@@ -36,9 +36,12 @@ import { shareStatus } from '../../dev/system/shares.ts';
 import { managerPodsByNode, waitForManagers } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import type { k8s } from '../../lib/kube-client.ts';
+import { lastRenewMs } from './leasehold-runs.ts';
+import { LONGHORN_LEASE_MS, type ManagedMode, modeLease, modeSettings } from './modes.ts';
 import { describeManagerPod, keepManagerLogs } from './real-node-logs.ts';
 import {
   clientFlowing,
+  emulateLonghornVerdict,
   RESUMED_ACKS,
   resumedAt,
   resumedGapMs,
@@ -49,6 +52,9 @@ import {
 } from './stats.ts';
 
 export const REAL_SHARE = 'benchreal';
+/** Each managed mode's share (its own static PV): `benchreal`, `benchreal-va`, `benchreal-longhorn`, `benchreal-oos`. */
+export const realModeShare = (mode: ManagedMode) =>
+  mode === 'leasehold' ? REAL_SHARE : `${REAL_SHARE}-${mode.replace(/^leasehold-/, '')}`;
 
 export interface RealCrashSample {
   run: number;
@@ -71,8 +77,13 @@ export interface RealCrashSample {
 }
 
 export interface RealNodeResult {
-  mode: 'leasehold-real-nodes' | 'stock-real-nodes';
+  mode: `${ManagedMode}-real-nodes` | 'stock-real-nodes';
   settings: string;
+  /** The agent's lease timings the mode ran with (stock: none). */
+  lease?: { duration: string; renewInterval: string; renewDeadline: string };
+  /** The chart values the mode set on top of the install's (real-mode-switch.ts), and how long the switch took. */
+  chartValues?: Record<string, string>;
+  switchS?: number;
   samples: RealCrashSample[];
   detection: Summary;
   crashToServing: Summary;
@@ -97,10 +108,21 @@ const sinceS = (wallMs: number | undefined, crashWallMs: number) =>
 
 export async function realNodeCrashRuns(
   sys: RealSystem,
-  opts: { runs: number; budgetMs: number; settleMs: number; say: (line: string) => void },
+  opts: {
+    runs: number;
+    budgetMs: number;
+    settleMs: number;
+    say: (line: string) => void;
+    /** The managed mode the chart is on (real-mode-switch.ts); default `leasehold`. */
+    mode?: ManagedMode;
+    /** The node-monitor grace the system runs with (for the mode's settings line). */
+    grace?: string;
+  },
 ): Promise<RealNodeResult> {
+  const mode = opts.mode ?? 'leasehold';
+  const share = realModeShare(mode);
   const { say } = opts;
-  const ganesha = new GaneshaTracker(sys, REAL_SHARE);
+  const ganesha = new GaneshaTracker(sys, share);
   const samples: RealCrashSample[] = [];
   const violations: string[] = [];
   let acked = 0;
@@ -108,17 +130,17 @@ export async function realNodeCrashRuns(
   let duplicates = 0;
   let stale = 0;
   try {
-    await createRealNfsShare(sys, REAL_SHARE, { nfs: { versions: ['3'] } });
+    await createRealNfsShare(sys, share, { nfs: { versions: ['3'] } });
     for (let run = 1; run <= opts.runs; run++) {
-      const victim = await waitServingPod(sys, REAL_SHARE, 180_000);
+      const victim = await waitServingPod(sys, share, 180_000);
       const clientNode = sys.nodes.find((n) => n.name !== victim.node)?.name ?? '';
-      const client = await startNodeNfsClient(sys, REAL_SHARE, clientNode, { file: `records-${run}.bin` });
+      const client = await startNodeNfsClient(sys, share, clientNode, { file: `records-${run}.bin` });
       const sample: RealCrashSample = { run, node: victim.node, clientNode, outcome: 'skipped' };
       samples.push(sample);
       try {
         await client.writer.waitForAck(RESUMED_ACKS, 60_000);
         await sleep(Math.random() * 2_000);
-        const now = await servingPod(sys, REAL_SHARE);
+        const now = await servingPod(sys, share);
         const lastAck = client.writer.events.filter((e) => e.event === 'ack').at(-1)?.ms;
         if (!victimStillServing(victim, now) || !clientFlowing(lastAck, monotonicMs())) {
           sample.note = !victimStillServing(victim, now)
@@ -127,23 +149,26 @@ export async function realNodeCrashRuns(
           say(`run ${run}: skipped (${sample.note})`);
           continue;
         }
-        const pods = new PodTracker(sys, REAL_SHARE);
+        const pods = new PodTracker(sys, share);
         const acks = () => client.writer.events.flatMap((e) => (e.event === 'ack' ? [e.ms] : []));
         const crashWall = Date.now();
         const crashMono = monotonicMs();
         say(`run ${run}: crashing ${victim.node} (serving ${victim.pod}; the client on ${clientNode})`);
         await sys.node(victim.node).crash();
+        // Longhorn's verdict is emulated from the renewTime the crash left (modes.ts).
+        const renewMs =
+          mode === 'longhorn' ? await lastRenewMs(sys, share).catch(() => undefined) : undefined;
         const deadline = performance.now() + opts.budgetMs;
         let after: Awaited<ReturnType<typeof servingPod>>;
         try {
-          after = await waitServingPod(sys, REAL_SHARE, opts.budgetMs, victim.pod).catch(() => undefined);
+          after = await waitServingPod(sys, share, opts.budgetMs, victim.pod).catch(() => undefined);
           while (performance.now() < deadline && resumedAt(acks(), crashMono, RESUMED_ACKS) === undefined)
             await sleep(200);
         } finally {
           await pods.stop();
         }
         await client.stop();
-        const status = await shareStatus(sys, REAL_SHARE).catch(() => undefined);
+        const status = await shareStatus(sys, share).catch(() => undefined);
         // Read before the reboot: the surviving managers' logs (the detector's among them).
         await keepManagerLogs(sys, run, crashWall, victim.node, say);
         const lf = { ...(status?.lastFailover ?? {}), ...pods.firstFailover };
@@ -152,7 +177,7 @@ export async function realNodeCrashRuns(
         // resumedAt), not a lone ack of a write in flight at the crash.
         const resumedMs = resumedAt(acks(), crashMono, RESUMED_ACKS);
         const attach = after
-          ? (await sys.csi.attachments(realVolumeHandle(REAL_SHARE))).find((a) => a.node === after?.node)
+          ? (await sys.csi.attachments(realVolumeHandle(share))).find((a) => a.node === after?.node)
           : undefined;
         const wall = (iso: string | undefined) => (iso ? Date.parse(iso) : undefined);
         Object.assign(sample, {
@@ -174,6 +199,15 @@ export async function realNodeCrashRuns(
           ),
           outcome: resumedMs === undefined ? 'capped' : 'measured',
         } satisfies Partial<RealCrashSample>);
+        if (mode === 'longhorn')
+          emulateLonghornVerdict(
+            sample,
+            ['writesResumedS', 'clientWriteGapS', 'serverServingS'] as const,
+            renewMs,
+            LONGHORN_LEASE_MS,
+            crashWall,
+            crashWall + Math.random() * 1000,
+          );
         acked += report.acked;
         lost += report.ackedWritesLost;
         duplicates += report.duplicates.length;
@@ -216,9 +250,9 @@ export async function realNodeCrashRuns(
       samples.filter((s) => s.outcome === 'measured').map((s) => (s[k] as number | undefined) ?? Number.NaN),
     );
   return {
-    mode: 'leasehold-real-nodes',
-    settings:
-      "leasehold chart defaults (lease 6 s, renew 2 s, deadline 4 s; volume handoff volumes-in-use) on real nodes (kubelet, containerd, runc, kube-proxy; the project images; the chart by helm); the shipped NFS server, NFSv3, on a static CSI volume (testbed driver, real external-attacher); client libnfs NFSv3 in a surviving node's network namespace through the Service ClusterIP (kube-proxy), a committed 64-byte record every 20 ms; crash-to-serving = crash to the client's first acknowledged write after it; each crash healed by a reboot before the next",
+    mode: `${mode}-real-nodes`,
+    settings: `${modeSettings(mode, opts.grace ?? '40s')}; on real nodes (kubelet, containerd, runc, kube-proxy; the project images; the chart by helm); the shipped NFS server, NFSv3, on a static CSI volume (testbed driver, real external-attacher); client libnfs NFSv3 in a surviving node's network namespace through the Service ClusterIP (kube-proxy), a committed 64-byte record every 20 ms; crash-to-serving = crash to the first of 20 acks in a row after it; each crash healed by a reboot before the next`,
+    lease: modeLease(mode),
     samples,
     detection: of('detectS'),
     crashToServing: of('writesResumedS'),
@@ -239,22 +273,37 @@ export async function realNodeCrashRuns(
   };
 }
 
-/** The manager container's restart count on `node` (0 when unknown). */
-export function managerRestarts(pods: Map<string, k8s.V1Pod>, node: string): number {
-  return pods.get(node)?.status?.containerStatuses?.[0]?.restartCount ?? 0;
+/** The manager on `node` as it is now: its pod's uid and its container's restart count. */
+export interface ManagerIncarnation {
+  uid: string | undefined;
+  restarts: number;
+}
+
+export function managerRestarts(pods: Map<string, k8s.V1Pod>, node: string): ManagerIncarnation {
+  const pod = pods.get(node);
+  return { uid: pod?.metadata?.uid, restarts: pod?.status?.containerStatuses?.[0]?.restartCount ?? 0 };
 }
 
 /**
  * Waits until the manager on the rebooted `node` runs again: its container restarted
- * (restart count above `before`) and ready. NB: right after the reboot the API still
- * shows the pre-crash container as Ready, so a Ready check alone passes before the
- * new manager runs; the next crash then hits a manager that has not started, which
- * detects it D after its own Lease watch opens (measured: 6.7-12.9 s instead of ~5 s).
+ * (restart count above `before`'s) and ready, or another pod of the DaemonSet there
+ * ready (the out-of-service taint's force-delete of the node's pods, leasehold-oos).
+ * NB: right after the reboot the API still shows the pre-crash container as Ready, so
+ * a Ready check alone passes before the new manager runs; the next crash then hits a
+ * manager that has not started, which detects it D after its own Lease watch opens
+ * (measured: 6.7-12.9 s instead of ~5 s).
  */
-export async function waitManagerRestarted(sys: RealSystem, node: string, before: number, timeoutMs: number) {
+export async function waitManagerRestarted(
+  sys: RealSystem,
+  node: string,
+  before: ManagerIncarnation,
+  timeoutMs: number,
+) {
   for (const until = performance.now() + timeoutMs; performance.now() < until; await sleep(250)) {
-    const c = (await managerPodsByNode(sys.core)).get(node)?.status?.containerStatuses?.[0];
-    if ((c?.restartCount ?? 0) > before && c?.ready) return;
+    const pod = (await managerPodsByNode(sys.core)).get(node);
+    const c = pod?.status?.containerStatuses?.[0];
+    const again = pod?.metadata?.uid !== before.uid || (c?.restartCount ?? 0) > before.restarts;
+    if (pod && again && c?.ready) return;
   }
   throw new Error(`the manager on ${node} did not run again within ${timeoutMs / 1000} s of the reboot`);
 }

@@ -1,9 +1,11 @@
 /**
  * `npm run bench -- failover --real-nodes [options]` (bench/run.ts routes it here; the
  * options: real-node-args.ts): the leasehold mode on real nodes with the NFS client
- * (real-node-runs.ts) and, with `--modes leasehold,stock`, stock Kubernetes
- * (real-stock-runs.ts), one mode after the other in the order given (the leasehold
- * share deleted before stock starts: one share at a time), on one real-node system (dev/system/real-system.ts) with the
+ * (real-node-runs.ts), and with `--modes` the sim benchmark's other managed modes
+ * (each put on the chart by `helm upgrade`, real-mode-switch.ts, before its share is
+ * created) and stock Kubernetes (real-stock-runs.ts), one mode after the other in the
+ * order given (each mode's share deleted before the next starts: one share at a
+ * time), on one real-node system (dev/system/real-system.ts) with the
  * control plane on the sim benchmark's Kubernetes defaults (ADC sync 1m, node-monitor
  * grace 40s; the kubelets' own heartbeat, 10 s). Prints the figures (p50/p95), next to
  * the sim nodes' leasehold figures from the newest sim result file on the same
@@ -23,8 +25,10 @@ import { startRealSystem } from '../../dev/system/real-system.ts';
 import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
+import type { ManagedMode } from './modes.ts';
+import { installValues, switchManagedMode } from './real-mode-switch.ts';
 import { parseRealNodeBenchArgs, REAL_NODE_BENCH_USAGE } from './real-node-args.ts';
-import { REAL_SHARE, type RealNodeResult, realNodeCrashRuns } from './real-node-runs.ts';
+import { type RealNodeResult, realModeShare, realNodeCrashRuns } from './real-node-runs.ts';
 import { realNodeTable, type TableRow } from './real-node-table.ts';
 import { realStockCrashRuns } from './real-stock-runs.ts';
 import { readSimReference } from './sim-reference.ts';
@@ -44,30 +48,34 @@ const loadStart = loadavg().map((x) => Math.round(x * 100) / 100);
 const loadTimer = setInterval(() => loadSamples.push(loadavg()[0] ?? Number.NaN), 15_000);
 loadTimer.unref();
 
+const modeName = (r: RealNodeResult) => r.mode.replace(/-real-nodes$/, '');
 const fmt = (x: number | undefined) => (x === undefined ? '     -' : x.toFixed(2).padStart(6));
 const fmtS = (s: Summary) => `${fmt(s.p50)} ${fmt(s.p95)}`;
 
-/** Deletes the leasehold share (its ShareManager; the manager removes its pod) and waits until its pods are gone. */
-async function removeLeaseholdShare(sys: Awaited<ReturnType<typeof startRealSystem>>): Promise<void> {
+/** Deletes a managed mode's share (its ShareManager; the manager removes its pod) and waits until its pods are gone. */
+async function removeLeaseholdShare(
+  sys: Awaited<ReturnType<typeof startRealSystem>>,
+  share: string,
+): Promise<void> {
   await sys.kc.makeApiClient(k8s.CustomObjectsApi).deleteNamespacedCustomObject(
     {
       group: 'leasehold.dev',
       version: 'v1alpha1',
       plural: 'sharemanagers',
       namespace: SHARES_NAMESPACE,
-      name: REAL_SHARE,
+      name: share,
     },
     withDeadline(10_000),
   );
   for (const until = performance.now() + 120_000; performance.now() < until; await sleep(1_000)) {
     const pods = await sys.core.listNamespacedPod(
-      { namespace: SHARES_NAMESPACE, labelSelector: `leasehold.dev/share-manager=${REAL_SHARE}` },
+      { namespace: SHARES_NAMESPACE, labelSelector: `leasehold.dev/share-manager=${share}` },
       withDeadline(5_000),
     );
     if (pods.items.length === 0) return;
   }
   throw new Error(
-    `the leasehold share ${REAL_SHARE}'s pods were not gone 120 s after its ShareManager was deleted`,
+    `the leasehold share ${share}'s pods were not gone 120 s after its ShareManager was deleted`,
   );
 }
 
@@ -84,19 +92,29 @@ async function main(): Promise<number> {
   });
   const results: RealNodeResult[] = [];
   try {
+    const base = await installValues(sys);
+    let previous: ManagedMode | undefined;
     for (const mode of args.modes) {
       say(`mode ${mode}: ${args.runs} crashes`);
-      if (mode === 'leasehold')
-        results.push(
-          await realNodeCrashRuns(sys, {
-            runs: args.runs,
-            budgetMs: args.budgetS * 1000,
-            settleMs: args.settleS * 1000,
-            say,
-          }),
+      // One share at a time: the previous managed mode's share goes first.
+      if (previous) await removeLeaseholdShare(sys, realModeShare(previous));
+      previous = undefined;
+      if (mode !== 'stock') {
+        const switched = await switchManagedMode(sys, mode, args.nodeMonitorGracePeriod, base);
+        say(
+          `mode ${mode}: chart values ${JSON.stringify(switched.values)} applied, managers rolled out in ${switched.seconds} s`,
         );
-      else {
-        if (results.length > 0) await removeLeaseholdShare(sys);
+        const result = await realNodeCrashRuns(sys, {
+          runs: args.runs,
+          budgetMs: args.budgetS * 1000,
+          settleMs: args.settleS * 1000,
+          say,
+          mode,
+          grace: args.nodeMonitorGracePeriod,
+        });
+        results.push({ ...result, chartValues: switched.values, switchS: switched.seconds });
+        previous = mode;
+      } else {
         results.push(
           await realStockCrashRuns(sys, {
             runs: args.runs,
@@ -124,7 +142,7 @@ async function main(): Promise<number> {
     nodeMonitorGracePeriod: args.nodeMonitorGracePeriod,
   });
   const rows: TableRow[] = results.map((r) => ({
-    label: `${r.mode === 'stock-real-nodes' ? 'stock' : 'leasehold'}, real nodes (this run)`,
+    label: `${modeName(r)}, real nodes (this run)`,
     detection: r.detection,
     crashToServing: r.crashToServing,
     clientWriteGap: r.clientWriteGap,
@@ -151,7 +169,7 @@ async function main(): Promise<number> {
       ? ''
       : `leasehold, sim nodes: no sim result file on ADC sync ${args.adcSync} / grace ${args.nodeMonitorGracePeriod} in bench/results`,
     ...results.flatMap((r) => {
-      const m = r.mode === 'stock-real-nodes' ? 'stock' : 'leasehold';
+      const m = modeName(r);
       return [
         `${m}: server logged serving p50/p95 ${fmtS(r.crashToServerServing)} s, agent acquired ${fmtS(r.crashToAgentAcquired)} s, reboot ${fmtS(r.reboot)} s`,
         `${m}: ${r.acked} acknowledged writes, ${r.ackedWritesLost} lost (read back from the volume), ${r.duplicates} duplicates, ${r.staleHandles} stale handles; ${r.ganeshaSeen} ganesha processes seen, ${r.serverOverlaps} overlapping; ${r.capped} capped, ${r.skipped} skipped`,
@@ -176,7 +194,7 @@ async function main(): Promise<number> {
       adcSync: args.adcSync,
       nodeMonitorGracePeriod: args.nodeMonitorGracePeriod,
       nodeHeartbeat: 'the kubelet default (node Lease renewed every 10 s, status every 10 s)',
-      lease: { duration: '6s', renewInterval: '2s', renewDeadline: '4s' },
+      lease: 'per mode: results[].lease',
       nfs: { versions: ['3'] },
       client: 'libnfs NFSv3',
       writeIntervalMs: 20,

@@ -142,6 +142,40 @@ export function shiftByDetection(
   return shifted > emulatedDetectS ? shifted : undefined;
 }
 
+/**
+ * The `longhorn` mode's figures for one crash (pure, mutates `sample`): Longhorn's 1 s
+ * wall-clock verdict emulated from the lease's last renewTime (`longhornVerdictMs`, its
+ * tick phase `phaseMs`), the sample's detection replaced by it and each figure in `keys`
+ * moved by (emulated - measured detection) (`shiftByDetection`; a figure that would
+ * come before the verdict is dropped). Without a renewTime read at the crash the
+ * figures are dropped and a note says why. A sample with no measured detection is
+ * left alone.
+ */
+export function emulateLonghornVerdict<K extends string>(
+  sample: { detectS?: number; note?: string } & Partial<Record<K, number>>,
+  keys: readonly K[],
+  renewMs: number | undefined,
+  leaseMs: number,
+  crashWallMs: number,
+  phaseMs: number,
+): void {
+  const measured = sample.detectS;
+  if (measured === undefined) return;
+  const figures = sample as Partial<Record<K, number>>;
+  if (renewMs === undefined) {
+    sample.note ??= 'no renewTime read at the crash: Longhorn verdict not emulated';
+    for (const k of keys) delete figures[k];
+    return;
+  }
+  const emulated = round((longhornVerdictMs(renewMs, leaseMs, phaseMs) - crashWallMs) / 1000);
+  for (const k of keys) {
+    const v = shiftByDetection(figures[k], measured, emulated);
+    if (v === undefined) delete figures[k];
+    else figures[k] = v as Partial<Record<K, number>>[K];
+  }
+  sample.detectS = emulated;
+}
+
 /** The 1-minute load averages sampled during a run (os.loadavg()[0]), summarized. */
 export interface LoadSummary {
   samples: number;

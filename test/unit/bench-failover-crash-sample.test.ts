@@ -13,6 +13,7 @@ import {
   clientFlowing,
   clientStalledBeforeCrashS,
   crashToServing,
+  emulateLonghornVerdict,
   shiftByDetection,
   summarize,
   summarizeLoad,
@@ -63,6 +64,35 @@ test('shiftByDetection: moves a figure by the emulated minus the measured detect
   assert.equal(shiftByDetection(9.0, 40.0, 7.2), undefined);
   assert.equal(shiftByDetection(undefined, 5, 6), undefined);
   assert.equal(shiftByDetection(9, undefined, 6), undefined);
+});
+
+test('emulateLonghornVerdict: detection becomes the 1 s tick after renewTime + lease; figures move with it', () => {
+  const crash = 100_000;
+  // renewTime 2.5 s before the crash, lease 7 s: due at crash + 4.5 s; ticks at crash + 0.3 + k s -> 5.3 s
+  const sample: { detectS?: number; writesResumedS?: number; serverServingS?: number; note?: string } = {
+    detectS: 5.0,
+    writesResumedS: 9.0,
+    serverServingS: 8.5,
+  };
+  emulateLonghornVerdict(
+    sample,
+    ['writesResumedS', 'serverServingS'] as const,
+    crash - 2_500,
+    7_000,
+    crash,
+    crash + 300,
+  );
+  assert.deepEqual(sample, { detectS: 5.3, writesResumedS: 9.3, serverServingS: 8.8 });
+  const unread: { detectS?: number; writesResumedS?: number; note?: string } = {
+    detectS: 5,
+    writesResumedS: 9,
+  };
+  emulateLonghornVerdict(unread, ['writesResumedS'] as const, undefined, 7_000, crash, crash);
+  assert.equal(unread.writesResumedS, undefined, 'no renewTime: the figure is dropped, not kept unshifted');
+  assert.match(unread.note ?? '', /no renewTime/);
+  const undetected: { detectS?: number; writesResumedS?: number } = { writesResumedS: 9 };
+  emulateLonghornVerdict(undetected, ['writesResumedS'] as const, crash - 1_000, 7_000, crash, crash);
+  assert.deepEqual(undetected, { writesResumedS: 9 }, 'no measured detection: left alone');
 });
 
 test('summarizeLoad: start, end, mean and max of the 1-minute load samples', () => {

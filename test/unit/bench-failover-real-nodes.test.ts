@@ -44,6 +44,9 @@ test('real-node bench args: defaults 5 crashes on 2 nodes, the Kubernetes defaul
   const stockFirst = parseRealNodeBenchArgs(['--modes=stock,leasehold']);
   assert.ok(!('problem' in stockFirst));
   assert.deepEqual(stockFirst.modes, ['stock', 'leasehold'], 'the order given is the order run');
+  const all = parseRealNodeBenchArgs(['--modes=longhorn,leasehold-va,leasehold-oos,leasehold,stock']);
+  assert.ok(!('problem' in all));
+  assert.deepEqual(all.modes, ['longhorn', 'leasehold-va', 'leasehold-oos', 'leasehold', 'stock']);
 });
 
 test('real-node bench args: bad values and the sim-only options rejected, named', () => {
@@ -60,8 +63,8 @@ test('real-node bench args: bad values and the sim-only options rejected, named'
   assert.match(problem(['--budget', '5']), /--budget=5: .*>= 10/);
   assert.match(problem(['--settle=-1']), /--settle=-1: .*0 to 600/);
   assert.match(
-    problem(['--modes', 'longhorn']),
-    /--modes=longhorn: "longhorn" is not a real-node mode \(leasehold, stock/,
+    problem(['--modes', 'nfs']),
+    /--modes=nfs: "nfs" is not a real-node mode \(leasehold, leasehold-va, longhorn, leasehold-oos, stock/,
   );
   assert.match(problem(['--modes', 'leasehold,,stock']), /--modes=leasehold,,stock: "" is not/);
   assert.match(problem(['--modes', 'stock,stock']), /--modes=stock,stock: a mode may be named once/);
