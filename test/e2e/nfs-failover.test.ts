@@ -35,9 +35,9 @@
  * NB: kube-controller-manager runs with --attach-detach-reconcile-sync-period=2s. With
  * the Kubernetes default (1m) the replacement waits 0-60 s for that controller's state
  * sync to notice the VolumeAttachment the manager deleted before it attaches the RWO
- * volume elsewhere (measured by bench/failover; volume-handoff.test.ts runs on it); the
+ * volume elsewhere (measured by bench/failover; real-node-handoff.test.ts runs on it); the
  * opt-in out-of-service taint that avoids that wait is tested in
- * out-of-service.test.ts. Every other setting is the default.
+ * real-node-handoff.test.ts. Every other setting is the default.
  */
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
