@@ -26,7 +26,9 @@
  *     status.volumesInUse (ours gone), no out-of-service taint. Then the reboot.
  *  3. partition real-2 (now serving rh-a alone; the other three deleted), `close`, then
  *     heal: rh-a moves once to real-1, the lone share's figure is the reference the
- *     four of the crash are held to (each at most lone + 20 s); after the heal the
+ *     four of the crash are held to (each replacement created at most 10 s later after
+ *     its fault than the lone one's: the manager's part; a storm pause holds it 15-30 s;
+ *     the serving figures printed beside it); after the heal the
  *     healed kubelet drops the old pod and posts its status without the volume, the
  *     replacement still serves, the volume attached to real-1 alone, the old pod never
  *     ran ganesha again.
@@ -50,10 +52,10 @@
  * steps 2-3, so to them the crashed node looks healthy throughout, which is what the
  * storm guard's by-node rule is about (under the old rule, 4 of 4 leases stale on
  * healthy-looking nodes paused the failovers).
- * Cost (one run at a load of 10-12): the system start 80.6 s (49-111 s in three runs),
- * the four shares 8.2 s, the crash with its reboot 20.6 s, the partition 15.0 s, the
- * helm upgrade 5.9 s (the old managers deleted at once; 37.9 s by the rolling update)
- * and the out-of-service crash with its heal 26.6 s; the file 193 s.
+ * Cost (three passing runs at a load of 10-14): the system start 38-81 s, the four
+ * shares 8-17 s, the crash with its reboot 21-64 s, the partition 15-38 s, the helm
+ * upgrade 6-28 s (the old managers deleted at once; 37.9 s by the rolling update) and
+ * the out-of-service crash with its heal 27-35 s; the file 190-224 s.
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -115,8 +117,13 @@ const BOUND_S = 90;
 const OOS_BOUND_S = 60;
 /** A storm pause holds a failover between detection and its mark for the guard's window. */
 const MARK_WITHIN_MS = 5_000;
-/** How much slower than the lone share each of the crashed node's four may be (start-up load). */
-const LONE_SLACK_S = 20;
+/**
+ * How much later than the lone share's each of the crashed node's four may have its
+ * replacement created (the manager's part: a storm pause holds it 15-30 s, the guard's
+ * rejudge at half its 30 s window). The kubelet's start after it is the loaded machine's
+ * and is printed, not compared.
+ */
+const LONE_SLACK_S = 10;
 const SERVING_WITHIN_MS = 120_000;
 const TAINT_KEY = 'node.kubernetes.io/out-of-service';
 const MARK = 'leasehold.dev/out-of-service-by';
@@ -419,6 +426,8 @@ test('four shares and an unrelated pod with its own CSI volume run on real-1', {
 
 /** Each share's crash-to-serving in the crash of step 2 (s). */
 const crashServingS = new Map<string, number>();
+/** Each share's crash to its replacement's creation (status.lastFailover) in step 2 (s). */
+const crashCreatedS = new Map<string, number>();
 
 test('crash real-1 (four shares) on the default 1 min ADC sync: each serves again well under it, no storm pause, the handoff in order, the unrelated pod and its volume untouched', {
   timeout: 300_000,
@@ -458,6 +467,7 @@ test('crash real-1 (four shares) on the default 1 min ADC sync: each serves agai
       );
       const servedS = sinceS(a.servingWall, faultWall);
       crashServingS.set(share, servedS);
+      crashCreatedS.set(share, sinceS(lf.replacementCreatedAt, faultWall));
       const { gone, created } = assertHandedOver(share, LOST, sinceSeq);
       const movedS = sinceS(created.wall.getTime(), faultWall);
       assert.ok(
@@ -586,11 +596,16 @@ test('partition (close) then heal on the default ADC sync: the lone share moves 
     process.stderr.write(
       `real-node handoff: partition: ${NFS} detected ${sinceS(lf.detectedAt, faultWall).toFixed(2)} s, serving ${loneS.toFixed(2)} s, client resumed ${resumedS.toFixed(2)} s; ${lf.volumeHandoff}\n`,
     );
-    // node-loss's claim: each share of the crashed node about as fast as a lone one.
-    for (const [share, s] of crashServingS)
+    // node-loss's claim: each share of the crashed node failed over about as fast as a
+    // lone one (the manager's part, to the replacement's creation).
+    const loneCreatedS = sinceS(lf.replacementCreatedAt, faultWall);
+    process.stderr.write(
+      `real-node handoff: to the replacement's creation: the lone share ${loneCreatedS.toFixed(2)} s, the crash's four ${SHARES.map((x) => crashCreatedS.get(x)?.toFixed(2)).join(', ')} s; to serving: lone ${loneS.toFixed(2)} s, the four ${SHARES.map((x) => crashServingS.get(x)?.toFixed(2)).join(', ')} s\n`,
+    );
+    for (const [share, s] of crashCreatedS)
       assert.ok(
-        s <= loneS + LONE_SLACK_S,
-        `${share}: crash to serving ${s.toFixed(2)} s, lone share ${loneS.toFixed(2)} s (+${LONE_SLACK_S} s)`,
+        s <= loneCreatedS + LONE_SLACK_S,
+        `${share}: crash to its replacement's creation ${s.toFixed(2)} s, the lone share's ${loneCreatedS.toFixed(2)} s (+${LONE_SLACK_S} s)`,
       );
 
     const t1 = performance.now();
