@@ -1,7 +1,7 @@
 /**
  * The failover's volume handoff step (FailoverExecutor.handOffVolume) against the real
  * kube-apiserver (no scheduler, no controller manager: the attach-detach controller's
- * reaction is the e2e's, test/e2e/volume-handoff.test.ts):
+ * reaction is the e2e's, test/e2e/real-node-handoff.test.ts, on real nodes):
  *  - volumes-in-use removes exactly the share's entry from the lost Node's
  *    status.volumesInUse and leaves the node's other volumes, spec and VolumeAttachments;
  *  - the JSON patch's `test` really guards it: an entry that moved since the read is
