@@ -191,7 +191,7 @@ export async function realStockCrashRuns(
   const share = STOCK_SHARE;
   const pv = realPvName(share);
   const storage = sys.kc.makeApiClient(k8s.StorageV1Api);
-  const ganesha = new GaneshaTracker(sys, share);
+  const ganesha = new GaneshaTracker(sys, share, 100, (pod) => pod.metadata?.labels?.[LABEL] === share);
   const samples: RealStockSample[] = [];
   const violations: string[] = [];
   let acked = 0;

@@ -32,6 +32,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
+import { LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import { freezerCgroupOf, freezerMount } from '../node/freezer.ts';
 import type { RealNode } from '../node/node.ts';
 import type { ServingWindow } from '../share-server/serving-window-log.ts';
@@ -316,13 +317,21 @@ function sampleGanesha(nodes: readonly RealNode[], freezer: string | undefined):
 export class GaneshaTracker {
   private readonly samples: GaneshaSample[] = [];
   private readonly names = new Map<string, string>();
+  /** Pod uid -> whether it is one of this share's pods (`owns`). */
+  private readonly owned = new Map<string, boolean>();
   private running = true;
   private readonly done: Promise<void>;
 
+  /**
+   * `owns` says which pods are the share's: by default those the manager labels for it
+   * (`leasehold.dev/share-manager=<share>`); stock's Deployment passes its own label.
+   */
   constructor(
     private readonly sys: RealSystem,
     private readonly share: string,
     periodMs = 100,
+    private readonly owns: (pod: k8s.V1Pod) => boolean = (pod) =>
+      pod.metadata?.labels?.[LABEL_SHARE_MANAGER] === share,
   ) {
     let freezer: string | undefined;
     try {
@@ -345,17 +354,28 @@ export class GaneshaTracker {
       .listNamespacedPod({ namespace: SHARES_NAMESPACE }, withDeadline(5_000))
       .catch(() => undefined);
     for (const p of pods?.items ?? [])
-      if (p.metadata?.uid && p.metadata.name) this.names.set(p.metadata.uid, p.metadata.name);
+      if (p.metadata?.uid && p.metadata.name) {
+        this.names.set(p.metadata.uid, p.metadata.name);
+        this.owned.set(p.metadata.uid, this.owns(p));
+      }
   }
 
-  /** Windows of this share's ganesha processes (pods named `<share>-…`). */
+  /**
+   * Windows of this share's ganesha processes: of its pods (`owns`), and of any pod the
+   * API never showed (kept: it may be this share's); other pods' are left out.
+   */
   windows(): ServingWindow[] {
     const offset = Date.now() - monotonicMs();
+    const mine = new Set(
+      this.samples.flatMap((s) =>
+        s.seen.flatMap((p) => (this.owned.get(p.podUid) === false ? [] : [p.podUid])),
+      ),
+    );
     return ganeshaWindows(
-      this.samples,
+      this.samples.map((s) => ({ ...s, seen: s.seen.filter((p) => mine.has(p.podUid)) })),
       (uid) => this.names.get(uid),
       (ms) => new Date(ms + offset).toISOString(),
-    ).filter((w) => w.id.startsWith(`${this.share}-`) || !this.names.has(w.id));
+    );
   }
 
   /** How many samples were taken, and the longest gap between two (ms). */
