@@ -328,7 +328,7 @@ export class GaneshaTracker {
    */
   constructor(
     private readonly sys: RealSystem,
-    private readonly share: string,
+    readonly share: string,
     periodMs = 100,
     private readonly owns: (pod: k8s.V1Pod) => boolean = (pod) =>
       pod.metadata?.labels?.[LABEL_SHARE_MANAGER] === share,
