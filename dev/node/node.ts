@@ -458,7 +458,12 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     boot = { components: [] };
     // A dead machine's storage sessions end: its mount namespace gone (no process, no
     // hold), its CSI views' mounts go, their fencefs exit, the loop devices detach.
+    const t0 = performance.now();
     const storage = await storageGone();
+    if (opts.csi)
+      progress(
+        `${opts.name}: crash: its storage access (views, loop devices) gone ${Math.round(performance.now() - t0)} ms after its namespaces were let go`,
+      );
     if (storage.length > 0)
       throw new LeaseholdError(
         'E_NODE_CRASH',
