@@ -58,7 +58,7 @@
  * Cost: one system start (29 s quiet, 32-104 s with a load of 4-19) and four failovers
  * with the client's checks and heals (each 11-35 s; the crash about 20 s): the file
  * took 96 s with three of them, 120-174 s with all four at a load of 7-13; on the
- * fencing storage 181 s at a load of 14 (one run).
+ * fencing storage 181 and 165 s at a load of 14 and 11 (two runs).
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
