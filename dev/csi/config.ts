@@ -109,12 +109,20 @@ export const provisionerArgs = (socket: string, kubeconfig: string): string[] =>
 ];
 
 /**
+ * The PV volumeAttributes key (and volume context) of the block kind: the volume is an
+ * ext4 image, mounted by the node through a loop device (plugin/driver/block.go).
+ */
+export const BLOCK_FS_ATTRIBUTE = 'storage.leasehold.dev/block-filesystem';
+
+/**
  * Immediate binding (the PVC is provisioned when made, before a pod picks a node: the
- * driver has no topology) and Delete: deleting the PVC deletes the volume.
+ * driver has no topology) and Delete: deleting the PVC deletes the volume. Its volumes
+ * are of the block kind (`filesystem: ext4`): file handles that survive a move.
  */
 export const storageClassObject = (): V1StorageClass => ({
   metadata: { name: STORAGE_CLASS },
   provisioner: DRIVER_NAME,
+  parameters: { filesystem: 'ext4' },
   reclaimPolicy: 'Delete',
   volumeBindingMode: 'Immediate',
 });

@@ -3,6 +3,9 @@
  * leasehold-fencefs process serving a volume of `backingDir`, or its FUSE mount in any
  * mount namespace (a node's, where the views are mounted; the host's never holds one).
  * Pure parts: `viewMountsIn` reads one mountinfo text; `isViewProcess` one argv.
+ * `nodeStorageLeftovers` is one node's share of that, for its crash and stop: its
+ * views' fencefs processes and the loop devices over its views' images (the block kind,
+ * plugin/driver/block.go), which must go with the node's mount namespace.
  * Not guaranteed: a mount namespace no process is in (pinned only by a bind-mounted
  * ns file) is not seen; the testbed makes none.
  */
@@ -39,4 +42,62 @@ export function viewLeftovers(backingDir: string): string[] {
     }
   }
   return [...out];
+}
+
+/** Pure: the view a fencefs argv serves for `node` (its --mountpoint `.../views/<volume>/<node>.<n>`). */
+export const isNodeViewProcess = (argv: readonly string[], backingDir: string, node: string): boolean =>
+  isViewProcess(argv, backingDir) &&
+  argv.some((a, i) => argv[i - 1] === '--mountpoint' && isNodeViewPath(a, node));
+
+const isNodeViewPath = (path: string, node: string): boolean => {
+  const base = path.split('/').at(-1) ?? '';
+  return (
+    path.split('/').at(-3) === 'views' &&
+    base.startsWith(`${node}.`) &&
+    /^\d+$/.test(base.slice(node.length + 1))
+  );
+};
+
+/**
+ * Pure: the loop devices (name -> backing file, as /sys/block/loopN/loop/backing_file
+ * reads) over an image in one of `node`'s views.
+ */
+export function nodeLoopsIn(backingFiles: ReadonlyMap<string, string>, node: string): string[] {
+  const out: string[] = [];
+  for (const [loop, file] of backingFiles) {
+    // NB: a backing file unlinked since reads with " (deleted)": still the node's.
+    const path = file.trim().replace(/ \(deleted\)$/, '');
+    const parts = path.split('/');
+    if (parts.at(-1) === 'disk.img' && isNodeViewPath(parts.slice(0, -1).join('/'), node))
+      out.push(`loop device /dev/${loop} over ${file.trim()}`);
+  }
+  return out;
+}
+
+/** The host's loop devices with a backing file. */
+export function hostLoopBackingFiles(): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const name of readdirSync('/sys/block').filter((n) => n.startsWith('loop'))) {
+    try {
+      out.set(name, readFileSync(`/sys/block/${name}/loop/backing_file`, 'utf8'));
+    } catch {
+      // not bound
+    }
+  }
+  return out;
+}
+
+/** `node`'s storage access still on the host: its views' fencefs processes and loop devices. */
+export function nodeStorageLeftovers(backingDir: string, node: string): string[] {
+  const out: string[] = [];
+  for (const pid of readdirSync('/proc').filter((n) => /^\d+$/.test(n))) {
+    try {
+      const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      if (isNodeViewProcess(argv, backingDir, node))
+        out.push(`leasehold-fencefs process ${pid} serving ${node}'s view (${argv.join(' ')})`);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return [...out, ...nodeLoopsIn(hostLoopBackingFiles(), node)];
 }

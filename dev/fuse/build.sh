@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds leasehold-fencefs (the simulated storage's revocable per-node volume view,
-# dev/sim/storage/) into the per-version cache and prints its bin directory.
+# Builds leasehold-fencefs (the revocable per-node volume view of the simulated storage
+# and of the fencing CSI driver, dev/sim/storage/ and dev/csi/) and leasehold-fhandle (file
+# handles taken and opened as an NFS server does, for the driver's tests) into the
+# per-version cache and prints its bin directory.
 #
 #   dev/fuse/build.sh            build if not cached, print the bin directory
 #   dev/fuse/build.sh --check    exit 0 when cached and complete, 1 otherwise
@@ -12,7 +14,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 key="$(cd "$here" && cat go.mod go.sum $(find . -name '*.go' | sort) | sha256sum | cut -c1-16)"
 cache_root="${LEASEHOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold}"
 bin="$cache_root/fencefs/$key"
-targets=(leasehold-fencefs=./cmd/leasehold-fencefs)
+targets=(leasehold-fencefs=./cmd/leasehold-fencefs leasehold-fhandle=./cmd/leasehold-fhandle)
 
 if [ "${1:-}" = "--check" ]; then go_build_complete "$bin" "${targets[@]}"; exit $?; fi
 go_build_cached "$bin" "$here" "-s -w" "${targets[@]}"

@@ -70,10 +70,11 @@ import { LeaseholdError } from '../../lib/errors.ts';
 import { onAbruptExit } from '../cluster/component.ts';
 import type { Cluster } from '../cluster/types.ts';
 import { csiBinaries } from '../csi/binaries.ts';
+import { nodeStorageLeftovers } from '../csi/view-leftovers.ts';
 import { freePort } from '../net/free-port.ts';
 import { type ApiLink, startApiLink } from './api-link.ts';
 import { nodeBinaries } from './binaries.ts';
-import { removeCgroupRoot } from './cgroups.ts';
+import { existingCgroups, removeCgroupRoot } from './cgroups.ts';
 import { type FabricUse, sharedFabric } from './fabric.ts';
 import { freezeNode, freezerMountIn, processesInPidNs, thawNode } from './freezer.ts';
 import { type NodeLayout, nodeLayout } from './layout.ts';
@@ -311,6 +312,8 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     const cgroupProblems = cgroupsMade ? removeCgroupRoot(layout.cgroupRoot) : [];
     const left = findLeftovers(node, hostSnapshot(node));
     releaseNamespaces();
+    // Its mount namespace gone, its CSI views and loop devices go with it.
+    const storageLeft = await storageGone();
     // The last node's release stops the fabric and runs its leftover check.
     const fabricLeft = await fabricUse?.release().then(
       () => undefined,
@@ -319,6 +322,11 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     if (left.length > 0 || cgroupProblems.length > 0) {
       throw new NodeLeftoverError(opts.name, left);
     }
+    if (storageLeft.length > 0)
+      throw new LeaseholdError(
+        'E_NODE_LEFTOVERS',
+        `real node ${opts.name}: its storage access outlived its stop: ${storageLeft.join('; ')}`,
+      );
     if (detached) throw detached;
     if (fabricLeft) throw fabricLeft;
     if (process.env.LEASEHOLD_KEEP_NODE !== '1') await rm(dir, { recursive: true, force: true });
@@ -425,11 +433,17 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     const left = findLeftovers(node, { ...hostSnapshot(node), cgroups: [] });
     if (left.length > 0) throw new NodeLeftoverError(opts.name, left);
     // What a reboot loses: every cgroup, and the tmpfs dirs (/run, containerd's state).
-    const problems = removeCgroupRoot(layout.cgroupRoot);
+    // NB: retried for a bound, naming what is still in them: a killed task is counted
+    // in its cgroup until its exit is done (an EBUSY seen once in CI, cause not found).
+    let problems = removeCgroupRoot(layout.cgroupRoot);
+    for (let i = 0; problems.length > 0 && i < 30; i++) {
+      await sleep(100);
+      problems = removeCgroupRoot(layout.cgroupRoot);
+    }
     if (problems.length > 0)
       throw new LeaseholdError(
         'E_NODE_CRASH',
-        `removing ${opts.name}'s cgroups after the crash: ${problems.join('; ')}`,
+        `removing ${opts.name}'s cgroups after the crash (3 s of retries): ${problems.join('; ')}; tasks in them: ${cgroupTasks(layout.cgroupRoot).join('; ') || 'none listed'}`,
       );
     await Promise.all(
       [layout.containerdState, layout.hostDirs.run].map(async (d) => {
@@ -442,6 +456,31 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     identity.pids.length = 0;
     releaseNamespaces();
     boot = { components: [] };
+    // A dead machine's storage sessions end: its mount namespace gone (no process, no
+    // hold), its CSI views' mounts go, their fencefs exit, the loop devices detach.
+    const t0 = performance.now();
+    const storage = await storageGone();
+    if (opts.csi)
+      progress(
+        `${opts.name}: crash: its storage access (views, loop devices) gone ${Math.round(performance.now() - t0)} ms after its namespaces were let go`,
+      );
+    if (storage.length > 0)
+      throw new LeaseholdError(
+        'E_NODE_CRASH',
+        `real node ${opts.name}: its storage access outlived the crash: ${storage.join('; ')}`,
+      );
+  }
+
+  /** What of the node's CSI storage access is still there after 10 s (none without csi). */
+  async function storageGone(): Promise<string[]> {
+    if (!opts.csi) return [];
+    const deadline = performance.now() + 10_000;
+    let left = nodeStorageLeftovers(opts.csi.backingDir, opts.name);
+    while (left.length > 0 && performance.now() < deadline) {
+      await sleep(100);
+      left = nodeStorageLeftovers(opts.csi.backingDir, opts.name);
+    }
+    return left;
   }
 
   return {
@@ -466,6 +505,31 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     leftovers: () => findLeftovers(node, hostSnapshot(node)),
     stop,
   };
+}
+
+/** Every task still in the node's cgroups: pid, name, state and kernel wait channel, from /proc. */
+function cgroupTasks(root: string): string[] {
+  const out: string[] = [];
+  for (const dir of existingCgroups(root)) {
+    let pids: string[] = [];
+    try {
+      pids = readFileSync(join(dir, 'tasks'), 'utf8').split('\n').filter(Boolean);
+    } catch {
+      continue;
+    }
+    for (const pid of pids) {
+      const read = (f: string) => {
+        try {
+          return readFileSync(`/proc/${pid}/${f}`, 'utf8').trim();
+        } catch {
+          return '?';
+        }
+      };
+      const state = /^State:\s*(.*)$/m.exec(read('status'))?.[1] ?? '?';
+      out.push(`${dir}: ${pid} ${read('comm')} (${state}, wchan ${read('wchan')})`);
+    }
+  }
+  return out;
 }
 
 const hasFreezer = () => freezerMountIn(readFileSync('/proc/self/mountinfo', 'utf8')) !== undefined;

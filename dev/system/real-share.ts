@@ -6,7 +6,10 @@
  *    external-attacher move it, and the manager's handoff through the lost node's
  *    `status.volumesInUse` is the real one) bound to a claim, and a ShareManager with
  *    only spec.volume (+ spec.nfs): the manager builds the pod of the real images;
- *  - readRealShareFile: a file's bytes on the volume (the driver's backing dir);
+ *  - createRealVolume: the volume is of the fencing driver's block kind (an ext4 image,
+ *    dev/csi/plugin/driver/block.go), so ganesha's file handles survive a move;
+ *  - readRealShareFile: a file's bytes on the volume, as the node that has it mounted
+ *    (the latest grant) sees it, or from the image when no node has;
  *  - GaneshaTracker: every ganesha.nfsd process of the share's pods on the nodes, from
  *    the host's /proc (the pod's cgroup under the node's cgroup root names its uid),
  *    sampled every `periodMs`, turned into windows by the pure ganeshaWindows():
@@ -28,14 +31,16 @@
  * seen once has its full start. The mapping of boot time to CLOCK_MONOTONIC assumes
  * the host was never suspended (CLOCK_BOOTTIME = CLOCK_MONOTONIC + time suspended).
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
+import { BLOCK_FS_ATTRIBUTE } from '../csi/config.ts';
 import { freezerCgroupOf, freezerMount } from '../node/freezer.ts';
 import type { RealNode } from '../node/node.ts';
 import type { ServingWindow } from '../share-server/serving-window-log.ts';
+import { imagePath, readImageFile } from '../sim/storage/block-image.ts';
 import type { RealSystem } from './real-system.ts';
 import { SHARES_NAMESPACE } from './system.ts';
 
@@ -69,7 +74,12 @@ export async function createRealVolume(sys: RealSystem, share: string): Promise<
           persistentVolumeReclaimPolicy: 'Retain',
           storageClassName: '',
           claimRef: { namespace: SHARES_NAMESPACE, name: claim },
-          csi: { driver: sys.csi.driverName, volumeHandle: realVolumeHandle(share) },
+          csi: {
+            driver: sys.csi.driverName,
+            volumeHandle: realVolumeHandle(share),
+            // The block kind: ext4's file handles are the same on every node's mount.
+            volumeAttributes: { [BLOCK_FS_ATTRIBUTE]: 'ext4' },
+          },
         },
       },
     },
@@ -121,14 +131,70 @@ export async function createRealNfsShare(
   );
 }
 
-/** The file's bytes in the share's volume (the CSI driver's backing dir); empty when absent. */
+/**
+ * The file's bytes on the share's volume (empty when absent): read through the mount of
+ * the node with the latest grant that has the volume's ext4 mounted (its page cache is
+ * what its server wrote), else from the image (e2fsck'd copy, block-image.ts).
+ */
 export function readRealShareFile(sys: RealSystem, share: string, file: string): Buffer {
+  const handle = realVolumeHandle(share);
+  const mounted = sys.nodes
+    .flatMap((node) => {
+      const pid1 = /^\/proc\/(\d+)\/ns\/net$/.exec(node.netnsPath ?? '')?.[1];
+      if (!pid1) return [];
+      let mountinfo = '';
+      try {
+        mountinfo = readFileSync(`/proc/${pid1}/mountinfo`, 'utf8');
+      } catch {
+        return [];
+      }
+      return volumeMountsIn(mountinfo, handle, loopBackingFile).map((m) => ({
+        ...m,
+        root: `/proc/${pid1}/root`,
+      }));
+    })
+    .sort((x, y) => y.grant - x.grant)[0];
   try {
-    return readFileSync(join(sys.csi.backingDir, realVolumeHandle(share), file));
+    if (mounted) return readFileSync(join(mounted.root, mounted.mountPoint, file));
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return Buffer.alloc(0);
     throw err;
   }
+  const image = imagePath(join(sys.csi.backingDir, handle));
+  if (!existsSync(image)) return Buffer.alloc(0);
+  return readImageFile(image, file).content ?? Buffer.alloc(0);
+}
+
+const loopBackingFile = (dev: string): string | undefined => {
+  try {
+    return readFileSync(`/sys/block/${dev.replace(/^\/dev\//, '')}/loop/backing_file`, 'utf8').trim();
+  } catch {
+    return undefined;
+  }
+};
+
+/**
+ * Pure but for `backingFile`: the ext4 mounts in one node's mountinfo of a loop device
+ * over an image in a view of `handle` (`.../views/<handle>/<node>.<grant>/disk.img`),
+ * with the view's grant number (higher: later).
+ */
+export function volumeMountsIn(
+  mountinfo: string,
+  handle: string,
+  backingFile: (dev: string) => string | undefined,
+): { mountPoint: string; grant: number }[] {
+  const out: { mountPoint: string; grant: number }[] = [];
+  for (const line of mountinfo.split('\n')) {
+    const [left, right] = line.split(' - ');
+    const [fstype, source] = (right ?? '').split(' ');
+    const mountPoint = left?.split(' ')[4];
+    if (fstype !== 'ext4' || !source?.startsWith('/dev/loop') || !mountPoint) continue;
+    const m = new RegExp(`/views/${handle.replace(/[.]/g, '\\.')}/[^/]+\\.(\\d+)/disk\\.img$`).exec(
+      backingFile(source) ?? '',
+    );
+    if (m) out.push({ mountPoint, grant: Number(m[1]) });
+  }
+  return out;
 }
 
 /** A container's log as `node`'s kubelet wrote it (its podLogsDir), '' when there is none yet. */

@@ -1,7 +1,9 @@
 /**
  * The whole leasehold system on real nodes (issue 12), as a user runs it: a real
  * control plane (dev/cluster, `realNodes: true`), the testbed CSI driver's controller
- * side with the real external-attacher (dev/csi), N real nodes (dev/node: the real
+ * side with the real external-attacher (dev/csi, in its fencing mode: a node reaches a
+ * volume only through its own revocable view, revoked on the host when the volume is
+ * detached from it), N real nodes (dev/node: the real
  * kubelet, containerd, runc, kube-proxy; each with the CSI driver's node part), the
  * project's locally built images (dev/image: `leasehold` and `nfs-ganesha`) imported
  * into every node's containerd, and charts/leasehold installed with `helm install`,
@@ -113,7 +115,9 @@ export async function startRealSystem(opts: RealSystemOptions = {}): Promise<Rea
   try {
     const kc = cluster.kubeConfig;
     const core = kc.makeApiClient(k8s.CoreV1Api);
-    csi = await startCsiController(cluster);
+    // Fencing: each node reaches a volume only through its own revocable view, granted at
+    // ControllerPublish and revoked at ControllerUnpublish (dev/csi README).
+    csi = await startCsiController(cluster, { fencing: true });
     progress(`CSI controller up (${since()}); starting ${count} real nodes`);
     const names = Array.from({ length: count }, (_, i) => `real-${i + 1}`);
     const backingDir = csi.backingDir;

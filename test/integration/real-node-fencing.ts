@@ -1,18 +1,25 @@
 /**
  * The fencing CSI driver on real nodes, for real-node.test.ts (dev/csi with `fencing`
  * and `provisioning`): a PVC of the driver's StorageClass is provisioned by the real
- * external-provisioner (CreateVolume: a backing directory, the capacity recorded) and
- * bound; a PVC asking ReadWriteMany is refused by CreateVolume, naming the mode. A
+ * external-provisioner (CreateVolume: a backing directory holding the volume's ext4
+ * image, the block kind; the capacity recorded) and bound; a PVC asking ReadWriteMany is refused by CreateVolume, naming the mode. A
  * pod on `a` gets the volume through a's own view (ControllerPublish granted it, the
- * VolumeAttachment's publish context names it) and a writer in a's namespaces appends
- * numbered lines through the pod's volume on a descriptor it keeps open. Then `a` is
+ * VolumeAttachment's publish context names it; NodeStage mounted the image's ext4 through
+ * a loop device over the view) and a writer in a's namespaces appends numbered lines
+ * through the pod's volume on a descriptor it keeps open, each synced (fdatasync: an
+ * acknowledged write, as an NFS COMMIT). a's storage access is seen by the node's
+ * storage leftover check while a runs (its fencefs and loop device: the check can fail).
+ * A file handle of the file taken on a (name_to_handle_at, dev/fuse leasehold-fhandle)
+ * opens the same file on b's mount after the move (open_by_handle_at: what ganesha's
+ * handles need), and fails with EIO on a after the revoke (a direct read, while a is still frozen). Then `a` is
  * frozen mid-write, its pod force-deleted and the volume dropped from a's
  * status.volumesInUse (the manager's `volumes-in-use` handoff,
  * manager/failover/volume-handoff.ts): the real attach-detach controller detaches, the
  * attacher's ControllerUnpublish revokes a's view — on the host, while a is frozen —
  * and only then is the volume attached to `b` (a pod there). Thawed, a's writer gets
- * EIO on its open descriptor and on a fresh open, and writes nothing more; b reads
- * exactly the lines a wrote before it froze; the driver's access log passes the order
+ * EIO on its open descriptor and on a fresh open (its syncs), and writes nothing more; b reads
+ * every line a synced before it froze, at most the one in flight besides, and nothing
+ * of a after the revoke; the driver's access log passes the order
  * check (test/unit/csi-fencing.test.ts proves it fails on a violation). Deleting the
  * PVC deletes the volume (DeleteVolume: the directory gone).
  * Not checked here: a crashed or partitioned `a` (the revoke never needs the node: the
@@ -21,14 +28,16 @@
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { CoreV1Api, PatchStrategy, StorageV1Api, setHeaderOptions } from '@kubernetes/client-node';
 import type { Cluster } from '../../dev/cluster/types.ts';
 import { STORAGE_CLASS } from '../../dev/csi/config.ts';
 import type { CsiController } from '../../dev/csi/controller.ts';
+import { nodeStorageLeftovers } from '../../dev/csi/view-leftovers.ts';
 import { nodeBinaries } from '../../dev/node/binaries.ts';
 import type { RealNode } from '../../dev/node/node.ts';
 import { accessOrderViolations, revokeBeforeGrantElsewhere } from '../../dev/sim/storage/access-log.ts';
+import { fencefsBinary } from '../../dev/sim/storage/fencefs-binary.ts';
 import { sleep } from '../../lib/clock.ts';
 import { eventually } from '../support/cluster.ts';
 
@@ -48,9 +57,10 @@ const podVolumePath = (node: RealNode, podUid: string, pv: string) =>
 
 /**
  * A shell in the node's pid and mount namespaces (so the node's freeze stops it)
- * appending `n` lines to `file` every 50 ms on one descriptor held open: "ok n" or
- * "err n" on stdout per line; after 5 errors a fresh open is tried once ("reopen ok" /
- * "reopen err"), then it exits; killing the returned process kills it too. Its stderr
+ * appending `n` lines to `file` every 50 ms on one descriptor held open, each synced
+ * (`sync -d`: fdatasync, so "ok" is a write on the storage, not in a's page cache):
+ * "ok n" or "err n" on stdout per line; after 5 errors a fresh open and sync is tried
+ * once ("reopen ok" / "reopen err"), then it exits; killing the returned process kills it too. Its stderr
  * carries the shell's error messages.
  */
 function startWriter(node: RealNode, file: string): { proc: ChildProcess; out: string[]; err: string[] } {
@@ -59,10 +69,10 @@ function startWriter(node: RealNode, file: string): { proc: ChildProcess; out: s
     'i=0; e=0',
     'while [ $i -lt 2400 ] && [ $e -lt 5 ]; do',
     '  i=$((i+1))',
-    '  if echo $i >&3; then echo "ok $i"; else e=$((e+1)); echo "err $i"; fi',
+    `  if echo $i >&3 && sync -d '${file}'; then echo "ok $i"; else e=$((e+1)); echo "err $i"; fi`,
     '  sleep 0.05',
     'done',
-    `if echo again >>'${file}'; then echo "reopen ok"; else echo "reopen err"; fi`,
+    `if echo again >>'${file}' && sync -d '${file}'; then echo "reopen ok"; else echo "reopen err"; fi`,
   ].join('\n');
   // setpriv's parent-death signal: killing nsenter (its parent, on the host) ends the
   // shell, which is in the node's pid namespace and would otherwise live on.
@@ -81,6 +91,22 @@ const readInNode = (node: RealNode, file: string) =>
     encoding: 'utf8',
     timeout: 10_000,
   });
+
+/** leasehold-fhandle (dev/fuse) run in the node's mount namespace: its stdout, or its error line. */
+function fhandleInNode(node: RealNode, args: readonly string[]): { out: string } | { err: string } {
+  const bin = join(dirname(fencefsBinary()), 'leasehold-fhandle');
+  try {
+    return {
+      out: execFileSync('nsenter', ['--target', String(pid1Of(node)), '--mount', '--', bin, ...args], {
+        encoding: 'utf8',
+        timeout: 10_000,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      }),
+    };
+  } catch (err) {
+    return { err: String((err as { stderr?: string }).stderr ?? err).trim() };
+  }
+}
 
 const lastOk = (out: readonly string[]) =>
   Math.max(0, ...out.filter((l) => l.startsWith('ok ')).map((l) => Number(l.slice(3))));
@@ -179,13 +205,23 @@ export async function fencedHandoff(
   const vaA = await attachmentOn(pv, a.name);
   const viewA = vaA?.status?.attachmentMetadata?.view ?? '';
   assert.match(viewA, new RegExp(`/views/${handle}/${a.name}\\.\\d+$`), "the publish context names a's view");
-  const writer = startWriter(a, join(podVolumePath(a, podA.metadata?.uid ?? '', pv), 'log'));
+  const mountA = podVolumePath(a, podA.metadata?.uid ?? '', pv);
+  const writer = startWriter(a, join(mountA, 'log'));
   try {
     await eventually(
       'a writes through its view',
       async () => (lastOk(writer.out) >= 10 ? true : undefined),
       20_000,
     );
+    // The storage leftover check of a's crash and stop sees a's access while it lasts.
+    const access = nodeStorageLeftovers(csi.backingDir, a.name);
+    assert.ok(
+      access.some((l) => l.startsWith('leasehold-fencefs process')) &&
+        access.some((l) => l.startsWith('loop device')),
+      `the node storage check sees a's view and loop device: ${access.join('; ')}`,
+    );
+    const fh = fhandleInNode(a, ['get', join(mountA, 'log')]);
+    assert.ok('out' in fh, `a file handle on a: ${JSON.stringify(fh)}`);
 
     // Frozen mid-write; the handoff as the manager does it.
     a.freeze();
@@ -220,6 +256,25 @@ export async function fencedHandoff(
       `real node fencing: frozen a's pod force-deleted to detached (revoked) ${Math.round(detachedMs)} ms, to b's pod Running ${Math.round(performance.now() - t1)} ms`,
     );
     assert.equal(lastOk(writer.out), beforeFreeze, 'nothing was written while a was frozen');
+    // a's handle opens the same file on b's mount (a direct read: what the storage holds).
+    const mountB = podVolumePath(b, podB.metadata?.uid ?? '', pv);
+    const onB = fhandleInNode(b, ['read', mountB, fh.out.trim()]);
+    // Every synced line, and at most the one in flight at the freeze besides (its
+    // write(2) in a's page cache, written back by the host kernel's threads, which the
+    // freezer does not stop, before the revoke; never acknowledged).
+    const lines = (n: number) => Array.from({ length: n }, (_, i) => `${i + 1}\n`).join('');
+    const onBNow = readInNode(b, join(mountB, 'log'));
+    assert.ok(
+      [lines(beforeFreeze), lines(beforeFreeze + 1)].includes(onBNow),
+      `b reads every line a synced (${beforeFreeze}), at most one more: ${JSON.stringify(onBNow)}`,
+    );
+    assert.deepEqual(onB, { out: onBNow }, "a's file handle opens the same file on b after the move");
+    // On a (still frozen; its mounts as it left them), the same handle reaches nothing.
+    const onA = fhandleInNode(a, ['read', mountA, fh.out.trim()]);
+    assert.ok(
+      'err' in onA && /pread: EIO|open_by_handle_at: EIO/.test(onA.err),
+      `the handle fails with EIO on a after the revoke (frozen): ${JSON.stringify(onA)}`,
+    );
 
     const log = await csi.accessLog();
     assert.deepEqual(accessOrderViolations(log), [], 'no grant elsewhere while a view was live');
@@ -243,9 +298,8 @@ export async function fencedHandoff(
       `a's writes failed with EIO: ${writer.err.join(' | ')}`,
     );
 
-    // b sees exactly what a wrote before the revoke.
-    const expected = Array.from({ length: beforeFreeze }, (_, i) => `${i + 1}\n`).join('');
-    assert.equal(readInNode(b, join(podVolumePath(b, podB.metadata?.uid ?? '', pv), 'log')), expected);
+    // b sees what a wrote before the revoke, nothing of a after it.
+    assert.equal(readInNode(b, join(mountB, 'log')), onBNow);
   } finally {
     writer.proc.kill('SIGKILL');
   }

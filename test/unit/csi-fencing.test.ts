@@ -3,8 +3,11 @@
  * parsed into access-log.ts entries, whose order check fails on the violation the
  * fencing must prevent (a grant elsewhere before the old node's revoke); the leftover
  * check's readers (a view's mount in a node's mountinfo, a view's fencefs process, and
- * not another testbed's); the driver's controller argv in the fencing mode; the
- * provisioner's flags and StorageClass.
+ * not another testbed's); a node's share of it (its views' fencefs and the loop devices
+ * over its views' images: what its crash must take with it), found and not confused
+ * with another node's; which node's mount of a block volume the e2e reads; the
+ * driver's controller argv in the fencing mode; the provisioner's flags and
+ * StorageClass (the block kind).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -17,8 +20,9 @@ import {
   storageClassObject,
 } from '../../dev/csi/config.ts';
 import { parseAccessLog } from '../../dev/csi/controller.ts';
-import { isViewProcess, viewMountsIn } from '../../dev/csi/view-leftovers.ts';
+import { isNodeViewProcess, isViewProcess, nodeLoopsIn, viewMountsIn } from '../../dev/csi/view-leftovers.ts';
 import { accessOrderViolations, revokeBeforeGrantElsewhere } from '../../dev/sim/storage/access-log.ts';
+import { volumeMountsIn } from '../../dev/system/real-share.ts';
 
 const line = (seq: number, op: string, node: string, monoMs: number) =>
   JSON.stringify({
@@ -115,9 +119,74 @@ test('the provisioner runs alone with its own kubeconfig; the StorageClass names
   assert.equal(sc.metadata?.name, STORAGE_CLASS);
   assert.equal(sc.provisioner, DRIVER_NAME);
   assert.equal(sc.reclaimPolicy, 'Delete');
+  assert.deepEqual(sc.parameters, { filesystem: 'ext4' }, 'its volumes are of the block kind');
   const pvRule = provisionerClusterRole().rules?.find((r) => r.resources?.includes('persistentvolumes'));
   assert.ok(
     pvRule?.verbs.includes('create') && pvRule.verbs.includes('delete'),
     'it may create and delete PVs',
+  );
+});
+
+test("a node's storage leftovers: its views' fencefs and loop devices, not another node's or testbed's", () => {
+  const argv = (mountpoint: string, backing = '/t/csi-1/backing/vol-a') => [
+    '/c/leasehold-fencefs',
+    '--backing',
+    backing,
+    '--mountpoint',
+    mountpoint,
+    '--mount-ns',
+    '/proc/9/ns/mnt',
+  ];
+  assert.equal(
+    isNodeViewProcess(argv('/t/csi-1/state/views/vol-a/real-1.3'), '/t/csi-1/backing', 'real-1'),
+    true,
+  );
+  assert.equal(
+    isNodeViewProcess(argv('/t/csi-1/state/views/vol-a/real-10.4'), '/t/csi-1/backing', 'real-1'),
+    false,
+  );
+  assert.equal(
+    isNodeViewProcess(argv('/t/csi-1/state/views/vol-a/real-2.3'), '/t/csi-1/backing', 'real-1'),
+    false,
+  );
+  assert.equal(
+    isNodeViewProcess(
+      argv('/t/csi-2/state/views/vol-a/real-1.3', '/t/csi-2/backing/vol-a'),
+      '/t/csi-1/backing',
+      'real-1',
+    ),
+    false,
+  );
+  const loops = new Map([
+    ['loop0', '/t/csi-1/state/views/vol-a/real-1.3/disk.img\n'],
+    ['loop1', '/t/csi-1/state/views/vol-a/real-2.5/disk.img\n'],
+    ['loop2', '/var/lib/images/real-1.3/disk.img\n'],
+    ['loop3', '/t/csi-1/state/views/vol-b/real-1.7/disk.img (deleted)\n'],
+  ]);
+  assert.deepEqual(nodeLoopsIn(loops, 'real-1'), [
+    'loop device /dev/loop0 over /t/csi-1/state/views/vol-a/real-1.3/disk.img',
+    'loop device /dev/loop3 over /t/csi-1/state/views/vol-b/real-1.7/disk.img (deleted)',
+  ]);
+  assert.deepEqual(nodeLoopsIn(new Map(), 'real-1'), []);
+});
+
+test("the e2e reads a block volume through the latest grant's ext4 mount, not a revoked node's or another volume's", () => {
+  const info = [
+    '40 30 7:0 / /k/plugins/kubernetes.io/csi/d/1/globalmount rw - ext4 /dev/loop0 rw',
+    '41 30 7:1 / /k/plugins/kubernetes.io/csi/d/2/globalmount rw - ext4 /dev/loop1 rw',
+    '42 30 0:50 / /s/views/vol-x/real-1.2 rw - fuse.leasehold-fencefs /b/vol-x rw',
+    '43 30 8:1 / /data rw - ext4 /dev/sda1 rw',
+  ].join('\n');
+  const backing: Record<string, string> = {
+    '/dev/loop0': '/s/views/vol-x/real-1.2/disk.img',
+    '/dev/loop1': '/s/views/vol-y/real-1.3/disk.img',
+  };
+  assert.deepEqual(
+    volumeMountsIn(info, 'vol-x', (d) => backing[d]),
+    [{ mountPoint: '/k/plugins/kubernetes.io/csi/d/1/globalmount', grant: 2 }],
+  );
+  assert.deepEqual(
+    volumeMountsIn(info, 'vol-z', (d) => backing[d]),
+    [],
   );
 });

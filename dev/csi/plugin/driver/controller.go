@@ -61,6 +61,17 @@ func (c *controller) ControllerPublishVolume(_ context.Context, req *csi.Control
 		return nil, status.Errorf(codes.NotFound, "volume %s: no directory %s", volume, filepath.Join(c.backingDir, volume))
 	}
 	publishContext := map[string]string{publishContextNode: node}
+	block, err := blockKind(req.GetVolumeContext())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "publishing volume %s to node %s: %v", volume, node, err)
+	}
+	if block {
+		// A static volume's image is made at its first publish (CreateVolume makes a provisioned one's).
+		if err := createImage(filepath.Join(c.backingDir, volume), staticImageBytes); err != nil {
+			return nil, status.Errorf(codes.Internal, "publishing volume %s to node %s: %v", volume, node, err)
+		}
+		publishContext[volumeContextFS] = blockFS
+	}
 	if c.fence != nil {
 		view, err := c.fence.grant(volume, node, sharedReadOnly(req.GetVolumeCapability()))
 		var conflict errConflict

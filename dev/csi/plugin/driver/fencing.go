@@ -7,12 +7,16 @@ package main
 //
 // A grant starts a leasehold-fencefs (dev/fuse) serving a passthrough view of
 // <backing>/<volume>, mounted at <state>/views/<volume>/<node>.<n> inside that node's
-// mount namespace only (nsenter --mount; the namespace is found from the node's own
+// mount namespace only (fencefs --mount-ns; the namespace is found from the node's own
 // driver part, the process `leasehold-csi-hostdir -mode=node -node-id=<node>` with this
-// controller's -backing-dir). The FUSE server stays a child of this process: in the
-// host's pid namespace and cgroups, so freezing the node does not freeze the storage.
+// controller's -backing-dir). The FUSE server stays a child of this process, in the
+// host's pid and mount namespaces and cgroups, so freezing the node does not freeze the
+// storage, and the server does not hold the node's mount namespace: when the node
+// crashes, the namespace goes with its last process, the view's mount with it, and
+// fencefs exits (the kernel ends the connection), as a dead machine's storage session.
 // The publish context names the view (publishContextView); NodeStage moves that mount
-// onto the staging path (mounts.go moveView says why a move).
+// onto the staging path (mounts.go moveView says why a move) or, for the block kind
+// (block.go), mounts the ext4 image in it through a loop device.
 //
 // Guarantees: at most one live (granted, not revoked) view of a volume at a time unless
 // every capability asks for read-only multi-node access: a grant to another node while
@@ -108,10 +112,11 @@ func (f *fencing) grant(volume, node string, shared bool) (string, error) {
 	if err := os.MkdirAll(path, 0o755); err != nil {
 		return "", fmt.Errorf("making the view's mount point %s: %w", path, err)
 	}
-	cmd := exec.Command("nsenter", "--mount="+ns, "--", f.fencefs, "--backing", filepath.Join(f.backingDir, volume), "--mountpoint", path)
+	// NB: fencefs mounts in the node's namespace from outside it (--mount-ns): inside,
+	// it would hold the namespace, and with it the mount, past the node's crash.
+	cmd := exec.Command(f.fencefs, "--backing", filepath.Join(f.backingDir, volume), "--mountpoint", path, "--mount-ns", ns)
 	cmd.Stderr = os.Stderr
-	// NB: the parent-death signal of fencefs itself is set by fencefs (prctl), tied
-	// to this process, as nsenter without --pid execs it in place.
+	// NB: the parent-death signal of fencefs is set by fencefs (prctl), tied to this process.
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return "", err

@@ -10,7 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// node stages a volume by bind-mounting its directory at the staging path and
+// node stages a volume by bind-mounting its directory at the staging path (the block
+// kind: by mounting its ext4 image there through a loop device, block.go) and
 // publishes it by bind-mounting the staging path into the pod's target path. It runs
 // in the node's mount namespace, so its mounts are the node's (and the kubelet's
 // rshared root carries them to containerd's view).
@@ -46,6 +47,23 @@ func (n *node) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeReques
 		return nil, status.Errorf(codes.FailedPrecondition, "staging volume %s on node %s: it is attached to %q", volume, n.nodeID, got)
 	}
 	source := filepath.Join(n.backingDir, volume)
+	block, err := blockKind(req.GetPublishContext())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "staging volume %s: %v", volume, err)
+	}
+	if block {
+		// The block kind (block.go): the image through this node's view when fenced.
+		if view, fenced := req.GetPublishContext()[publishContextView]; fenced {
+			source = view
+		}
+		if err := os.MkdirAll(staging, 0o750); err != nil {
+			return nil, status.Errorf(codes.Internal, "staging volume %s: making %s: %v", volume, staging, err)
+		}
+		if err := stageImage(filepath.Join(source, imageFile), staging); err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "staging volume %s on node %s: %v", volume, n.nodeID, err)
+		}
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
 	// The fencing mode: the storage mounted this node's own view (fencing.go); staging
 	// the backing directory instead would go around its revoke.
 	if view, fenced := req.GetPublishContext()[publishContextView]; fenced {

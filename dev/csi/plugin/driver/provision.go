@@ -2,7 +2,9 @@ package main
 
 // Dynamic provisioning (the external-provisioner calls these): a volume is a directory
 // <backing>/<name> with its metadata in <state>/volumes/<name>.json (the capacity asked
-// for, recorded and reported, not enforced: a directory has no size).
+// for, recorded and reported, not enforced: a directory has no size); with the
+// StorageClass parameter `filesystem: ext4` the directory holds the volume's ext4 image
+// of that capacity (block.go), and the volume context says so.
 //
 // Guarantees: CreateVolume is idempotent for the same name and capacity, refuses the
 // same name with a different capacity (AlreadyExists), block access and access modes
@@ -89,6 +91,10 @@ func (c *controller) CreateVolume(_ context.Context, req *csi.CreateVolumeReques
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, status.Errorf(codes.Internal, "creating volume %s: %v", name, err)
 	}
+	fs := req.GetParameters()[parameterFS]
+	if fs != "" && fs != blockFS {
+		return nil, status.Errorf(codes.InvalidArgument, "creating volume %s: StorageClass parameter %s=%q: only %s (or none: a directory) is made", name, parameterFS, fs, blockFS)
+	}
 	dir := filepath.Join(c.backingDir, name)
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating volume %s: making %s: %v", name, dir, err)
@@ -106,7 +112,14 @@ func (c *controller) CreateVolume(_ context.Context, req *csi.CreateVolumeReques
 	if err := os.WriteFile(c.metaPath(name), raw, 0o640); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating volume %s: writing its metadata: %v", name, err)
 	}
-	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: name, CapacityBytes: capacity}}, nil
+	volumeContext := map[string]string{}
+	if fs == blockFS {
+		if err := createImage(dir, capacity); err != nil {
+			return nil, status.Errorf(codes.Internal, "creating volume %s: %v", name, err)
+		}
+		volumeContext[volumeContextFS] = blockFS
+	}
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: name, CapacityBytes: capacity, VolumeContext: volumeContext}}, nil
 }
 
 func (c *controller) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {

@@ -2,6 +2,17 @@
 // storage's view of one volume for one node; dev/sim/storage/).
 //
 //	leasehold-fencefs --backing DIR --mountpoint DIR [--ext4-image FILE --fs-mountpoint DIR]
+//	leasehold-fencefs --backing DIR --mountpoint DIR --mount-ns /proc/PID/ns/mnt
+//
+// With --mount-ns (the testbed CSI driver's views, dev/csi/plugin/driver/fencing.go) the
+// mount is made in that mount namespace only, while this process stays in its own: it
+// opens /dev/fuse, and a helper (this binary, `__mount`, run under nsenter --mount with
+// the fd inherited) mounts it there; this process then serves the fd (go-fuse's
+// /dev/fd/N mountpoint). So the server holds no reference to that namespace: when the
+// namespace goes (every process of a crashed node dead), its mounts go, the kernel ends
+// the FUSE connection and this process exits, as a dead machine's storage session ends.
+// At shutdown it detaches the mount there (`__umount` under nsenter), when the
+// namespace is still there.
 //
 // With --ext4-image, FILE (a name in the backing directory holding an ext4 file system)
 // is then mounted at --fs-mountpoint through the view: `mount -o loop` (a loop device
@@ -48,12 +59,20 @@ func main() {
 	mountpoint := flag.String("mountpoint", "", "empty directory to mount the view on")
 	image := flag.String("ext4-image", "", "file in the backing directory holding an ext4 file system to mount through the view")
 	fsMountpoint := flag.String("fs-mountpoint", "", "empty directory to mount --ext4-image on")
+	mountNs := flag.String("mount-ns", "", "mount the view in this mount namespace (/proc/PID/ns/mnt), serving it from outside")
+	if len(os.Args) > 1 && (os.Args[1] == "__mount" || os.Args[1] == "__umount") {
+		helper(os.Args[1], os.Args[2:])
+		return
+	}
 	flag.Parse()
 	if *backing == "" || *mountpoint == "" {
 		fail("--backing and --mountpoint are required")
 	}
 	if (*image == "") != (*fsMountpoint == "") {
 		fail("--ext4-image and --fs-mountpoint go together")
+	}
+	if *mountNs != "" && *image != "" {
+		fail("--mount-ns and --ext4-image do not go together (the node mounts the image: NodeStage)")
 	}
 	if *image != "" && (filepath.Base(*image) != *image || *image == "." || *image == "..") {
 		fail("--ext4-image %q: a file name in the backing directory, not a path", *image)
@@ -85,11 +104,22 @@ func main() {
 		DisabledCapabilities: fuse.CAP_PASSTHROUGH,
 	}
 	view := fencefs.NewRevocable(fs.NewNodeFS(root, opts))
-	server, err := fuse.NewServer(view, *mountpoint, &opts.MountOptions)
+	serveAt := *mountpoint
+	var devFuse *os.File // NB: kept referenced while served (a collected *os.File closes its fd)
+	if *mountNs != "" {
+		devFuse, err = mountIn(*mountNs, *mountpoint, &opts.MountOptions)
+		if err != nil {
+			fail("mount %s in %s: %v", *mountpoint, *mountNs, err)
+		}
+		serveAt = fmt.Sprintf("/dev/fd/%d", devFuse.Fd())
+		opts.MountOptions.DirectMount = false
+	}
+	server, err := fuse.NewServer(view, serveAt, &opts.MountOptions)
 	if err != nil {
 		fail("mount %s: %v", *mountpoint, err)
 	}
-	go server.Serve()
+	served := make(chan struct{})
+	go func() { server.Serve(); close(served) }()
 	if err := server.WaitMount(); err != nil {
 		fail("mount %s: %v", *mountpoint, err)
 	}
@@ -125,6 +155,23 @@ func main() {
 	select {
 	case <-done:
 	case <-sig:
+	case <-served:
+		// The mount is gone (its namespace died with its node): nothing left to detach.
+		return
+	}
+	if *mountNs != "" {
+		if _, err := os.Stat(*mountNs); err == nil {
+			out, err := exec.Command("nsenter", "--mount="+*mountNs, "--", os.Args[0], "__umount", *mountpoint).CombinedOutput()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "leasehold-fencefs: unmount %s in %s: %v: %s\n", *mountpoint, *mountNs, err, out)
+			}
+		}
+		select {
+		case <-served:
+		case <-time.After(2 * time.Second):
+		}
+		_ = devFuse.Close()
+		return
 	}
 	// The file system first: its loop device holds the image open through the view.
 	if *fsMountpoint != "" {
