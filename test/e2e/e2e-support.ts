@@ -23,6 +23,7 @@
  */
 
 import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
 import { after, before } from 'node:test';
 import { analyzeWriteRun } from '../../dev/nfs-client/write-analysis.ts';
 import { buildWriter, startWriter } from '../../dev/nfs-client/writer-process.ts';
@@ -521,6 +522,32 @@ export interface ReadyRealPod {
   pod: string;
   node: string;
   object: k8s.V1Pod;
+}
+
+/** Host pids of every process in the pod's cgroups (any real node), from the host's /proc. */
+export function podProcesses(uid: string): number[] {
+  const pids: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (readFileSync(`/proc/${name}/cgroup`, 'utf8').includes(`pod${uid}`)) pids.push(Number(name));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
+
+/** Waits until (the healed kubelet has killed) every process of the deleted `pod`. */
+export async function waitPodProcessesGone(pod: ReadyRealPod, timeoutMs: number): Promise<void> {
+  const uid = pod.object.metadata?.uid ?? '';
+  assert.ok(uid, `${pod.pod} has a uid`);
+  await eventually(
+    `every process of the deleted ${pod.pod} gone from ${pod.node}`,
+    async () => (podProcesses(uid).length === 0 ? true : undefined),
+    timeoutMs,
+    200,
+  );
 }
 
 /** The share's Ready pod other than `notPod` (name, node and the pod), or undefined. */

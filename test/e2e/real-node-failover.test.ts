@@ -79,7 +79,6 @@
  * fencing storage 181 and 165 s at a load of 14 and 11 (two runs).
  */
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
 import { after, type TestContext, test } from 'node:test';
 import { overlappingWindows, type ServingWindow } from '../../dev/share-server/serving-window-log.ts';
 import { formatTimeline, PodTracker, timelineOf } from '../../dev/system/failover-facts.ts';
@@ -104,6 +103,7 @@ import {
   readyRealPod,
   realLogLineWall,
   useRealSystem,
+  waitPodProcessesGone,
 } from './e2e-support.ts';
 
 const system = useRealSystem({ nodes: 2, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
@@ -136,31 +136,6 @@ after(async () => {
 
 const fmt = (w: ServingWindow) =>
   `${w.id}[${w.startWall}..${w.stopWall ?? 'open'}${w.reason ? ` ${w.reason}` : ''}]`;
-
-/** Host pids of every process in the pod's cgroups (any node), from /proc. */
-function podProcesses(uid: string): number[] {
-  const pids: number[] = [];
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      if (readFileSync(`/proc/${name}/cgroup`, 'utf8').includes(`pod${uid}`)) pids.push(Number(name));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return pids;
-}
-
-async function waitPodProcessesGone(pod: ReadyRealPod, timeoutMs: number): Promise<void> {
-  const uid = pod.object.metadata?.uid ?? '';
-  assert.ok(uid, `${pod.pod} has a uid`);
-  await eventually(
-    `every process of the deleted ${pod.pod} gone from ${pod.node}`,
-    async () => (podProcesses(uid).length === 0 ? true : undefined),
-    timeoutMs,
-    200,
-  );
-}
 
 async function servingPod(sys: RealSystem, notPod?: string) {
   return eventually(

@@ -58,7 +58,6 @@
  * the out-of-service crash with its heal 27-35 s; the file 190-224 s.
  */
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
 import { after, test } from 'node:test';
 import type { V1VolumeAttachment } from '@kubernetes/client-node';
 import { managerRestarts, waitManagerRestarted } from '../../bench/failover/real-node-runs.ts';
@@ -86,6 +85,7 @@ import {
 } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
+import { LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import { eventually } from '../support/cluster.ts';
 import {
   E2E_NFS,
@@ -94,6 +94,7 @@ import {
   readyRealPod,
   realLogLineWall,
   useRealSystem,
+  waitPodProcessesGone,
 } from './e2e-support.ts';
 
 const system = useRealSystem({ nodes: 2 }); // ADC sync: the cluster's default, 1m
@@ -192,10 +193,9 @@ class AttachmentLog {
 
 let attachments: AttachmentLog | undefined;
 /**
- * Every ganesha of the testbed's pods, one tracker for all shares (one /proc scan per
- * sample); a share's windows are those of its pods (`<share>-…`). NB: not
- * GaneshaTracker.windows()'s own share filter, which keeps every window (it looks a pod
- * name up among the uids).
+ * Every ganesha of this file's shares (rh-a..rh-d), one tracker for all of them (one
+ * /proc scan per sample: `owns` takes every pod labelled for an `rh-` share); a
+ * share's windows are those of its pods (`<share>-…`).
  */
 let ganesha: GaneshaTracker | undefined;
 after(async () => {
@@ -303,32 +303,6 @@ function assertHandedOver(
 const sinceS = (wall: number | string | undefined, fromWall: number) =>
   wall === undefined ? Number.NaN : ((typeof wall === 'string' ? Date.parse(wall) : wall) - fromWall) / 1000;
 
-/** Host pids of every process in the pod's cgroups (any node), from /proc. */
-function podProcesses(uid: string): number[] {
-  const pids: number[] = [];
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      if (readFileSync(`/proc/${name}/cgroup`, 'utf8').includes(`pod${uid}`)) pids.push(Number(name));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return pids;
-}
-
-/** Waits until the healed kubelet has killed every process of the deleted `pod`. */
-async function waitPodProcessesGone(pod: ReadyRealPod, timeoutMs: number): Promise<void> {
-  const uid = pod.object.metadata?.uid ?? '';
-  assert.ok(uid, `${pod.pod} has a uid`);
-  await eventually(
-    `every process of the deleted ${pod.pod} gone from ${pod.node}`,
-    async () => (podProcesses(uid).length === 0 ? true : undefined),
-    timeoutMs,
-    250,
-  );
-}
-
 /** Where a replacement's start went on the real kubelet (s since the fault), and its pod's events. */
 async function describeReplacement(
   sys: RealSystem,
@@ -372,7 +346,12 @@ test('four shares and an unrelated pod with its own CSI volume run on real-1', {
 }, async (t) => {
   const sys = system();
   attachments = new AttachmentLog(sys);
-  ganesha = new GaneshaTracker(sys, 'rh');
+  ganesha = new GaneshaTracker(
+    sys,
+    'rh',
+    100,
+    (pod) => pod.metadata?.labels?.[LABEL_SHARE_MANAGER]?.startsWith('rh-') === true,
+  );
   const t0 = performance.now();
   for (const share of SHARES) await createRealNfsShare(sys, share, { nfs: E2E_NFS, node: LOST });
   const claim = await createRealVolume(sys, BYSTANDER);
