@@ -13,13 +13,14 @@
  *    from when they serve, and the two scenarios below run meanwhile on `moved`;
  *  - the agent sidecar killed on a real kubelet: every process of its container
  *    (found by the container's cgroup under the pod's, from the pod's status)
- *    SIGKILLed. NB: unlike on dev/sim, the pod does not keep serving: the shipped NFS
- *    server stops ganesha when the agent's lease proof has been missing for 2 s (its
- *    watch, WATCH_TOLERANCE_MS, and the kubelet's liveness backstop, 2 x 1 s), and the
- *    real kubelet does not have the sidecar back within that (its restart, the node
- *    process's start and a renewal took longer in every run here), so the server
- *    container ends and with it the pod (restartPolicy Never); the manager replaces it
- *    and frees the ended holder's lease. Asserted: no failover (no lastFailover), no
+ *    SIGKILLed. NB: unlike on dev/sim, the pod often does not keep serving: the
+ *    shipped NFS server stops ganesha when the agent's lease proof has been missing
+ *    for 2 s (its watch, WATCH_TOLERANCE_MS, and the kubelet's liveness backstop,
+ *    2 x 1 s), and the real kubelet's restart of the sidecar, the node process's start
+ *    and a renewal took longer than that in four of five runs here (in the fifth the
+ *    agent took up its own lease 1.6 s after the kill and the same pod served on); then
+ *    the server container ends and with it the pod (restartPolicy Never), and the
+ *    manager frees the ended holder's lease and replaces the pod. Either way, asserted: no failover (no lastFailover), no
  *    delinquent mark, the serving pod holds the lease, the old ganesha ran once and
  *    never beside another, and an NFSv3 client on the other node (e2e-support.ts
  *    RealNfsClient) through the Service loses nothing; printed: what the kubelet did,
@@ -39,7 +40,8 @@
  * test/unit/real-share-windows.test.ts).
  * Not covered here: a clock that jumps while the agent runs (libfaketime's offset is
  * fixed from the process's start).
- * Cost: one system start and three shares (see the report in docs/testing.md).
+ * Cost: one system start (31-57 s) and three shares; the file 120-200 s at a load of 3
+ * to 15 (figures in docs/testing.md).
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -271,7 +273,7 @@ test('agent sidecar killed on a real kubelet: no failover, no delinquent mark, t
     const windows = assertNeverTwo(MOVED, 'agent kill');
     const mine = windows.filter((w) => w.id === before.pod);
     const [acquired] = acquisitions(sys, after.object);
-    const line = `agent kill: ${before.pod}'s agent (${pids.length} process) SIGKILLed; its restarts ${agent1?.restartCount ?? 0} (the last one's container start ${since(restartedAt)} in whole seconds, its log's start ${since(started?.ms)}, lease re-acquired ${reacquired ? `(${reacquired.how}) ${since(reacquired.ms)}` : 'never'}); ${before.pod}'s ganesha stopped by ${stoppedBy}: ${mine.map(fmt).join(', ')}, the pod ${pod1.status?.phase}; ${after.pod === before.pod ? 'the same pod serves' : `${after.pod} on ${after.node} serves (lease ${acquired?.how ?? '?'}) ${since(after.servingWall)} after the kill`}`;
+    const line = `agent kill: ${before.pod}'s agent (${pids.length} process) SIGKILLed; ${(agent1?.restartCount ?? 0) > (agent0?.restartCount ?? 0) ? `the kubelet restarted it (container start ${since(restartedAt)} in whole seconds, its log's start ${since(started?.ms)}, lease re-acquired ${reacquired ? `(${reacquired.how}) ${since(reacquired.ms)}` : 'never'})` : 'the kubelet did not restart it before the pod ended'}; ${before.pod}'s ganesha ${mine.some((w) => w.stopMonoMs !== undefined) ? `stopped by ${stoppedBy}` : 'runs on'}: ${mine.map(fmt).join(', ')}, the pod ${pod1.status?.phase}; ${after.pod === before.pod ? 'the same pod serves' : `${after.pod} on ${after.node} serves (lease ${acquired?.how ?? '?'}) ${since(after.servingWall)} after the kill`}`;
     process.stderr.write(`${line}\n`);
     t.diagnostic(line);
     const lease = await leaseOf(sys, MOVED);
