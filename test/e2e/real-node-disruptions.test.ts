@@ -17,7 +17,7 @@
  *    shipped NFS server stops ganesha when the agent's lease proof has been missing
  *    for 2 s (its watch, WATCH_TOLERANCE_MS, and the kubelet's liveness backstop,
  *    2 x 1 s), and the real kubelet's restart of the sidecar, the node process's start
- *    and a renewal took longer than that in four of five runs here (in the fifth the
+ *    and a renewal took longer than that in five of six runs here (in the sixth the
  *    agent took up its own lease 1.6 s after the kill and the same pod served on); then
  *    the server container ends and with it the pod (restartPolicy Never), and the
  *    manager frees the ended holder's lease and replaces the pod. Either way, asserted: no failover (no lastFailover), no
