@@ -41,12 +41,6 @@ export interface SystemOptions {
   /** Let dev/helm/build.sh print its build progress. */
   showBuildProgress?: boolean;
   keepDirs?: boolean;
-  /**
-   * Test seam: make the cluster's certificates valid from this long before now (a
-   * libfaketime offset such as "-1h" applied to the openssl runs only), so that a
-   * process whose clock runs behind still accepts them. Needs libfaketime.
-   */
-  backdateCerts?: { offset: string; library: string };
 }
 
 export interface System {
@@ -105,33 +99,10 @@ export async function waitForManagers(
   );
 }
 
-/**
- * Runs `start` with LD_PRELOAD/FAKETIME in this process's env, which the cluster's
- * openssl runs inherit. NB: the control-plane binaries are static Go programs, which
- * the dynamic loader (and so libfaketime) never touches; only openssl is shifted.
- */
-async function withCertClock<T>(
-  backdate: SystemOptions['backdateCerts'],
-  start: () => Promise<T>,
-): Promise<T> {
-  if (!backdate) return start();
-  const saved = { LD_PRELOAD: process.env.LD_PRELOAD, FAKETIME: process.env.FAKETIME };
-  process.env.LD_PRELOAD = backdate.library;
-  process.env.FAKETIME = backdate.offset;
-  try {
-    return await start();
-  } finally {
-    for (const [k, v] of Object.entries(saved)) {
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-    }
-  }
-}
-
 export async function startSystem(opts: SystemOptions = {}): Promise<System> {
   const progress = timedProgress('system', opts.progress);
   progress('starting the control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager)');
-  const cluster = await withCertClock(opts.backdateCerts, () => startCluster(opts.cluster ?? {}));
+  const cluster = await startCluster(opts.cluster ?? {});
   let sim: Sim | undefined;
   let stopping: Promise<void> | undefined;
   const stop = () => {

@@ -86,7 +86,7 @@ export function useSystem(opts: SystemOptions): () => System {
 
 /** Cordons (true) or uncordons (false) the nodes: spec.unschedulable, by merge patch. */
 export async function setUnschedulable(
-  sys: System,
+  sys: Pick<System, 'core'>,
   nodes: string | string[],
   unschedulable: boolean,
 ): Promise<void> {
@@ -148,7 +148,7 @@ export async function ackedSeq(serving: Serving): Promise<number> {
 }
 
 /** ShareManagers that went through a failover (status.lastFailover set), by name. */
-export async function failedOver(sys: System): Promise<Map<string, ShareStatus>> {
+export async function failedOver(sys: Pick<System, 'kc'>): Promise<Map<string, ShareStatus>> {
   const custom = sys.kc.makeApiClient(k8s.CustomObjectsApi);
   const list = (await custom.listNamespacedCustomObject(
     { group: 'leasehold.dev', version: 'v1alpha1', plural: 'sharemanagers', namespace: SHARES_NAMESPACE },
@@ -194,7 +194,7 @@ export async function waitPodForgotten(
 }
 
 /** The Lease of a share (same name as its ShareManager). */
-export async function leaseOf(sys: System, share: string): Promise<k8s.V1Lease> {
+export async function leaseOf(sys: Pick<System, 'kc'>, share: string): Promise<k8s.V1Lease> {
   const coord = sys.kc.makeApiClient(k8s.CoordinationV1Api);
   return coord.readNamespacedLease({ namespace: SHARES_NAMESPACE, name: share }, withDeadline(5_000));
 }

@@ -1,0 +1,414 @@
+/**
+ * Disruptions that must NOT cause a failover, or only a planned one, on real nodes
+ * (dev/system/real-system.ts: a real control plane, two real nodes with the real
+ * kubelet, containerd and runc, the project's images, the chart installed by helm;
+ * default timings D 6 s, R 2 s, T 4 s), three shares on the shipped NFS server
+ * (NFSv3), one system start:
+ *  - clock skew: the agents of `skew-ahead` and `skew-behind` run under libfaketime
+ *    10 minutes ahead and behind (clock-skew-policy.ts: a MutatingAdmissionPolicy
+ *    mounts the host's libfaketime into the agent container, which the image lacks;
+ *    the API server's certificates are made an hour early so that the agent behind
+ *    accepts them) and keep their shares for 20 s, more than three lease durations
+ *    (their renewTime is off by 10 minutes; no manager compares it); the 20 s count
+ *    from when they serve, and the two scenarios below run meanwhile on `moved`;
+ *  - the agent sidecar killed on a real kubelet: every process of its container
+ *    (found by the container's cgroup under the pod's, from the pod's status)
+ *    SIGKILLed. NB: unlike on dev/sim, the pod often does not keep serving: the
+ *    shipped NFS server stops ganesha when the agent's lease proof has been missing
+ *    for 2 s (its watch, WATCH_TOLERANCE_MS, and the kubelet's liveness backstop,
+ *    2 x 1 s), and the real kubelet's restart of the sidecar, the node process's start
+ *    and a renewal took longer than that in five of six runs here (in the sixth the
+ *    agent took up its own lease 1.6 s after the kill and the same pod served on); then
+ *    the server container ends and with it the pod (restartPolicy Never), and the
+ *    manager frees the ended holder's lease and replaces the pod. Either way, asserted: no failover (no lastFailover), no
+ *    delinquent mark, the serving pod holds the lease, the old ganesha ran once and
+ *    never beside another, and an NFSv3 client on the other node (e2e-support.ts
+ *    RealNfsClient) through the Service loses nothing; printed: what the kubelet did,
+ *    which pod serves and when, the client's gap;
+ *  - drain: cordon + eviction (policy/v1 Eviction, as kubectl drain does) of `moved`'s
+ *    pod: its agent releases the lease on SIGTERM (its log says `lease released`), the
+ *    new pod on the other node acquires it free (`how: free`: no lease-duration wait),
+ *    no delinquent mark, no failover; the old ganesha stopped before the new one
+ *    started; eviction -> serving is printed;
+ *  - the API server down for 12 s (dev/cluster stopApiServer/startApiServer: every
+ *    kubelet, kube-proxy, manager and agent loses it through its own path): zero
+ *    failovers (no lastFailover, no delinquent mark, no LeaseExpired event) and every
+ *    share served again by a running ganesha. 12 s exceeds T (4 s: every agent fences,
+ *    its pod ends, the managers replace it), D (6 s) and the node-monitor grace (8 s).
+ * Every share: never two of its ganesha processes running at once (GaneshaTracker, one
+ * per share for the whole file; its check is proven to fail on an overlap by
+ * test/unit/real-share-windows.test.ts).
+ * Not covered here: a clock that jumps while the agent runs (libfaketime's offset is
+ * fixed from the process's start).
+ * Cost: one system start (31-57 s) and three shares; the file 120-200 s at a load of 3
+ * to 15 (figures in docs/testing.md).
+ */
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { after, test } from 'node:test';
+import { overlappingWindows, type ServingWindow } from '../../dev/share-server/serving-window-log.ts';
+import { createRealNfsShare, GaneshaTracker, podLog } from '../../dev/system/real-share.ts';
+import type { RealSystem } from '../../dev/system/real-system.ts';
+import { shareStatus } from '../../dev/system/shares.ts';
+import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
+import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { type k8s, withDeadline } from '../../lib/kube-client.ts';
+import { eventually } from '../support/cluster.ts';
+import { backdateClusterCerts, LIBFAKETIME, skewAgentsOf } from './clock-skew-policy.ts';
+import {
+  E2E_NFS,
+  eventsOf,
+  failedOver,
+  leaseOf,
+  type ReadyRealPod,
+  RealNfsClient,
+  readyRealPod,
+  realLogLineWall,
+  setUnschedulable,
+  useRealSystem,
+} from './e2e-support.ts';
+
+// The agent 10 min behind must accept the API server's certificate: made 1 h early.
+const certClock = backdateClusterCerts('-1h');
+after(() => certClock.restore());
+const system = useRealSystem({
+  nodes: 2,
+  cluster: { attachDetachReconcileSyncPeriod: '2s', onProgress: certClock.onClusterProgress },
+});
+
+const SKEWED = { 'skew-ahead': '+10m', 'skew-behind': '-10m' } as const;
+const MOVED = 'moved';
+const SHARES = [...Object.keys(SKEWED), MOVED];
+const SERVING_WITHIN_MS = 120_000;
+const SKEW_WINDOW_MS = 20_000; // more than three lease durations
+const DELINQUENT = 'leasehold.dev/delinquent';
+/** When the skew window began, and the pod serving each skewed share then. */
+const skewWindow = { startedAt: 0, servers: new Map<string, string>() };
+
+/**
+ * A tracker per share for the whole file. NB: GaneshaTracker.windows() keeps every
+ * window whose pod name is known (its filter compares a pod name with uid keys), so a
+ * share's windows are picked here too: by the pod's name, or kept when the pod's name
+ * was never learned (the id is the uid: stricter, never looser).
+ */
+const trackers = new Map<string, GaneshaTracker>();
+after(async () => {
+  for (const t of trackers.values()) await t.stop();
+});
+const UID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+const fmt = (w: ServingWindow) =>
+  `${w.id}[${w.startWall}..${w.stopWall ?? 'open'}${w.reason ? ` ${w.reason}` : ''}]`;
+
+function ganeshaOf(share: string): ServingWindow[] {
+  const t = trackers.get(share);
+  assert.ok(t, `a ganesha tracker for ${share} (first test)`);
+  return t.windows().filter((w) => w.id.startsWith(`${share}-`) || UID.test(w.id));
+}
+
+/** Never two ganesha processes of `share` running at once, over the whole file so far. */
+function assertNeverTwo(share: string, label: string): ServingWindow[] {
+  const windows = ganeshaOf(share);
+  assert.deepEqual(
+    overlappingWindows(windows, monotonicMs()).map(([a, b]) => `${fmt(a)} x ${fmt(b)}`),
+    [],
+    `${label}: no two ganesha processes of ${share} running at once`,
+  );
+  return windows;
+}
+
+/**
+ * The share's Ready pod (other than `notPod`) whose server logged `serving` and whose
+ * ganesha runs now (an open window): after an outage the API may still show a pod Ready
+ * whose ganesha its fence stopped.
+ */
+async function servingPod(
+  sys: RealSystem,
+  share: string,
+  notPod?: string,
+  timeoutMs = SERVING_WITHIN_MS,
+): Promise<ReadyRealPod & { servingWall: number }> {
+  return eventually(
+    `${share}: a Ready pod${notPod ? ` other than ${notPod}` : ''} whose ganesha serves`,
+    async () => {
+      const ready = await readyRealPod(sys, share, notPod);
+      const servingWall = ready ? realLogLineWall(sys, ready.object, 'serving') : undefined;
+      const running = ganeshaOf(share).some((w) => w.id === ready?.pod && w.stopMonoMs === undefined);
+      return ready && servingWall !== undefined && running ? { ...ready, servingWall } : undefined;
+    },
+    timeoutMs,
+    200,
+  );
+}
+
+/** The JSON log entries of `msg` in a container log's text (CRI lines): wall ms and fields. */
+function entriesOf(text: string, msg: string): { ms: number; how?: string }[] {
+  const out: { ms: number; how?: string }[] = [];
+  for (const line of text.split('\n')) {
+    const at = line.indexOf('{');
+    if (at < 0 || !line.includes(JSON.stringify(msg))) continue;
+    try {
+      const e = JSON.parse(line.slice(at)) as { msg?: string; time?: string | number; how?: string };
+      if (e.msg !== msg || e.time === undefined) continue;
+      out.push({
+        ms: typeof e.time === 'number' ? e.time : Date.parse(e.time),
+        ...(e.how ? { how: e.how } : {}),
+      });
+    } catch {}
+  }
+  return out;
+}
+
+/** The agent's `lease acquired` entries (how: self, free, expired, ...), from the node's log files. */
+const acquisitions = (sys: RealSystem, pod: k8s.V1Pod) =>
+  entriesOf(podLog(sys.node(pod.spec?.nodeName ?? ''), pod, 'agent'), 'lease acquired');
+
+/** Host pids of the container's processes: its cgroup, under the pod's, names its id. */
+function containerPids(podUid: string, containerId: string): number[] {
+  const pids: number[] = [];
+  const mark = new RegExp(`pod${podUid}/(cri-containerd-)?${containerId}\\b`);
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (mark.test(readFileSync(`/proc/${name}/cgroup`, 'utf8'))) pids.push(Number(name));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
+
+const agentStatus = (pod: k8s.V1Pod) => pod.status?.initContainerStatuses?.find((c) => c.name === 'agent');
+
+/**
+ * What a pod leaves while it lasts: its agent's and server's logs on the node's disk
+ * (the kubelet removes them with the pod) and the last status the API had, read every
+ * 100 ms until stop().
+ */
+function keepPodRecord(sys: RealSystem, pod: k8s.V1Pod) {
+  const node = sys.node(pod.spec?.nodeName ?? '');
+  const record = { agentLog: '', serverLog: '', last: pod };
+  let watching = true;
+  const done = (async () => {
+    while (watching) {
+      record.agentLog = podLog(node, pod, 'agent') || record.agentLog;
+      record.serverLog = podLog(node, pod, 'server') || record.serverLog;
+      const now = await readPod(sys, pod.metadata?.name ?? '').catch(() => undefined);
+      if (now) record.last = now;
+      await sleep(100);
+    }
+  })();
+  return {
+    record,
+    stop: async () => {
+      watching = false;
+      await done;
+      return record;
+    },
+  };
+}
+
+async function readPod(sys: RealSystem, name: string): Promise<k8s.V1Pod> {
+  return sys.core.readNamespacedPod({ namespace: SHARES_NAMESPACE, name }, withDeadline(5_000));
+}
+
+test('shares start on real nodes (two with skewed agents) and serve', { timeout: 240_000 }, async () => {
+  const sys = system();
+  for (const [share, offset] of Object.entries(SKEWED)) await skewAgentsOf(sys.cluster, share, offset);
+  for (const share of SHARES) trackers.set(share, new GaneshaTracker(sys, share, 200));
+  for (const share of SHARES) await createRealNfsShare(sys, share, { nfs: E2E_NFS });
+  for (const share of SHARES) await servingPod(sys, share);
+  for (const share of Object.keys(SKEWED)) {
+    const serving = await servingPod(sys, share, undefined, 5_000);
+    const agent = serving.object.spec?.initContainers?.[0];
+    assert.ok(
+      agent?.env?.some((e) => e.name === 'LD_PRELOAD' && e.value === LIBFAKETIME),
+      `${share}: the agent runs under libfaketime`,
+    );
+    skewWindow.servers.set(share, serving.pod);
+  }
+  skewWindow.startedAt = performance.now();
+});
+
+test('agent sidecar killed on a real kubelet: no failover, no delinquent mark, the share served again (the server outlives a missing lease proof by 2 s only), the NFS client loses nothing', {
+  timeout: 240_000,
+}, async (t) => {
+  const sys = system();
+  const before = await servingPod(sys, MOVED, undefined, 10_000);
+  const other = sys.nodes.find((n) => n.name !== before.node);
+  assert.ok(other, 'a second node');
+  const client = await RealNfsClient.start(sys, MOVED, other.name, { file: 'agent-kill.bin' });
+  let kept: ReturnType<typeof keepPodRecord> | undefined;
+  try {
+    await client.waitResumed(60_000);
+    const pod0 = await readPod(sys, before.pod);
+    const uid = pod0.metadata?.uid ?? '';
+    const agent0 = agentStatus(pod0);
+    const cid = agent0?.containerID?.replace(/^containerd:\/\//, '') ?? '';
+    assert.ok(uid && cid, `${before.pod}: its uid and its agent's container id`);
+    const pids = containerPids(uid, cid);
+    assert.ok(pids.length > 0, `the agent container's processes under ${before.node}'s pod cgroup`);
+    kept = keepPodRecord(sys, pod0);
+    const killedAt = Date.now();
+    client.markFault();
+    for (const pid of pids) process.kill(pid, 'SIGKILL');
+    await sleep(10_000); // past D since the kill
+    const { agentLog, serverLog, last: pod1 } = await kept.stop();
+    const after = await servingPod(sys, MOVED);
+    await client.waitResumed(SERVING_WITHIN_MS, monotonicMs() - (Date.now() - after.servingWall));
+    // Where the time after the kill went, printed before the verdicts.
+    const agent1 = agentStatus(pod1);
+    const since = (ms: number | undefined) =>
+      ms === undefined || Number.isNaN(ms) ? 'never' : `${((ms - killedAt) / 1000).toFixed(2)} s`;
+    const restartedAt = Date.parse(
+      String(agent1?.state?.running?.startedAt ?? agent1?.state?.terminated?.startedAt ?? ''),
+    );
+    const started = entriesOf(agentLog, 'agent started').find((e) => e.ms >= killedAt);
+    const reacquired = entriesOf(agentLog, 'lease acquired').find((e) => e.ms >= killedAt);
+    const stoppedBy = serverLog.includes('E_NFS_LEASE_LAPSED')
+      ? 'its own watch (the lease proof lapsed)'
+      : serverLog.includes('stop requested: forwarding SIGTERM to ganesha')
+        ? "a SIGTERM (the kubelet's liveness backstop)"
+        : 'nothing it logged';
+    const windows = assertNeverTwo(MOVED, 'agent kill');
+    const mine = windows.filter((w) => w.id === before.pod);
+    const [acquired] = acquisitions(sys, after.object);
+    const line = `agent kill: ${before.pod}'s agent (${pids.length} process) SIGKILLed; ${(agent1?.restartCount ?? 0) > (agent0?.restartCount ?? 0) ? `the kubelet restarted it (container start ${since(restartedAt)} in whole seconds, its log's start ${since(started?.ms)}, lease re-acquired ${reacquired ? `(${reacquired.how}) ${since(reacquired.ms)}` : 'never'})` : 'the kubelet did not restart it before the pod ended'}; ${before.pod}'s ganesha ${mine.some((w) => w.stopMonoMs !== undefined) ? `stopped by ${stoppedBy}` : 'runs on'}: ${mine.map(fmt).join(', ')}, the pod ${pod1.status?.phase}; ${after.pod === before.pod ? 'the same pod serves' : `${after.pod} on ${after.node} serves (lease ${acquired?.how ?? '?'}) ${since(after.servingWall)} after the kill`}`;
+    process.stderr.write(`${line}\n`);
+    t.diagnostic(line);
+    const lease = await leaseOf(sys, MOVED);
+    assert.equal(lease.spec?.holderIdentity, after.pod, 'the serving pod holds the lease');
+    assert.equal(lease.metadata?.annotations?.[DELINQUENT], undefined, 'never marked delinquent');
+    assert.equal((await shareStatus(sys, MOVED)).lastFailover, undefined, 'no failover');
+    // The old pod's ganesha ran once; a replacement's started after it stopped (above: never two).
+    assert.equal(mine.length, 1, `one ganesha of ${before.pod}: ${windows.map(fmt)}`);
+    const [gapS] = client.assertClientView(`${MOVED} agent kill`);
+    t.diagnostic(`agent kill: clientWriteGap ${gapS?.toFixed(2)} s`);
+  } finally {
+    await kept?.stop();
+    await client.stop();
+  }
+});
+
+test('drain (cordon + eviction) on real nodes: the agent releases, the new pod on the other node acquires the free lease at once, no failover', {
+  timeout: 150_000,
+}, async (t) => {
+  const sys = system();
+  const before = await servingPod(sys, MOVED, undefined, 10_000);
+  const pod0 = await readPod(sys, before.pod);
+  await setUnschedulable(sys, before.node, true);
+  const kept = keepPodRecord(sys, pod0);
+  try {
+    const evictedAt = Date.now();
+    await sys.core.createNamespacedPodEviction(
+      {
+        name: before.pod,
+        namespace: SHARES_NAMESPACE,
+        body: {
+          apiVersion: 'policy/v1',
+          kind: 'Eviction',
+          metadata: { name: before.pod, namespace: SHARES_NAMESPACE },
+        },
+      },
+      withDeadline(5_000),
+    );
+    const next = await servingPod(sys, MOVED, before.pod);
+    const oldAgentLog = (await kept.stop()).agentLog;
+    const tookS = (next.servingWall - evictedAt) / 1000;
+    assert.notEqual(next.node, before.node, 'the new pod avoids the cordoned node');
+    assert.equal(
+      entriesOf(oldAgentLog, 'lease released').length,
+      1,
+      `${before.pod}'s agent released the lease`,
+    );
+    const [acquired] = acquisitions(sys, next.object);
+    assert.equal(acquired?.how, 'free', `${next.pod} acquired the released lease (no lease-duration wait)`);
+    const lease = await leaseOf(sys, MOVED);
+    assert.equal(lease.spec?.holderIdentity, next.pod);
+    assert.equal(lease.metadata?.annotations?.[DELINQUENT], undefined, 'never marked delinquent');
+    assert.equal((await shareStatus(sys, MOVED)).lastFailover, undefined, 'no failover');
+    const windows = assertNeverTwo(MOVED, 'drain');
+    const old = windows.find((w) => w.id === before.pod);
+    const fresh = windows.find((w) => w.id === next.pod);
+    assert.ok(
+      old?.stopMonoMs !== undefined && fresh,
+      `the old ganesha stopped, a new one runs: ${windows.map(fmt)}`,
+    );
+    assert.ok(tookS < 60, `eviction to serving ${tookS.toFixed(2)} s < 60 s`);
+    const releasedMs = entriesOf(oldAgentLog, 'lease released')[0]?.ms;
+    const since = (ms: number | undefined) =>
+      ms === undefined ? '?' : `${((ms - evictedAt) / 1000).toFixed(2)} s`;
+    const line = `drain: eviction -> old lease released ${since(releasedMs)}, new pod's lease acquired (free) ${since(acquired?.ms)}, serving on ${next.node} ${tookS.toFixed(2)} s; the old ganesha gone ${((fresh.startMonoMs - old.stopMonoMs) / 1000).toFixed(2)} s before the new one started`;
+    process.stderr.write(`${line}\n`);
+    t.diagnostic(line);
+  } finally {
+    await kept.stop();
+    await setUnschedulable(sys, before.node, false);
+  }
+});
+
+// NB: after the agent-kill and drain scenarios, which run during the skew window.
+test('clock skew on real nodes: agents 10 min ahead and behind renew without a false failover', {
+  timeout: 60_000,
+}, async () => {
+  const sys = system();
+  assert.ok(skewWindow.startedAt > 0, 'the skewed shares served (first test)');
+  await sleep(Math.max(0, SKEW_WINDOW_MS - (performance.now() - skewWindow.startedAt)));
+  for (const [share, offsetMin] of [
+    ['skew-ahead', 10],
+    ['skew-behind', -10],
+  ] as const) {
+    const lease = await leaseOf(sys, share);
+    const skewMs = new Date(lease.spec?.renewTime as unknown as string).getTime() - Date.now();
+    assert.ok(
+      Math.abs(skewMs - offsetMin * 60_000) < 30_000,
+      `${share}: renewTime is ${(skewMs / 60_000).toFixed(1)} min off real time (the agent's clock)`,
+    );
+    assert.equal(lease.spec?.holderIdentity, skewWindow.servers.get(share), `${share}: same holder`);
+    const serving = await servingPod(sys, share, undefined, 5_000);
+    assert.equal(serving.pod, skewWindow.servers.get(share), `${share}: same pod serves`);
+    assert.equal((await shareStatus(sys, share)).lastFailover, undefined, `${share}: no failover`);
+    assert.equal(ganeshaOf(share).length, 1, `${share}: one ganesha throughout`);
+  }
+  assert.deepEqual(await eventsOf(sys, 'LeaseExpired'), [], 'no LeaseExpired event');
+});
+
+const OUTAGE_MS = 12_000;
+
+test('API server down for 12 s with real nodes: zero failovers, every share served again, never two ganesha', {
+  timeout: 240_000,
+}, async () => {
+  const sys = system();
+  const before = new Map<string, string>();
+  for (const share of SHARES) before.set(share, (await servingPod(sys, share, undefined, 10_000)).pod);
+  const downAt = performance.now();
+  await sys.cluster.stopApiServer();
+  await sleep(Math.max(0, OUTAGE_MS - (performance.now() - downAt)));
+  await sys.cluster.startApiServer();
+  const backAt = performance.now();
+  process.stderr.write(
+    `API outage (real nodes): the API server ready again ${((backAt - downAt) / 1000).toFixed(1)} s after its stop began\n`,
+  );
+  const back: string[] = [];
+  for (const share of SHARES) {
+    await servingPod(sys, share);
+    back.push(`${share} ${((performance.now() - backAt) / 1000).toFixed(1)} s`);
+  }
+  process.stderr.write(`API outage (real nodes): served again after the API returned: ${back.join(', ')}\n`);
+  await sleep(8_000); // past D after the managers see the API again
+  const after = new Map<string, string>();
+  for (const share of SHARES) after.set(share, (await servingPod(sys, share, undefined, 30_000)).pod);
+  process.stderr.write(
+    `API outage (real nodes): ${SHARES.map((s) => `${s} ${before.get(s) === after.get(s) ? 'same pod' : `new pod ${after.get(s)}`}`).join(', ')}\n`,
+  );
+  // NB: the agents fence after T (4 s) without the API, as they must; their pods end. What
+  // must not follow is a failover (stale verdict, delinquent mark, force delete) for them.
+  assert.deepEqual([...(await failedOver(sys)).keys()], [], 'no ShareManager went through a failover');
+  assert.deepEqual(await eventsOf(sys, 'LeaseExpired'), [], 'no LeaseExpired event');
+  for (const share of SHARES) {
+    const lease = await leaseOf(sys, share);
+    assert.equal(lease.metadata?.annotations?.[DELINQUENT], undefined, `${share}: never marked delinquent`);
+    const windows = assertNeverTwo(share, 'API outage');
+    process.stderr.write(`${share}: ganesha windows ${windows.map(fmt).join(', ')}\n`);
+  }
+});
