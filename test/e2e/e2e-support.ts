@@ -524,6 +524,33 @@ export interface ReadyRealPod {
   object: k8s.V1Pod;
 }
 
+/** How long a real-node test waits for a share to serve (a start or a failover). */
+export const REAL_SERVING_WITHIN_MS = 120_000;
+
+/**
+ * The share's Ready pod (other than `notPod`) whose server logged `serving`; with
+ * `running`, also one whose ganesha runs now (after an outage the API may still show a
+ * pod Ready whose ganesha its fence stopped).
+ */
+export async function servingRealPod(
+  sys: RealSystem,
+  share: string,
+  opts: { notPod?: string; timeoutMs?: number; running?: (pod: string) => boolean } = {},
+): Promise<ReadyRealPod & { servingWall: number }> {
+  const { notPod, running } = opts;
+  return eventually(
+    `${share}: a Ready pod${notPod ? ` other than ${notPod}` : ''} whose server logged serving${running ? ' and whose ganesha runs' : ''}`,
+    async () => {
+      const ready = await readyRealPod(sys, share, notPod);
+      const servingWall = ready ? realLogLineWall(sys, ready.object, 'serving') : undefined;
+      if (!ready || servingWall === undefined || (running && !running(ready.pod))) return undefined;
+      return { ...ready, servingWall };
+    },
+    opts.timeoutMs ?? REAL_SERVING_WITHIN_MS,
+    200,
+  );
+}
+
 /** Host pids of every process in the pod's cgroups (any real node), from the host's /proc. */
 export function podProcesses(uid: string): number[] {
   const pids: number[] = [];

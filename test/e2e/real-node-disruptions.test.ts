@@ -53,17 +53,15 @@ import { shareStatus } from '../../dev/system/shares.ts';
 import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { type k8s, withDeadline } from '../../lib/kube-client.ts';
-import { eventually } from '../support/cluster.ts';
 import { backdateClusterCerts, LIBFAKETIME, skewAgentsOf } from './clock-skew-policy.ts';
 import {
   E2E_NFS,
   eventsOf,
   failedOver,
   leaseOf,
-  type ReadyRealPod,
+  REAL_SERVING_WITHIN_MS,
   RealNfsClient,
-  readyRealPod,
-  realLogLineWall,
+  servingRealPod,
   setUnschedulable,
   useRealSystem,
 } from './e2e-support.ts';
@@ -79,7 +77,6 @@ const system = useRealSystem({
 const SKEWED = { 'skew-ahead': '+10m', 'skew-behind': '-10m' } as const;
 const MOVED = 'moved';
 const SHARES = [...Object.keys(SKEWED), MOVED];
-const SERVING_WITHIN_MS = 120_000;
 const SKEW_WINDOW_MS = 20_000; // more than three lease durations
 const DELINQUENT = 'leasehold.dev/delinquent';
 /** When the skew window began, and the pod serving each skewed share then. */
@@ -117,29 +114,13 @@ function assertNeverTwo(share: string, label: string): ServingWindow[] {
   return windows;
 }
 
-/**
- * The share's Ready pod (other than `notPod`) whose server logged `serving` and whose
- * ganesha runs now (an open window): after an outage the API may still show a pod Ready
- * whose ganesha its fence stopped.
- */
-async function servingPod(
-  sys: RealSystem,
-  share: string,
-  notPod?: string,
-  timeoutMs = SERVING_WITHIN_MS,
-): Promise<ReadyRealPod & { servingWall: number }> {
-  return eventually(
-    `${share}: a Ready pod${notPod ? ` other than ${notPod}` : ''} whose ganesha serves`,
-    async () => {
-      const ready = await readyRealPod(sys, share, notPod);
-      const servingWall = ready ? realLogLineWall(sys, ready.object, 'serving') : undefined;
-      const running = ganeshaOf(share).some((w) => w.id === ready?.pod && w.stopMonoMs === undefined);
-      return ready && servingWall !== undefined && running ? { ...ready, servingWall } : undefined;
-    },
+/** The share's pod that serves now (servingRealPod), its ganesha running (an open window). */
+const servingPod = (sys: RealSystem, share: string, notPod?: string, timeoutMs = REAL_SERVING_WITHIN_MS) =>
+  servingRealPod(sys, share, {
+    ...(notPod === undefined ? {} : { notPod }),
     timeoutMs,
-    200,
-  );
-}
+    running: (pod) => ganeshaOf(share).some((w) => w.id === pod && w.stopMonoMs === undefined),
+  });
 
 /** The JSON log entries of `msg` in a container log's text (CRI lines): wall ms and fields. */
 function entriesOf(text: string, msg: string): { ms: number; how?: string }[] {
@@ -255,7 +236,7 @@ test('agent sidecar killed on a real kubelet: no failover, no delinquent mark, t
     await sleep(10_000); // past D since the kill
     const { agentLog, serverLog, last: pod1 } = await kept.stop();
     const after = await servingPod(sys, MOVED);
-    await client.waitResumed(SERVING_WITHIN_MS, monotonicMs() - (Date.now() - after.servingWall));
+    await client.waitResumed(REAL_SERVING_WITHIN_MS, monotonicMs() - (Date.now() - after.servingWall));
     // Where the time after the kill went, printed before the verdicts.
     const agent1 = agentStatus(pod1);
     const since = (ms: number | undefined) =>

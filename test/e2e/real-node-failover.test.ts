@@ -90,7 +90,6 @@ import {
   podLog,
   realVolumeHandle,
 } from '../../dev/system/real-share.ts';
-import type { RealSystem } from '../../dev/system/real-system.ts';
 import { serviceEndpointPods, shareStatus } from '../../dev/system/shares.ts';
 import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
@@ -98,10 +97,12 @@ import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
 import {
   eventsOf,
+  REAL_SERVING_WITHIN_MS,
   type ReadyRealPod,
   RealNfsClient,
   readyRealPod,
   realLogLineWall,
+  servingRealPod,
   useRealSystem,
   waitPodProcessesGone,
 } from './e2e-support.ts';
@@ -114,7 +115,6 @@ const SHARE_NFS = { versions: ['3', '4.0'], gracePeriod: '5s', leaseLifetime: '5
 // Crash to the NFSv3 client writing again: ~9-16 s here; generous for a loaded 2-core machine.
 const V3_RESUMED_WITHIN_S = 60;
 // Generous for a loaded 2-core machine: D 6 s + the replacement's start is ~10-15 s.
-const SERVING_WITHIN_MS = 120_000;
 // How long a thawed old ganesha may run beside its replacement before its fence (or
 // the kubelet) stops it: the agent fences on its first pass after the thaw (its
 // deadline long past), ~0.1-2 s; generous for the loaded machine.
@@ -137,19 +137,6 @@ after(async () => {
 const fmt = (w: ServingWindow) =>
   `${w.id}[${w.startWall}..${w.stopWall ?? 'open'}${w.reason ? ` ${w.reason}` : ''}]`;
 
-async function servingPod(sys: RealSystem, notPod?: string) {
-  return eventually(
-    `${SHARE}: a Ready pod${notPod ? ` other than ${notPod}` : ''} whose server logged serving`,
-    async () => {
-      const ready = await readyRealPod(sys, SHARE, notPod);
-      const servingWall = ready ? realLogLineWall(sys, ready.object, 'serving') : undefined;
-      return ready && servingWall !== undefined ? { ...ready, servingWall } : undefined;
-    },
-    SERVING_WITHIN_MS,
-    200,
-  );
-}
-
 interface Failover {
   before: ReadyRealPod;
   after: ReadyRealPod & { servingWall: number };
@@ -170,7 +157,7 @@ async function failOver(
   file = `${label}.bin`,
 ): Promise<Failover> {
   const sys = system();
-  const before = await servingPod(sys);
+  const before = await servingRealPod(sys, SHARE);
   const other = sys.nodes.find((n) => n.name !== before.node);
   assert.ok(other, 'a second node');
   await eventually(`ganesha of ${before.pod} seen running in /proc`, async () =>
@@ -186,9 +173,9 @@ async function failOver(
   let after: Failover['after'];
   try {
     await fault(before.node);
-    after = await servingPod(sys, before.pod);
+    after = await servingRealPod(sys, SHARE, { notPod: before.pod });
     // Acks after the replacement served (a partitioned old server acks until its fence).
-    await client.waitResumed(SERVING_WITHIN_MS, monotonicMs() - (Date.now() - after.servingWall));
+    await client.waitResumed(REAL_SERVING_WITHIN_MS, monotonicMs() - (Date.now() - after.servingWall));
   } finally {
     await pods.stop();
   }
@@ -321,7 +308,7 @@ test('node crash on real nodes: the manager of the other node fails the share ov
   ganesha = new GaneshaTracker(sys, SHARE);
   const t0 = performance.now();
   await createRealNfsShare(sys, SHARE, { nfs: SHARE_NFS });
-  const first = await servingPod(sys);
+  const first = await servingRealPod(sys, SHARE);
   t.diagnostic(
     `${first.pod} serving on ${first.node} ${((performance.now() - t0) / 1000).toFixed(1)} s after the ShareManager's create`,
   );
@@ -371,7 +358,7 @@ test('node crash on real nodes: the manager of the other node fails the share ov
   );
   await f.client.stop();
   // The NFSv4.0 client waits out the replacement's grace (its OPEN gets NFS4ERR_GRACE).
-  await v4.waitResumed(SERVING_WITHIN_MS, monotonicMs() - (Date.now() - f.after.servingWall));
+  await v4.waitResumed(REAL_SERVING_WITHIN_MS, monotonicMs() - (Date.now() - f.after.servingWall));
   const [v4GapS] = v4.assertClientView(`${SHARE} crash`);
   const v4ResumedS = v4.resumed()?.afterS ?? Number.NaN;
   const graceErrors = v4.w.writer.events.filter(
@@ -460,7 +447,7 @@ test('freeze (cgroup freezer) on real nodes: failed over while frozen; after the
   const sys = system();
   // A second writer that stays with the old server (its pod IP, not the Service): what
   // a client still connected to it when the node froze would send it on the thaw.
-  const old = await servingPod(sys);
+  const old = await servingRealPod(sys, SHARE);
   const podIP = old.object.status?.podIP;
   assert.ok(podIP, `${old.pod} has a pod IP`);
   const pinnedNode = sys.nodes.find((n) => n.name !== old.node)?.name ?? '';

@@ -89,10 +89,12 @@ import { LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import { eventually } from '../support/cluster.ts';
 import {
   E2E_NFS,
+  REAL_SERVING_WITHIN_MS,
   type ReadyRealPod,
   RealNfsClient,
   readyRealPod,
   realLogLineWall,
+  servingRealPod,
   useRealSystem,
   waitPodProcessesGone,
 } from './e2e-support.ts';
@@ -125,7 +127,6 @@ const MARK_WITHIN_MS = 5_000;
  * and is printed, not compared.
  */
 const LONE_SLACK_S = 10;
-const SERVING_WITHIN_MS = 120_000;
 const TAINT_KEY = 'node.kubernetes.io/out-of-service';
 const MARK = 'leasehold.dev/out-of-service-by';
 const SM = { group: 'leasehold.dev', version: 'v1alpha1', plural: 'sharemanagers' };
@@ -217,19 +218,6 @@ function assertNeverTwo(share: string, label: string) {
     `${label}: no two ganesha processes of ${share} running at once`,
   );
   return windows;
-}
-
-async function servingPod(sys: RealSystem, share: string, notPod?: string) {
-  return eventually(
-    `${share}: a Ready pod${notPod ? ` other than ${notPod}` : ''} whose server logged serving`,
-    async () => {
-      const ready = await readyRealPod(sys, share, notPod);
-      const servingWall = ready ? realLogLineWall(sys, ready.object, 'serving') : undefined;
-      return ready && servingWall !== undefined ? { ...ready, servingWall } : undefined;
-    },
-    SERVING_WITHIN_MS,
-    250,
-  );
 }
 
 /** Events of `reason` on the ShareManagers (the shares namespace). */
@@ -378,7 +366,7 @@ test('four shares and an unrelated pod with its own CSI volume run on real-1', {
     withDeadline(10_000),
   );
   for (const share of SHARES)
-    assert.equal((await servingPod(sys, share)).node, LOST, `${share} serves on ${LOST}`);
+    assert.equal((await servingRealPod(sys, share)).node, LOST, `${share} serves on ${LOST}`);
   const servedS = (performance.now() - t0) / 1000;
   // Replacements may go anywhere (the manager puts them away from the lost node).
   const custom = sys.kc.makeApiClient(k8s.CustomObjectsApi);
@@ -413,7 +401,7 @@ test('crash real-1 (four shares) on the default 1 min ADC sync: each serves agai
 }, async (t) => {
   const sys = system();
   const before = new Map<string, ReadyRealPod>();
-  for (const share of SHARES) before.set(share, await servingPod(sys, share));
+  for (const share of SHARES) before.set(share, await servingRealPod(sys, share));
   const client = await RealNfsClient.start(sys, NFS, OTHER, { file: 'crash.bin' });
   try {
     await client.waitResumed(60_000);
@@ -423,10 +411,13 @@ test('crash real-1 (four shares) on the default 1 min ADC sync: each serves agai
     await sys.node(LOST).crash();
     const afters = new Map(
       await Promise.all(
-        SHARES.map(async (share) => [share, await servingPod(sys, share, before.get(share)?.pod)] as const),
+        SHARES.map(
+          async (share) =>
+            [share, await servingRealPod(sys, share, { notPod: before.get(share)?.pod })] as const,
+        ),
       ),
     );
-    await client.waitResumed(SERVING_WITHIN_MS);
+    await client.waitResumed(REAL_SERVING_WITHIN_MS);
     const resumedS = client.resumed()?.afterS ?? Number.NaN;
 
     for (const share of SHARES) {
@@ -546,7 +537,7 @@ test('partition (close) then heal on the default ADC sync: the lone share moves 
   timeout: 300_000,
 }, async (t) => {
   const sys = system();
-  const before = await servingPod(sys, NFS);
+  const before = await servingRealPod(sys, NFS);
   assert.equal(before.node, OTHER, `${NFS} serves on ${OTHER}`);
   const client = await RealNfsClient.start(sys, NFS, LOST, { file: 'partition.bin' });
   let healed = false;
@@ -556,9 +547,9 @@ test('partition (close) then heal on the default ADC sync: the lone share moves 
     const faultWall = Date.now();
     client.markFault();
     await sys.node(OTHER).partition('close');
-    const afterPod = await servingPod(sys, NFS, before.pod);
+    const afterPod = await servingRealPod(sys, NFS, { notPod: before.pod });
     // Acks after the replacement served (the partitioned old server acks until its fence).
-    await client.waitResumed(SERVING_WITHIN_MS, monotonicMs() - (Date.now() - afterPod.servingWall));
+    await client.waitResumed(REAL_SERVING_WITHIN_MS, monotonicMs() - (Date.now() - afterPod.servingWall));
     assert.equal(afterPod.node, LOST, 'the replacement runs on the other node');
     const lf = await assertFailoverRecord(sys, NFS, { before, after: afterPod, faultWall });
     assertHandedOver(NFS, OTHER, sinceSeq);
@@ -725,7 +716,7 @@ test('out-of-service (helm upgrade: taint on, handoff none): crash real-1, taint
     `real-node handoff: out-of-service: helm upgrade to every manager replaced and Ready ${upgradeS.toFixed(1)} s\n`,
   );
 
-  const before = await servingPod(sys, NFS);
+  const before = await servingRealPod(sys, NFS);
   assert.equal(before.node, LOST, `${NFS} serves on ${LOST}`);
   const client = await RealNfsClient.start(sys, NFS, OTHER, { file: 'oos.bin' });
   let healed = false;
@@ -737,10 +728,10 @@ test('out-of-service (helm upgrade: taint on, handoff none): crash real-1, taint
     client.markFault();
     await sys.node(LOST).crash();
     let seen: Awaited<ReturnType<typeof watcher.stop>>;
-    let afterPod: Awaited<ReturnType<typeof servingPod>>;
+    let afterPod: Awaited<ReturnType<typeof servingRealPod>>;
     try {
-      afterPod = await servingPod(sys, NFS, before.pod);
-      await client.waitResumed(SERVING_WITHIN_MS);
+      afterPod = await servingRealPod(sys, NFS, { notPod: before.pod });
+      await client.waitResumed(REAL_SERVING_WITHIN_MS);
     } finally {
       seen = await watcher.stop();
     }
