@@ -3,7 +3,8 @@
  * node (the kubelet's conventions), the argv of each part, and the API objects the
  * control-plane side creates (the CSIDriver, the StorageClass of dynamic provisioning,
  * and the external-attacher's and external-provisioner's identities with the RBAC of
- * their upstream deploy/kubernetes/rbac.yaml).
+ * their upstream deploy/kubernetes/rbac.yaml), for the driver and for the same plugin's
+ * attach-less second name (NOATTACH_DRIVER_NAME: CSIDriver attachRequired false).
  *
  * Invariants: the node socket is under the kubelet root's plugins/<driver>/ and the
  * registration socket under plugins_registry/, the paths the kubelet's plugin watcher
@@ -15,6 +16,21 @@ import { join } from 'node:path';
 import type { V1ClusterRole, V1CSIDriver, V1Role, V1StorageClass } from '@kubernetes/client-node';
 
 export const DRIVER_NAME = 'hostdir.csi.leasehold.dev';
+
+/**
+ * The same plugin under a second name whose CSIDriver says attachRequired: false: no
+ * VolumeAttachment, no ControllerPublish, so nothing the storage could revoke; the node
+ * part (-attach-required=false) bind-mounts the plain volume directory. Storage that
+ * cannot fence a node, as NFS-backed and hostPath-like drivers are (the manager's
+ * storage-fencing gate classifies it `cannot-fence`). NB: no attacher serves it.
+ */
+export const NOATTACH_DRIVER_NAME = 'noattach.hostdir.csi.leasehold.dev';
+
+/** One of the testbed's two driver names. */
+export type TestbedDriver = typeof DRIVER_NAME | typeof NOATTACH_DRIVER_NAME;
+
+/** Whether the driver's volumes go through an attach (VolumeAttachment, ControllerPublish). */
+export const attachRequired = (driver: TestbedDriver): boolean => driver === DRIVER_NAME;
 
 /** The external-attacher's ServiceAccount (upstream's deploy/kubernetes/rbac.yaml names it so). */
 export const ATTACHER_ACCOUNT = { namespace: 'default', name: 'csi-attacher' } as const;
@@ -37,17 +53,30 @@ export function socketPathProblem(path: string): string | undefined {
     : undefined;
 }
 
-export const nodePluginPaths = (kubeletRoot: string): NodePluginPaths => ({
-  socket: join(kubeletRoot, 'plugins', DRIVER_NAME, 'csi.sock'),
+export const nodePluginPaths = (
+  kubeletRoot: string,
+  driver: TestbedDriver = DRIVER_NAME,
+): NodePluginPaths => ({
+  socket: join(kubeletRoot, 'plugins', driver, 'csi.sock'),
   registrationDir: join(kubeletRoot, 'plugins_registry'),
 });
 
-export const driverNodeArgs = (paths: NodePluginPaths, nodeName: string, backingDir: string): string[] => [
+/** The registrar's socket for `driver` (it names it after the name the driver reports). */
+export const registrationSocket = (paths: NodePluginPaths, driver: TestbedDriver = DRIVER_NAME): string =>
+  join(paths.registrationDir, `${driver}-reg.sock`);
+
+export const driverNodeArgs = (
+  paths: NodePluginPaths,
+  nodeName: string,
+  backingDir: string,
+  driver: TestbedDriver = DRIVER_NAME,
+): string[] => [
   '-mode=node',
   `-endpoint=${paths.socket}`,
-  `-drivername=${DRIVER_NAME}`,
+  `-drivername=${driver}`,
   `-backing-dir=${backingDir}`,
   `-node-id=${nodeName}`,
+  ...(attachRequired(driver) ? [] : ['-attach-required=false']),
 ];
 
 export const registrarArgs = (paths: NodePluginPaths): string[] => [
@@ -170,10 +199,17 @@ export const provisionerRole = (): V1Role => ({
   ],
 });
 
-/** attachRequired: the attach-detach controller makes a VolumeAttachment before the kubelet mounts. */
-export const csiDriverObject = (): V1CSIDriver => ({
-  metadata: { name: DRIVER_NAME },
-  spec: { attachRequired: true, podInfoOnMount: false, volumeLifecycleModes: ['Persistent'] },
+/**
+ * attachRequired (DRIVER_NAME): the attach-detach controller makes a VolumeAttachment
+ * before the kubelet mounts; false (NOATTACH_DRIVER_NAME): the kubelet stages at once.
+ */
+export const csiDriverObject = (driver: TestbedDriver = DRIVER_NAME): V1CSIDriver => ({
+  metadata: { name: driver },
+  spec: {
+    attachRequired: attachRequired(driver),
+    podInfoOnMount: false,
+    volumeLifecycleModes: ['Persistent'],
+  },
 });
 
 /** external-attacher's deploy/kubernetes/rbac.yaml (v4.13.0): its ClusterRole. */

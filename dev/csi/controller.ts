@@ -5,7 +5,8 @@
  * plane (on the host, like the API server), each sidecar with a kubeconfig of its own
  * identity (a token of its ServiceAccount, default/csi-attacher or
  * default/csi-provisioner) and the RBAC of its upstream rbac.yaml (config.ts), and the
- * CSIDriver object (attachRequired). With `fencing` the driver grants each node its own
+ * CSIDriver object (attachRequired; with `noAttachDriver` also the attach-less second
+ * name's, attachRequired false, which nothing here serves). With `fencing` the driver grants each node its own
  * revocable view of a volume (plugin/driver/fencing.go); `accessLog()` reads its
  * record of grants and revokes.
  * The node side (driver node part and registrar) is started by each real node
@@ -51,6 +52,7 @@ import {
   csiDriverObject,
   DRIVER_NAME,
   driverControllerArgs,
+  NOATTACH_DRIVER_NAME,
   PROVISIONER_ACCOUNT,
   provisionerArgs,
   provisionerClusterRole,
@@ -63,6 +65,12 @@ import { viewLeftovers } from './view-leftovers.ts';
 
 export interface CsiController {
   readonly driverName: string;
+  /**
+   * The attach-less second name (NOATTACH_DRIVER_NAME, CSIDriver attachRequired false)
+   * when started with `noAttachDriver`; its volumes are plain directories of the same
+   * backing dir (makeVolume), staged by the nodes' second driver part with no attach.
+   */
+  readonly noAttachDriverName: string | undefined;
   /** Where each volume is a directory named after its handle; the nodes' driver parts mount from here. */
   readonly backingDir: string;
   /** Makes the directory of a static volume (owned by `owner`, default root) and returns its path. */
@@ -100,6 +108,12 @@ export interface CsiControllerOptions {
    * Default false (one process and a few API objects less; static PVs work either way).
    */
   provisioning?: boolean;
+  /**
+   * Also the CSIDriver NOATTACH_DRIVER_NAME (attachRequired: false): storage that cannot
+   * fence. No process here serves it (there is no attach); the nodes need
+   * `csi.noAttachDriver` too. Default false.
+   */
+  noAttachDriver?: boolean;
 }
 
 export async function startCsiController(
@@ -171,6 +185,12 @@ export async function startCsiController(
       () => storage.createCSIDriver({ body: csiDriverObject() }),
       () => storage.deleteCSIDriver({ name: DRIVER_NAME }),
     );
+    if (opts.noAttachDriver)
+      await ensure(
+        `CSIDriver ${NOATTACH_DRIVER_NAME}`,
+        () => storage.createCSIDriver({ body: csiDriverObject(NOATTACH_DRIVER_NAME) }),
+        () => storage.deleteCSIDriver({ name: NOATTACH_DRIVER_NAME }),
+      );
     /** A sidecar's ServiceAccount, its upstream ClusterRole and Role bound to it, and a kubeconfig of its token. */
     const identity = async (
       account: { namespace: string; name: string },
@@ -275,7 +295,7 @@ export async function startCsiController(
       );
     }
     progress(
-      `csi: driver controller${opts.fencing ? ' (fencing)' : ''}, external-attacher${opts.provisioning ? ', external-provisioner' : ''} up (logs: ${logDir})`,
+      `csi: driver controller${opts.fencing ? ' (fencing)' : ''}, external-attacher${opts.provisioning ? ', external-provisioner' : ''}${opts.noAttachDriver ? `, CSIDriver ${NOATTACH_DRIVER_NAME}` : ''} up (logs: ${logDir})`,
     );
   } catch (err) {
     await stop().catch(() => {});
@@ -284,6 +304,7 @@ export async function startCsiController(
 
   return {
     driverName: DRIVER_NAME,
+    noAttachDriverName: opts.noAttachDriver ? NOATTACH_DRIVER_NAME : undefined,
     backingDir,
     logDir,
     async makeVolume(handle, owner) {

@@ -10,6 +10,13 @@
  * ns file) is not seen; the testbed makes none.
  */
 import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+
+/**
+ * Where the controller part mounts views for the nodes (`<state dir>/views`), from its
+ * backing dir: controller.ts makes both in one directory (`backing`, `state`).
+ */
+export const viewsDirOf = (backingDir: string): string => join(dirname(backingDir), 'state', 'views');
 
 /** Pure: the mount points in `mountinfo` of a fencefs view of a volume under `backingDir`. */
 export function viewMountsIn(mountinfo: string, backingDir: string): string[] {
@@ -60,15 +67,26 @@ const isNodeViewPath = (path: string, node: string): boolean => {
 
 /**
  * Pure: the loop devices (name -> backing file, as /sys/block/loopN/loop/backing_file
- * reads) over an image in one of `node`'s views.
+ * reads) over an image in one of `node`'s views of the testbed whose backing dir is
+ * `backingDir`. NB: only that testbed's: another testbed on the host (another test
+ * file's) may have a node of the same name.
  */
-export function nodeLoopsIn(backingFiles: ReadonlyMap<string, string>, node: string): string[] {
+export function nodeLoopsIn(
+  backingFiles: ReadonlyMap<string, string>,
+  node: string,
+  backingDir: string,
+): string[] {
   const out: string[] = [];
+  const views = `${viewsDirOf(backingDir)}/`;
   for (const [loop, file] of backingFiles) {
     // NB: a backing file unlinked since reads with " (deleted)": still the node's.
     const path = file.trim().replace(/ \(deleted\)$/, '');
     const parts = path.split('/');
-    if (parts.at(-1) === 'disk.img' && isNodeViewPath(parts.slice(0, -1).join('/'), node))
+    if (
+      path.startsWith(views) &&
+      parts.at(-1) === 'disk.img' &&
+      isNodeViewPath(parts.slice(0, -1).join('/'), node)
+    )
       out.push(`loop device /dev/${loop} over ${file.trim()}`);
   }
   return out;
@@ -99,5 +117,5 @@ export function nodeStorageLeftovers(backingDir: string, node: string): string[]
       // gone meanwhile
     }
   }
-  return [...out, ...nodeLoopsIn(hostLoopBackingFiles(), node)];
+  return [...out, ...nodeLoopsIn(hostLoopBackingFiles(), node, backingDir)];
 }

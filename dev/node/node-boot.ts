@@ -26,9 +26,12 @@ import type { CsiBinaries } from '../csi/binaries.ts';
 import {
   DRIVER_NAME,
   driverNodeArgs,
+  NOATTACH_DRIVER_NAME,
   nodePluginPaths,
   registrarArgs,
+  registrationSocket,
   socketPathProblem,
+  type TestbedDriver,
 } from '../csi/config.ts';
 import type { NodeBinaries } from './binaries.ts';
 import { createCgroupRoot } from './cgroups.ts';
@@ -92,6 +95,8 @@ export interface BootContext {
 export interface NodeCsi {
   bins: CsiBinaries;
   backingDir: string;
+  /** Also the attach-less second name's node part and registrar (NOATTACH_DRIVER_NAME). */
+  noAttachDriver?: boolean;
 }
 
 /** Brings the machine up: namespaces, relays, containerd, kubelet, kube-proxy; resolves when Ready. */
@@ -238,7 +243,8 @@ export async function bootMachine(
 }
 
 /**
- * Starts the driver's node part and its registrar, in the node's namespaces like the
+ * Starts the driver's node part and its registrar (with `noAttachDriver` a second pair
+ * for the attach-less name), in the node's namespaces like the
  * kubelet, both recorded in `components` before this returns; the promise resolves
  * once the registration socket exists (the registrar made it after the driver
  * answered). The kubelet's plugin watcher finds the socket, at its start or later.
@@ -250,23 +256,33 @@ function startCsiNodePlugin(
   inNode: (what: string, bin: string, args: string[]) => Component,
   components: Component[],
 ): Promise<unknown> {
-  const paths = nodePluginPaths(layout.kubeletRoot);
-  const registration = join(paths.registrationDir, `${DRIVER_NAME}-reg.sock`);
-  const problem = [paths.socket, registration].map(socketPathProblem).find((p) => p !== undefined);
-  if (problem) throw new LeaseholdError('E_NODE_CSI', `${name}'s CSI node plugin: ${problem}`);
-  // After a crash the last boot's sockets are still on the node's disk: readiness must
-  // see this boot's.
-  for (const p of [paths.socket, registration]) rmSync(p, { force: true });
-  const driver = inNode('csi-driver', csi.bins.driver, driverNodeArgs(paths, name, csi.backingDir));
-  components.push(driver);
-  driver.start();
-  const registrar = inNode('csi-registrar', csi.bins.registrar, registrarArgs(paths));
-  components.push(registrar);
-  registrar.start();
-  return Promise.all([
-    driver.waitReady(async () => existsSync(paths.socket), 10_000),
-    registrar.waitReady(async () => existsSync(registration), 40_000),
-  ]);
+  const drivers: TestbedDriver[] = csi.noAttachDriver ? [DRIVER_NAME, NOATTACH_DRIVER_NAME] : [DRIVER_NAME];
+  return Promise.all(
+    drivers.map((driverName) => {
+      const paths = nodePluginPaths(layout.kubeletRoot, driverName);
+      const registration = registrationSocket(paths, driverName);
+      const problem = [paths.socket, registration].map(socketPathProblem).find((p) => p !== undefined);
+      if (problem) throw new LeaseholdError('E_NODE_CSI', `${name}'s CSI node plugin: ${problem}`);
+      // After a crash the last boot's sockets are still on the node's disk: readiness must
+      // see this boot's.
+      for (const p of [paths.socket, registration]) rmSync(p, { force: true });
+      const suffix = driverName === DRIVER_NAME ? '' : '-noattach';
+      const driver = inNode(
+        `csi-driver${suffix}`,
+        csi.bins.driver,
+        driverNodeArgs(paths, name, csi.backingDir, driverName),
+      );
+      components.push(driver);
+      driver.start();
+      const registrar = inNode(`csi-registrar${suffix}`, csi.bins.registrar, registrarArgs(paths));
+      components.push(registrar);
+      registrar.start();
+      return Promise.all([
+        driver.waitReady(async () => existsSync(paths.socket), 10_000),
+        registrar.waitReady(async () => existsSync(registration), 40_000),
+      ]);
+    }),
+  );
 }
 
 /** The node's dirs, sysctl views and configs, before its first boot. */

@@ -5,7 +5,8 @@
  * a boot, booting again) is the node's (node.ts), reached through FaultTarget.
  *
  * Invariants: every fault starts from `running` (else NodeFaultError naming the
- * state); heal() undoes any and is a no-op when running or stopped; a fault is recorded
+ * state), but a crash may also come to a frozen node (a frozen machine powered off: its
+ * processes are SIGKILLed while frozen and die at the thaw without running again); heal() undoes any and is a no-op when running or stopped; a fault is recorded
  * before its effects so that timelines measured from it do not start late; a crash
  * silences the API link and takes the node off the fabric (fabric.ts) before any
  * process dies, so no FIN, RST or ICMP of the dying node reaches the API server or
@@ -72,7 +73,7 @@ export class NodeFaults {
   }
 
   async crash(): Promise<void> {
-    this.requireRunning('crash');
+    if (this.current !== 'frozen') this.requireRunning('crash');
     this.current = 'crashed';
     this.record('crash');
     this.node.link.setMode('down');

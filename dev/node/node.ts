@@ -104,8 +104,10 @@ export interface RealNodeOptions {
    * Run the testbed's CSI driver's node part and registrar next to the kubelet (dev/csi;
    * its controller side is dev/csi/controller.ts): `backingDir` is the controller's,
    * where the volumes are directories. Default: no CSI driver on the node.
+   * `noAttachDriver`: also the attach-less second name's node part and registrar
+   * (dev/csi NOATTACH_DRIVER_NAME; the controller's `noAttachDriver` makes its CSIDriver).
    */
-  csi?: { backingDir: string };
+  csi?: { backingDir: string; noAttachDriver?: boolean };
 }
 
 export type { RealNodeFault, RealNodeState } from './node-faults.ts';
@@ -153,7 +155,8 @@ export interface RealNode {
    * frozen, SIGKILLed and thawed so that none acts after another died; its relays
    * killed. What a reboot loses goes too (its cgroups, containerd's state dir and
    * /run); its disk stays (containerd's root, the kubelet's root, /var/lib, /var/log).
-   * Resolves when every process is gone. From `running` only.
+   * Resolves when every process is gone. From `running`, or `frozen` (a frozen machine
+   * powered off: its processes are killed while frozen, so none runs another instruction).
    */
   crash(): Promise<void>;
   /**
@@ -203,7 +206,9 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
       `real node ${opts.name} needs a control plane started with realNodes: true (its API server must advertise the node network's address and reach kubelets through the egress proxy)`,
     );
   const bins = await nodeBinaries();
-  const csi = opts.csi ? { bins: await csiBinaries(), backingDir: opts.csi.backingDir } : undefined;
+  const csi = opts.csi
+    ? { bins: await csiBinaries(), backingDir: opts.csi.backingDir, noAttachDriver: opts.csi.noAttachDriver }
+    : undefined;
   const swept = sweepStaleNodes();
   if (swept.removed.length > 0) progress(`removed what killed runs left: ${swept.removed.join(', ')}`);
   if (swept.problems.length > 0)

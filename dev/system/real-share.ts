@@ -7,7 +7,9 @@
  *    `status.volumesInUse` is the real one) bound to a claim, and a ShareManager with
  *    only spec.volume (+ spec.nfs): the manager builds the pod of the real images;
  *  - createRealVolume: the volume is of the fencing driver's block kind (an ext4 image,
- *    dev/csi/plugin/driver/block.go), so ganesha's file handles survive a move;
+ *    dev/csi/plugin/driver/block.go), so ganesha's file handles survive a move; with
+ *    `noAttach` a plain directory of the attach-less driver (CSIDriver attachRequired
+ *    false: storage that cannot fence);
  *  - readRealShareFile: a file's bytes on the volume, as the node that has it mounted
  *    (the latest grant) sees it, or from the image when no node has;
  *  - GaneshaTracker: every ganesha.nfsd process of the share's pods on the nodes, from
@@ -34,6 +36,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { LeaseholdError } from '../../lib/errors.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import { BLOCK_FS_ATTRIBUTE } from '../csi/config.ts';
@@ -54,15 +57,29 @@ export interface RealNfsShareOptions {
   nfs?: { versions?: string[]; gracePeriod?: string; leaseLifetime?: string };
   /** Pin the share's pods to a node (spec.scheduling.nodeSelector). */
   node?: string;
+  /** The volume on storage without an attach step (createRealVolume's `noAttach`). */
+  noAttach?: boolean;
 }
 
 /**
  * A share's volume: a backing directory of the testbed's CSI driver, a static PV of it
  * and its claim `<share>-data` in the shares namespace (bound to each other); returns
  * the claim's name. Also what a share without leasehold mounts (bench's stock mode).
+ * `noAttach`: a plain directory of the attach-less driver (the system started with
+ * `noAttachDriver`): no attach, nothing that fences; else the fencing driver's block kind.
  */
-export async function createRealVolume(sys: RealSystem, share: string): Promise<string> {
+export async function createRealVolume(
+  sys: RealSystem,
+  share: string,
+  opts: { noAttach?: boolean } = {},
+): Promise<string> {
   const claim = `${share}-data`;
+  const noAttachDriver = sys.csi.noAttachDriverName;
+  if (opts.noAttach && !noAttachDriver)
+    throw new LeaseholdError(
+      'E_REAL_VOLUME',
+      `volume of ${share}: noAttach needs the system started with noAttachDriver: true`,
+    );
   await sys.csi.makeVolume(realVolumeHandle(share));
   await sys.core.createPersistentVolume(
     {
@@ -74,12 +91,16 @@ export async function createRealVolume(sys: RealSystem, share: string): Promise<
           persistentVolumeReclaimPolicy: 'Retain',
           storageClassName: '',
           claimRef: { namespace: SHARES_NAMESPACE, name: claim },
-          csi: {
-            driver: sys.csi.driverName,
-            volumeHandle: realVolumeHandle(share),
-            // The block kind: ext4's file handles are the same on every node's mount.
-            volumeAttributes: { [BLOCK_FS_ATTRIBUTE]: 'ext4' },
-          },
+          csi:
+            opts.noAttach && noAttachDriver
+              ? // A plain directory: every node's bind mount of it has the host file system's handles.
+                { driver: noAttachDriver, volumeHandle: realVolumeHandle(share) }
+              : {
+                  driver: sys.csi.driverName,
+                  volumeHandle: realVolumeHandle(share),
+                  // The block kind: ext4's file handles are the same on every node's mount.
+                  volumeAttributes: { [BLOCK_FS_ATTRIBUTE]: 'ext4' },
+                },
         },
       },
     },
@@ -109,7 +130,7 @@ export async function createRealNfsShare(
   share: string,
   opts: RealNfsShareOptions = {},
 ): Promise<void> {
-  const claim = await createRealVolume(sys, share);
+  const claim = await createRealVolume(sys, share, { noAttach: opts.noAttach });
   const custom = sys.kc.makeApiClient(k8s.CustomObjectsApi);
   await custom.createNamespacedCustomObject(
     {
@@ -134,7 +155,8 @@ export async function createRealNfsShare(
 /**
  * The file's bytes on the share's volume (empty when absent): read through the mount of
  * the node with the latest grant that has the volume's ext4 mounted (its page cache is
- * what its server wrote), else from the image (e2fsck'd copy, block-image.ts).
+ * what its server wrote), else from the image (e2fsck'd copy, block-image.ts); a plain
+ * directory volume (no image: the attach-less driver's) from the directory itself.
  */
 export function readRealShareFile(sys: RealSystem, share: string, file: string): Buffer {
   const handle = realVolumeHandle(share);
@@ -161,7 +183,11 @@ export function readRealShareFile(sys: RealSystem, share: string, file: string):
     throw err;
   }
   const image = imagePath(join(sys.csi.backingDir, handle));
-  if (!existsSync(image)) return Buffer.alloc(0);
+  if (!existsSync(image)) {
+    // A plain directory (the attach-less driver's): every node's mount is this directory.
+    const plain = join(sys.csi.backingDir, handle, file);
+    return existsSync(plain) ? readFileSync(plain) : Buffer.alloc(0);
+  }
   return readImageFile(image, file).content ?? Buffer.alloc(0);
 }
 

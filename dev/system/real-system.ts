@@ -56,6 +56,12 @@ export interface RealSystemOptions {
   values?: Record<string, string>;
   progress?: (line: string) => void;
   keepDirs?: boolean;
+  /**
+   * Also storage without an attach step: the testbed driver's attach-less second name
+   * (dev/csi NOATTACH_DRIVER_NAME, CSIDriver attachRequired false; createRealVolume's
+   * `noAttach`). Default false (two processes a node less).
+   */
+  noAttachDriver?: boolean;
 }
 
 export interface RealSystem {
@@ -117,12 +123,15 @@ export async function startRealSystem(opts: RealSystemOptions = {}): Promise<Rea
     const core = kc.makeApiClient(k8s.CoreV1Api);
     // Fencing: each node reaches a volume only through its own revocable view, granted at
     // ControllerPublish and revoked at ControllerUnpublish (dev/csi README).
-    csi = await startCsiController(cluster, { fencing: true });
+    const noAttachDriver = opts.noAttachDriver === true;
+    csi = await startCsiController(cluster, { fencing: true, noAttachDriver });
     progress(`CSI controller up (${since()}); starting ${count} real nodes`);
     const names = Array.from({ length: count }, (_, i) => `real-${i + 1}`);
     const backingDir = csi.backingDir;
     const started = await Promise.allSettled(
-      names.map((name, i) => startRealNode(cluster, { name, index: i + 1, csi: { backingDir } })),
+      names.map((name, i) =>
+        startRealNode(cluster, { name, index: i + 1, csi: { backingDir, noAttachDriver } }),
+      ),
     );
     for (const r of started) if (r.status === 'fulfilled') nodes.push(r.value);
     for (const r of started) if (r.status === 'rejected') throw r.reason;

@@ -32,7 +32,23 @@
  *     healed kubelet drops the old pod and posts its status without the volume, the
  *     replacement still serves, the volume attached to real-1 alone, the old pod never
  *     ran ganesha again.
- *  4. `helm upgrade` to manager.outOfServiceTaint=true, nodeLeaseGrace=8s (the node-monitor
+ *  4. storage WITHOUT an attach step (the testbed driver's second name, CSIDriver
+ *     attachRequired: false, dev/csi; a plain directory, no VolumeAttachment): rh-a's
+ *     StorageFencing=True/StorageFences (the fencing storage, from its failovers above);
+ *     rh-open serving on real-2 with an NFS client on real-1; freeze real-2 longer than D:
+ *     with the default LEASEHOLD_NONFENCING_STORAGE=require-node-down it WAITS
+ *     (StorageFencing=False/AwaitingNodeDown naming attachRequired false and the taint,
+ *     the AwaitingNodeDown event, for 6 s no replacement pod, the lease unmarked and
+ *     still the frozen pod's, no other ganesha); then the test taints real-2
+ *     out-of-service as an operator who powered it off would: it fails over
+ *     (StorageFencing=False/NodeDown) to real-1, the Lease the replacement's, the client
+ *     writes again; then the frozen machine is powered off (RealNode.crash of the frozen
+ *     node: killed while frozen, nothing of it runs again; the taint's word made true:
+ *     a thaw instead would run the old ganesha next to the replacement, the hazard the
+ *     gate leaves to the operator, storage-fencing.test.ts shows it on the sim),
+ *     rebooted, untainted, a manager ready there again. Never two ganesha; the client's
+ *     view (nothing acknowledged lost).
+ *  5. `helm upgrade` to manager.outOfServiceTaint=true, nodeLeaseGrace=8s (the node-monitor
  *     grace) and volumeHandoff=none, then crash real-1: the manager taints it
  *     node.kubernetes.io/out-of-service=nodeshutdown:NoExecute (with its mark) only after
  *     it was seen NotReady, the ADC force-detaches (the old VolumeAttachment deleted after
@@ -55,7 +71,11 @@
  * Cost (three passing runs at a load of 10-14): the system start 38-81 s, the four
  * shares 8-17 s, the crash with its reboot 21-64 s, the partition 15-38 s, the helm
  * upgrade 6-28 s (the old managers deleted at once; 37.9 s by the rolling update) and
- * the out-of-service crash with its heal 27-35 s; the file 190-224 s.
+ * the out-of-service crash with its heal 27-35 s; the file 190-224 s. Scenario 4 (the
+ * attach-less share, three runs at a load of 12-14): 28.8, 33.0 and 30.3 s (serving
+ * 4.1-6.0 s after its create, AwaitingNodeDown 5.6-5.9 s after the freeze, the 6 s
+ * hold, serving 2.2-4.5 s after the taint, the reboot and untaint 6.9-7.9 s); the
+ * file 206 and 220 s in the two passing runs with it (173 and 190 s without it).
  */
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
@@ -85,7 +105,7 @@ import {
 } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
-import { LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
+import { ANNOTATION_DELINQUENT, LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import { eventually } from '../support/cluster.ts';
 import {
   E2E_NFS,
@@ -99,7 +119,8 @@ import {
   waitPodProcessesGone,
 } from './e2e-support.ts';
 
-const system = useRealSystem({ nodes: 2 }); // ADC sync: the cluster's default, 1m
+// ADC sync: the cluster's default, 1m; the attach-less driver for scenario 4.
+const system = useRealSystem({ nodes: 2, noAttachDriver: true });
 const NFS = 'rh-a';
 const SHARES = [NFS, 'rh-b', 'rh-c', 'rh-d'];
 const BYSTANDER = 'rh-bystander';
@@ -621,6 +642,213 @@ test('partition (close) then heal on the default ADC sync: the lone share moves 
   }
 });
 
+/** The share on storage without an attach step (scenario 4). */
+const OPEN = 'rh-open';
+/** real-2: after the partition rh-a serves on real-1, so nothing else of this file is frozen with it. */
+const FROZEN = OTHER;
+/**
+ * How long the waiting share is watched for a replacement or a mark after it said
+ * AwaitingNodeDown: about twice a lone share's detection-to-replacement on these nodes,
+ * and the Node's status changes (NotReady) make the managers look again meanwhile.
+ */
+const AWAIT_HOLD_MS = 6_000;
+
+interface Condition {
+  type: string;
+  status: string;
+  reason?: string;
+  message?: string;
+}
+
+async function storageFencingCondition(sys: RealSystem, share: string): Promise<Condition | undefined> {
+  const status = (await shareStatus(sys, share)) as { conditions?: Condition[] };
+  return status.conditions?.find((c) => c.type === 'StorageFencing');
+}
+
+/** The pods of `share` (any phase) other than `pod`. */
+async function otherPods(sys: RealSystem, share: string, pod: string): Promise<string[]> {
+  const list = await sys.core.listNamespacedPod(
+    { namespace: SHARES_NAMESPACE, labelSelector: `${LABEL_SHARE_MANAGER}=${share}` },
+    withDeadline(5_000),
+  );
+  return list.items.map((p) => p.metadata?.name ?? '').filter((name) => name !== pod);
+}
+
+/** As an operator who powered the node off would: `kubectl taint node N node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`. */
+async function setOutOfService(sys: RealSystem, node: string, on: boolean): Promise<void> {
+  const n = await sys.core.readNode({ name: node }, withDeadline(5_000));
+  const taints = n.spec?.taints ?? [];
+  const rest = taints.filter((x) => x.key !== TAINT_KEY);
+  const next = on ? [...rest, { key: TAINT_KEY, value: 'nodeshutdown', effect: 'NoExecute' }] : rest;
+  await sys.core.patchNode(
+    {
+      name: node,
+      body: [
+        // The resourceVersion test makes a concurrent taint change a 409, not a lost write.
+        { op: 'test', path: '/metadata/resourceVersion', value: n.metadata?.resourceVersion },
+        { op: n.spec?.taints ? 'replace' : 'add', path: '/spec/taints', value: next },
+      ],
+    },
+    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.JsonPatch, withDeadline(5_000)),
+  );
+}
+
+/** A Ready manager pod (not being deleted) on `node`. */
+async function waitReadyManagerOn(sys: RealSystem, node: string, timeoutMs: number): Promise<void> {
+  await eventually(
+    `a ready manager pod on ${node}`,
+    async () => {
+      const pods = await sys.core.listNamespacedPod(
+        { namespace: SYSTEM_NAMESPACE, labelSelector: MANAGER_LABEL, fieldSelector: `spec.nodeName=${node}` },
+        withDeadline(5_000),
+      );
+      return pods.items.some(
+        (p) =>
+          !p.metadata?.deletionTimestamp &&
+          p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'),
+      )
+        ? true
+        : undefined;
+    },
+    timeoutMs,
+    500,
+  );
+}
+
+test("storage without an attach step (CSIDriver attachRequired: false): freeze real-2 longer than D, the share waits for node-down evidence; the operator's out-of-service taint lets it fail over; the frozen machine powered off, rebooted, untainted", {
+  timeout: 300_000,
+}, async (t) => {
+  const sys = system();
+  // The fencing storage's verdict, from rh-a's failovers before (the crash, the partition).
+  const fences = await storageFencingCondition(sys, NFS);
+  assert.deepEqual(
+    [fences?.status, fences?.reason],
+    ['True', 'StorageFences'],
+    `${NFS}: the fencing storage (CSIDriver attachRequired true) was judged to fence`,
+  );
+  const t0 = performance.now();
+  await createRealNfsShare(sys, OPEN, { nfs: E2E_NFS, node: FROZEN, noAttach: true });
+  const before = await servingRealPod(sys, OPEN);
+  assert.equal(before.node, FROZEN, `${OPEN} serves on ${FROZEN}`);
+  const startedS = (performance.now() - t0) / 1000;
+  assert.deepEqual(
+    vaLog().nodesOf(realPvName(OPEN)),
+    [],
+    'no VolumeAttachment: the driver has no attach step',
+  );
+  assert.deepEqual(await sys.csi.attachments(realVolumeHandle(OPEN)), [], 'and the driver recorded none');
+  await sys.kc
+    .makeApiClient(k8s.CustomObjectsApi)
+    .patchNamespacedCustomObject(
+      { ...SM, namespace: SHARES_NAMESPACE, name: OPEN, body: [{ op: 'remove', path: '/spec/scheduling' }] },
+      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.JsonPatch, withDeadline(5_000)),
+    );
+  const client = await RealNfsClient.start(sys, OPEN, LOST, { file: 'noattach.bin' });
+  let tainted = false;
+  try {
+    await client.waitResumed(60_000);
+    const faultWall = Date.now();
+    client.markFault();
+    sys.node(FROZEN).freeze();
+
+    // The default LEASEHOLD_NONFENCING_STORAGE=require-node-down: its lease goes stale D
+    // after the freeze and it WAITS, serving nowhere.
+    const waiting = await eventually(
+      `${OPEN} says StorageFencing=False/AwaitingNodeDown`,
+      async () => {
+        const c = await storageFencingCondition(sys, OPEN);
+        return c?.reason === 'AwaitingNodeDown' ? c : undefined;
+      },
+      60_000,
+      250,
+    );
+    const awaitingS = (Date.now() - faultWall) / 1000;
+    assert.equal(waiting.status, 'False');
+    assert.match(waiting.message ?? '', /attachRequired: false/, 'judged by the CSIDriver');
+    assert.match(waiting.message ?? '', /node\.kubernetes\.io\/out-of-service.*or delete its Node object/);
+    const leases = sys.kc.makeApiClient(k8s.CoordinationV1Api);
+    const holdUntil = monotonicMs() + AWAIT_HOLD_MS;
+    let looks = 0;
+    do {
+      assert.deepEqual(
+        await otherPods(sys, OPEN, before.pod),
+        [],
+        `${OPEN}: no replacement pod while it waits`,
+      );
+      const lease = await leases.readNamespacedLease(
+        { namespace: SHARES_NAMESPACE, name: OPEN },
+        withDeadline(5_000),
+      );
+      assert.equal(
+        lease.metadata?.annotations?.[ANNOTATION_DELINQUENT],
+        undefined,
+        'its lease is not marked',
+      );
+      assert.equal(lease.spec?.holderIdentity, before.pod, "still the frozen pod's");
+      looks++;
+      await sleep(300);
+    } while (monotonicMs() < holdUntil);
+    const stillWaiting = await storageFencingCondition(sys, OPEN);
+    assert.equal(stillWaiting?.reason, 'AwaitingNodeDown', 'still waiting at the end of the window');
+    const events = await sys.core.listNamespacedEvent(
+      { namespace: SHARES_NAMESPACE, fieldSelector: `involvedObject.name=${OPEN},reason=AwaitingNodeDown` },
+      withDeadline(5_000),
+    );
+    assert.ok(events.items.length > 0, `a Warning event AwaitingNodeDown on ${OPEN}`);
+    assert.ok(
+      (ganesha?.windows() ?? []).filter((w) => w.id.startsWith(`${OPEN}-`) && w.id !== before.pod).length ===
+        0,
+      `${OPEN}: no ganesha but the frozen one's ever ran`,
+    );
+
+    // The operator's word that real-2 is down. (It is frozen: it runs nothing, so the
+    // word holds as long as it is not thawed; it is powered off below.)
+    const taintWall = Date.now();
+    await setOutOfService(sys, FROZEN, true);
+    tainted = true;
+    const afterPod = await servingRealPod(sys, OPEN, { notPod: before.pod });
+    await client.waitResumed(REAL_SERVING_WITHIN_MS);
+    assert.equal(afterPod.node, LOST, `the replacement runs on ${LOST}`);
+    const afterTaint = await storageFencingCondition(sys, OPEN);
+    assert.deepEqual([afterTaint?.status, afterTaint?.reason], ['False', 'NodeDown']);
+    const lease = await leases.readNamespacedLease(
+      { namespace: SHARES_NAMESPACE, name: OPEN },
+      withDeadline(5_000),
+    );
+    assert.equal(lease.spec?.holderIdentity, afterPod.pod, "the Lease is the replacement's");
+    assert.deepEqual(vaLog().nodesOf(realPvName(OPEN)), [], 'still no VolumeAttachment');
+    const servedS = sinceS(afterPod.servingWall, taintWall);
+    const resumedS = client.resumed()?.afterS ?? Number.NaN;
+
+    // The frozen machine powered off (what the taint said): killed while frozen, none of
+    // its processes runs again; then the reboot and the untaint, as an operator would.
+    await sys.node(FROZEN).crash();
+    const windows = assertNeverTwo(OPEN, 'no-attach');
+    assert.ok(
+      windows.some((w) => w.id === before.pod) && windows.some((w) => w.id === afterPod.pod),
+      `${OPEN}: the old and new ganesha seen`,
+    );
+    const [gapS] = client.assertClientView('real-node handoff: no-attach storage');
+    process.stderr.write(
+      `real-node handoff: no-attach: serving on ${FROZEN} ${startedS.toFixed(1)} s after create; freeze -> AwaitingNodeDown ${awaitingS.toFixed(2)} s, held ${AWAIT_HOLD_MS} ms (${looks} looks) with no replacement and the lease unmarked; taint -> serving on ${afterPod.node} ${servedS.toFixed(2)} s; client resumed ${resumedS.toFixed(2)} s after the freeze (gap ${gapS?.toFixed(2)} s)\n`,
+    );
+    t.diagnostic(
+      `freeze -> AwaitingNodeDown ${awaitingS.toFixed(2)} s; taint -> serving ${servedS.toFixed(2)} s`,
+    );
+  } finally {
+    await client.stop();
+    const t1 = performance.now();
+    // The reboot after the power-off (a thaw if the test failed before it).
+    await sys.node(FROZEN).heal();
+    if (tainted) await setOutOfService(sys, FROZEN, false);
+    await waitReadyManagerOn(sys, FROZEN, 120_000);
+    process.stderr.write(
+      `real-node handoff: no-attach: reboot and untaint to ${FROZEN}'s manager ready again ${((performance.now() - t1) / 1000).toFixed(1)} s\n`,
+    );
+  }
+  await deleteShare(sys, OPEN);
+});
+
 /** Polls the Node until stopped: when it was first seen not Ready, and first with our taint and mark. */
 function watchNode(sys: RealSystem, node: string) {
   let notReadyWall: number | undefined;
@@ -794,28 +1022,7 @@ test('out-of-service (helm upgrade: taint on, handoff none): crash real-1, taint
     await eventually(`an OutOfServiceTaintRemoved event on ${LOST}`, async () =>
       (await nodeEvents(sys, LOST, 'OutOfServiceTaintRemoved')).length > 0 ? true : undefined,
     );
-    await eventually(
-      `a ready manager pod on the healed ${LOST}`,
-      async () => {
-        const pods = await sys.core.listNamespacedPod(
-          {
-            namespace: SYSTEM_NAMESPACE,
-            labelSelector: MANAGER_LABEL,
-            fieldSelector: `spec.nodeName=${LOST}`,
-          },
-          withDeadline(5_000),
-        );
-        return pods.items.some(
-          (p) =>
-            !p.metadata?.deletionTimestamp &&
-            p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'),
-        )
-          ? true
-          : undefined;
-      },
-      120_000,
-      500,
-    );
+    await waitReadyManagerOn(sys, LOST, 120_000);
     process.stderr.write(
       `real-node handoff: out-of-service: taint removed ${removedS.toFixed(1)} s after the heal, a manager ready there ${((performance.now() - t1) / 1000).toFixed(1)} s\n`,
     );

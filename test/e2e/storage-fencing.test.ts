@@ -27,6 +27,19 @@
  *    resume the old server's records DO land after the replacement's first: the taint
  *    is trusted as the operator's word that the machine is off, and here it was not
  *    (what lease-only would do at once, without the taint: storage-fencing.ts).
+ * On real nodes now: (a)'s failover of a frozen node on the fencing ext4 storage with 0
+ * stale acks and nothing lost (real-node-failover.test.ts's freeze), the storage's
+ * revoke before the grant elsewhere and the old node's EIO after it
+ * (real-node.test.ts's fencing test, real-node-fencing.ts), StorageFencing=True/
+ * StorageFences, and all of (b) up to the failover after the taint
+ * (real-node-handoff.test.ts, scenario 4, on the testbed driver's attach-less name).
+ * Kept here because the real testbed does not show it: the per-view write counts
+ * (`viewStats`, `writesAcrossRevokes`: the real driver's fencefs views report none), the
+ * image read back with its journal replayed and e2fsck clean (on real nodes the ext4 is
+ * mounted in the node's mount namespace), and (b)'s thaw of a node tainted while only
+ * frozen (its old server writes after the replacement's first): the real scenario
+ * powers the frozen node off instead, since a thawed old ganesha next to the
+ * replacement is what its never-two check forbids.
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';

@@ -162,12 +162,17 @@ test("a node's storage leftovers: its views' fencefs and loop devices, not anoth
     ['loop1', '/t/csi-1/state/views/vol-a/real-2.5/disk.img\n'],
     ['loop2', '/var/lib/images/real-1.3/disk.img\n'],
     ['loop3', '/t/csi-1/state/views/vol-b/real-1.7/disk.img (deleted)\n'],
+    // Another testbed's node of the same name (another test file's run on the host).
+    ['loop4', '/t/csi-2/state/views/vol-a/real-1.3/disk.img\n'],
   ]);
-  assert.deepEqual(nodeLoopsIn(loops, 'real-1'), [
+  assert.deepEqual(nodeLoopsIn(loops, 'real-1', '/t/csi-1/backing'), [
     'loop device /dev/loop0 over /t/csi-1/state/views/vol-a/real-1.3/disk.img',
     'loop device /dev/loop3 over /t/csi-1/state/views/vol-b/real-1.7/disk.img (deleted)',
   ]);
-  assert.deepEqual(nodeLoopsIn(new Map(), 'real-1'), []);
+  assert.deepEqual(nodeLoopsIn(loops, 'real-1', '/t/csi-2/backing'), [
+    'loop device /dev/loop4 over /t/csi-2/state/views/vol-a/real-1.3/disk.img',
+  ]);
+  assert.deepEqual(nodeLoopsIn(new Map(), 'real-1', '/t/csi-1/backing'), []);
 });
 
 test("the e2e reads a block volume through the latest grant's ext4 mount, not a revoked node's or another volume's", () => {

@@ -18,6 +18,9 @@
 // DeleteVolume make and remove a volume's directory (provision.go). Every call is
 // idempotent, as the CSI spec asks; errors are gRPC status errors naming the volume
 // and the node.
+// With -mode=node -attach-required=false (the testbed's attach-less driver, whose
+// CSIDriver says attachRequired: false) stage bind-mounts the plain directory with no
+// attach check: storage that cannot fence.
 // Not guaranteed: capacity limits (recorded, not enforced), block volumes, snapshots,
 // topology; without -fencefs, fencing: a node whose volume was unpublished keeps
 // writing until its own unmount.
@@ -47,14 +50,15 @@ func main() {
 		stateDir   = flag.String("state-dir", "", "controller: where attachments are recorded (required with -mode=controller)")
 		nodeID     = flag.String("node-id", "", "node: this node's id, as the kubelet reports it (required with -mode=node)")
 		fencefs    = flag.String("fencefs", "", "controller: the leasehold-fencefs binary; set, a node reaches a volume only through its revocable view (fencing.go)")
+		attach     = flag.Bool("attach-required", true, "node: false for a driver whose CSIDriver says attachRequired: false (stage the plain directory, no attach check)")
 	)
 	flag.Parse()
-	if err := run(*endpoint, *mode, *name, *backingDir, *stateDir, *nodeID, *fencefs); err != nil {
+	if err := run(*endpoint, *mode, *name, *backingDir, *stateDir, *nodeID, *fencefs, *attach); err != nil {
 		log.Fatalf("leasehold-csi-hostdir: %v", err)
 	}
 }
 
-func run(endpoint, mode, name, backingDir, stateDir, nodeID, fencefs string) error {
+func run(endpoint, mode, name, backingDir, stateDir, nodeID, fencefs string, attachRequired bool) error {
 	if endpoint == "" || backingDir == "" {
 		return fmt.Errorf("-endpoint and -backing-dir are required")
 	}
@@ -76,7 +80,7 @@ func run(endpoint, mode, name, backingDir, stateDir, nodeID, fencefs string) err
 			return fmt.Errorf("-node-id is required with -mode=node")
 		}
 		csi.RegisterIdentityServer(server, &identity{name: name})
-		csi.RegisterNodeServer(server, &node{backingDir: backingDir, nodeID: nodeID})
+		csi.RegisterNodeServer(server, &node{backingDir: backingDir, nodeID: nodeID, attachRequired: attachRequired})
 	default:
 		return fmt.Errorf("-mode must be controller or node, not %q", mode)
 	}

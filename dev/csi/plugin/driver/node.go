@@ -15,10 +15,17 @@ import (
 // publishes it by bind-mounting the staging path into the pod's target path. It runs
 // in the node's mount namespace, so its mounts are the node's (and the kubelet's
 // rshared root carries them to containerd's view).
+//
+// With attachRequired false (-attach-required=false: the node part of a driver whose
+// CSIDriver says attachRequired: false, which the kubelet stages with no publish
+// context) it stages the plain volume directory by a bind mount, with no attach check
+// and no view: storage that cannot fence a node, as NFS-backed and hostPath-like
+// drivers are. The block kind is not served then (its image is made at ControllerPublish).
 type node struct {
 	csi.UnimplementedNodeServer
-	backingDir string
-	nodeID     string
+	backingDir     string
+	nodeID         string
+	attachRequired bool
 }
 
 func (n *node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
@@ -41,12 +48,16 @@ func (n *node) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeReques
 	if req.GetVolumeCapability().GetMount() == nil {
 		return nil, status.Errorf(codes.InvalidArgument, "staging volume %s: only mount access is served", volume)
 	}
+	source := filepath.Join(n.backingDir, volume)
+	if !n.attachRequired {
+		// No attach step, so nothing to check and nothing the storage could revoke.
+		return n.stageDirectory(volume, source, staging)
+	}
 	// The attach-detach controller's VolumeAttachment carries ControllerPublish's
 	// context to the kubelet, which passes it here: no attach, no stage.
 	if got := req.GetPublishContext()[publishContextNode]; got != n.nodeID {
 		return nil, status.Errorf(codes.FailedPrecondition, "staging volume %s on node %s: it is attached to %q", volume, n.nodeID, got)
 	}
-	source := filepath.Join(n.backingDir, volume)
 	block, err := blockKind(req.GetPublishContext())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "staging volume %s: %v", volume, err)
@@ -75,6 +86,11 @@ func (n *node) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeReques
 		}
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
+	return n.stageDirectory(volume, source, staging)
+}
+
+// stageDirectory bind-mounts the volume directory source at staging.
+func (n *node) stageDirectory(volume, source, staging string) (*csi.NodeStageVolumeResponse, error) {
 	if st, err := os.Stat(source); err != nil || !st.IsDir() {
 		return nil, status.Errorf(codes.NotFound, "staging volume %s: no directory %s", volume, source)
 	}
