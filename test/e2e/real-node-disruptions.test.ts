@@ -38,7 +38,7 @@
  *  - one frozen share manager among many on a healthy node (last: it leaves its extra
  *    shares): 8 more shares of the demo record server (dev/share-server, compiled into
  *    the leasehold image's dist/, run by spec.server from that image) pinned to the node
- *    where `moved` serves, so 9-11 share-manager pods there (10 in each run here); then
+ *    where `moved` serves, so 9-11 share-manager pods there (10 or 11 in the runs here); then
  *    the cgroup v1 freezer freezes `moved`'s pod cgroup only (dev/node/freezer.ts
  *    freezeCgroup: its agent stops renewing; the node, its kubelet and the other pods
  *    run on). Asserted: exactly that share fails over (lastFailover names the frozen
@@ -53,8 +53,8 @@
  *    controller's 6 min. So the freeze lasts until the kubelet's stop signal is pending
  *    on a frozen process; then the pod's processes are SIGKILLed and thawed, dying
  *    before they run again. Why 8 and not the sim's 20: each real pod is a pause, an
- *    agent and a server Node process under containerd and runc; 8 start in 16-25 s at
- *    load 5-11 on the 2 cores, which keeps the scenario (41 s with the freeze) under the
+ *    agent and a server Node process under containerd and runc; 8 start in 11-25 s at
+ *    load 3-11 on the 2 cores, which keeps the scenario (25-41 s with the freeze) under the
  *    cost of the sim's many-shares.test.ts it replaces (33 s plus a 20 s system start);
  *    the sim's 20 on one simulated node were processes, not pods.
  * Every share: never two of its ganesha processes running at once (GaneshaTracker, one
@@ -63,8 +63,8 @@
  * Not covered here: a clock that jumps while the agent runs (libfaketime's offset is
  * fixed from the process's start).
  * Cost: one system start (31-57 s), three shares and the 8 bystanders; the file 120-200 s
- * at a load of 3 to 15 before the frozen-pod scenario; 181 s with it, 145 s without on
- * the same day (figures in docs/testing.md).
+ * at a load of 3 to 15 before the frozen-pod scenario; 148-182 s with it, 145 s without
+ * on the same day (figures in docs/testing.md).
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
