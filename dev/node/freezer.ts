@@ -113,3 +113,29 @@ export function freezerState(cgroupRoot: string): string | undefined {
     return undefined;
   }
 }
+
+/**
+ * The freezer cgroup of pod `podUid` (the kubelet's `.../pod<uid>` directory, relative to
+ * the freezer mount), from the freezer cgroups of `pids` (its processes); undefined when
+ * none of them is under such a directory.
+ */
+export function podFreezerCgroup(podUid: string, pids: readonly number[]): string | undefined {
+  const dir = new RegExp(`^(.*/pod${podUid.replace(/[^0-9a-f-]/g, '')})(/|$)`);
+  for (const pid of pids) {
+    const m = dir.exec(freezerCgroupOf(pid) ?? '');
+    if (m?.[1]) return m[1];
+  }
+  return undefined;
+}
+
+/**
+ * Freezes one cgroup (e.g. a pod's, podFreezerCgroup) and everything below it, nothing
+ * else: its processes stop, the node's daemons and other pods run on. Throws naming the
+ * cgroup when it is not in the freezer hierarchy. Thaw with thawNode(path) (any cgroup).
+ */
+export function freezeCgroup(path: string): void {
+  const state = join(freezerMount(), path, 'freezer.state');
+  if (!existsSync(state))
+    throw new LeaseholdError('E_NODE_FREEZER', `cgroup ${path}: no freezer.state in the freezer hierarchy`);
+  writeFileSync(state, 'FROZEN\n');
+}
