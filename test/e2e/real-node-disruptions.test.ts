@@ -31,10 +31,18 @@
  *    no delinquent mark, no failover; the old ganesha stopped before the new one
  *    started; eviction -> serving is printed;
  *  - the API server down for 12 s (dev/cluster stopApiServer/startApiServer: every
- *    kubelet, kube-proxy, manager and agent loses it through its own path): zero
- *    failovers (no lastFailover, no delinquent mark, no LeaseExpired event) and every
- *    share served again by a running ganesha. 12 s exceeds T (4 s: every agent fences,
- *    its pod ends, the managers replace it), D (6 s) and the node-monitor grace (8 s).
+ *    kubelet, kube-proxy, manager and agent loses it through its own path): 12 s exceeds
+ *    T (4 s: every agent fences, its server stops, its pod ends), D (6 s) and the
+ *    node-monitor grace (8 s). Then each share is either freed as an ended holder (no
+ *    failover) or, when the real kubelet's report of the ended pod reaches the API later
+ *    than D of the managers' healthy watch (its status retries run every 10 s; seen in 3
+ *    of 8 runs at load 7-11, always `skew-behind`, once all three), failed over. Asserted:
+ *    every failover's verdict came at least D after the API returned (no verdict from
+ *    observations older than the outage: the blindness rule), its old ganesha had
+ *    stopped before the API returned (a fenced pod, never a running server), a
+ *    LeaseExpired only for a failover, no other share marked delinquent; every share
+ *    served again by a running ganesha; never two ganesha. On the sim (immediate pod
+ *    status) it was zero failovers every time.
  *  - one frozen share manager among many on a healthy node (last: it leaves its extra
  *    shares): 8 more shares of the demo record server (dev/share-server, compiled into
  *    the leasehold image's dist/, run by spec.server from that image) pinned to the node
@@ -384,8 +392,10 @@ test('clock skew on real nodes: agents 10 min ahead and behind renew without a f
 });
 
 const OUTAGE_MS = 12_000;
+/** The chart's default lease duration D (the managers' blindness rule waits D of healthy watch). */
+const D_MS = 6_000;
 
-test('API server down for 12 s with real nodes: zero failovers, every share served again, never two ganesha', {
+test('API server down for 12 s with real nodes: no failover of a running server, none on a verdict within D of the API returning, every share served again, never two ganesha', {
   timeout: 240_000,
 }, async () => {
   const sys = system();
@@ -411,13 +421,43 @@ test('API server down for 12 s with real nodes: zero failovers, every share serv
   process.stderr.write(
     `API outage (real nodes): ${SHARES.map((s) => `${s} ${before.get(s) === after.get(s) ? 'same pod' : `new pod ${after.get(s)}`}`).join(', ')}\n`,
   );
-  // NB: the agents fence after T (4 s) without the API, as they must; their pods end. What
-  // must not follow is a failover (stale verdict, delinquent mark, force delete) for them.
-  assert.deepEqual([...(await failedOver(sys)).keys()], [], 'no ShareManager went through a failover');
-  assert.deepEqual(await eventsOf(sys, 'LeaseExpired'), [], 'no LeaseExpired event');
+  // NB: the agents fence after T (4 s) without the API, as they must; their servers stop and
+  // their pods end. Then either path is right: the manager frees the ended holder's lease
+  // (no failover), or, when the kubelet's report of the ended pod reaches the API later
+  // than D of the managers' healthy watch (its status retries run every 10 s), it judges
+  // the unrenewed lease stale and fails over a pod already stopped. What must not happen:
+  // a verdict from observations older than the outage (before D of healthy watch), or a
+  // failover of a share whose old server still ran when the API came back.
+  const backWall = Date.now() - (performance.now() - backAt);
+  const failovers = await failedOver(sys);
+  for (const [share, status] of failovers) {
+    const lf = status.lastFailover;
+    assert.ok(lf, `${share}: a failover record`);
+    const detectedWall = Date.parse(lf.detectedAt ?? '');
+    assert.ok(
+      detectedWall >= backWall + D_MS - 1_000, // 1 s: the API may take connections before its readiness answers
+      `${share}: failed over on a verdict ${detectedWall - backWall} ms after the API returned (the blindness rule: at least D = ${D_MS} ms)`,
+    );
+    const old = ganeshaOf(share).filter((w) => w.id === lf.lostPod);
+    assert.ok(old.length > 0, `${share}: the failed-over pod ${lf.lostPod} ran ganesha before the outage`);
+    for (const w of old)
+      assert.ok(
+        w.stopMonoMs !== undefined && w.stopMonoMs <= monotonicMs() - (performance.now() - backAt),
+        `${share}: the failed-over pod's ganesha ${fmt(w)} had stopped before the API returned (its agent fenced)`,
+      );
+  }
+  process.stderr.write(
+    `API outage (real nodes): ${failovers.size} of ${SHARES.length} shares failed over after the API returned (of pods already fenced), the others' ended holders freed\n`,
+  );
+  const expired = await eventsOf(sys, 'LeaseExpired');
+  assert.ok(
+    expired.length <= failovers.size,
+    `a LeaseExpired event only for a failover: ${expired.join('; ')}`,
+  );
   for (const share of SHARES) {
     const lease = await leaseOf(sys, share);
-    assert.equal(lease.metadata?.annotations?.[DELINQUENT], undefined, `${share}: never marked delinquent`);
+    if (!failovers.has(share))
+      assert.equal(lease.metadata?.annotations?.[DELINQUENT], undefined, `${share}: never marked delinquent`);
     const windows = assertNeverTwo(share, 'API outage');
     process.stderr.write(`${share}: ganesha windows ${windows.map(fmt).join(', ')}\n`);
   }
