@@ -674,23 +674,42 @@ async function otherPods(sys: RealSystem, share: string, pod: string): Promise<s
   return list.items.map((p) => p.metadata?.name ?? '').filter((name) => name !== pod);
 }
 
-/** As an operator who powered the node off would: `kubectl taint node N node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`. */
+/**
+ * As an operator who powered the node off would: `kubectl taint node N
+ * node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` (or its removal). A
+ * read-modify-write guarded by a JSON-patch `test` of the resourceVersion, retried when
+ * the Node changed in between: the API server answers a failed `test` with 422 Invalid
+ * (not 409), and a rebooting node's kubelet updates its Node every few seconds (a CI run
+ * lost the untaint to that race).
+ */
 async function setOutOfService(sys: RealSystem, node: string, on: boolean): Promise<void> {
-  const n = await sys.core.readNode({ name: node }, withDeadline(5_000));
-  const taints = n.spec?.taints ?? [];
-  const rest = taints.filter((x) => x.key !== TAINT_KEY);
-  const next = on ? [...rest, { key: TAINT_KEY, value: 'nodeshutdown', effect: 'NoExecute' }] : rest;
-  await sys.core.patchNode(
-    {
-      name: node,
-      body: [
-        // The resourceVersion test makes a concurrent taint change a 409, not a lost write.
-        { op: 'test', path: '/metadata/resourceVersion', value: n.metadata?.resourceVersion },
-        { op: n.spec?.taints ? 'replace' : 'add', path: '/spec/taints', value: next },
-      ],
-    },
-    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.JsonPatch, withDeadline(5_000)),
-  );
+  for (let attempt = 1; ; attempt++) {
+    const n = await sys.core.readNode({ name: node }, withDeadline(5_000));
+    const taints = n.spec?.taints ?? [];
+    const rest = taints.filter((x) => x.key !== TAINT_KEY);
+    const next = on ? [...rest, { key: TAINT_KEY, value: 'nodeshutdown', effect: 'NoExecute' }] : rest;
+    try {
+      await sys.core.patchNode(
+        {
+          name: node,
+          body: [
+            { op: 'test', path: '/metadata/resourceVersion', value: n.metadata?.resourceVersion },
+            { op: n.spec?.taints ? 'replace' : 'add', path: '/spec/taints', value: next },
+          ],
+        },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.JsonPatch, withDeadline(5_000)),
+      );
+      return;
+    } catch (err) {
+      const code = (err as { code?: number }).code;
+      if ((code !== 422 && code !== 409) || attempt >= 10) {
+        throw new Error(
+          `${on ? 'tainting' : 'untainting'} Node ${node} (${TAINT_KEY}): attempt ${attempt}: ${String(err)}`,
+        );
+      }
+      await sleep(200);
+    }
+  }
 }
 
 /** A Ready manager pod (not being deleted) on `node`. */
@@ -745,6 +764,17 @@ test("storage without an attach step (CSIDriver attachRequired: false): freeze r
     );
   const client = await RealNfsClient.start(sys, OPEN, LOST, { file: 'noattach.bin' });
   let tainted = false;
+  const cleanup = async () => {
+    await client.stop();
+    const t1 = performance.now();
+    // The reboot after the power-off (a thaw if the test failed before it).
+    await sys.node(FROZEN).heal();
+    if (tainted) await setOutOfService(sys, FROZEN, false);
+    await waitReadyManagerOn(sys, FROZEN, 120_000);
+    process.stderr.write(
+      `real-node handoff: no-attach: reboot and untaint to ${FROZEN}'s manager ready again ${((performance.now() - t1) / 1000).toFixed(1)} s\n`,
+    );
+  };
   try {
     await client.waitResumed(60_000);
     const faultWall = Date.now();
@@ -835,17 +865,14 @@ test("storage without an attach step (CSIDriver attachRequired: false): freeze r
     t.diagnostic(
       `freeze -> AwaitingNodeDown ${awaitingS.toFixed(2)} s; taint -> serving ${servedS.toFixed(2)} s`,
     );
-  } finally {
-    await client.stop();
-    const t1 = performance.now();
-    // The reboot after the power-off (a thaw if the test failed before it).
-    await sys.node(FROZEN).heal();
-    if (tainted) await setOutOfService(sys, FROZEN, false);
-    await waitReadyManagerOn(sys, FROZEN, 120_000);
-    process.stderr.write(
-      `real-node handoff: no-attach: reboot and untaint to ${FROZEN}'s manager ready again ${((performance.now() - t1) / 1000).toFixed(1)} s\n`,
+  } catch (err) {
+    // A failed cleanup must not hide why the scenario failed (a CI run lost it so).
+    await cleanup().catch((cleanupErr) =>
+      process.stderr.write(`real-node handoff: no-attach: the cleanup failed too: ${String(cleanupErr)}\n`),
     );
+    throw err;
   }
+  await cleanup();
   await deleteShare(sys, OPEN);
 });
 

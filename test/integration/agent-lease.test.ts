@@ -198,12 +198,25 @@ describe('agent loss, fencing and release', () => {
     const signalled = await targetExit;
     assert.equal(signalled.signal, 'SIGTERM');
     assert.ok(signalled.atMs <= exit.atMs + 50, 'the fence signal went out before the agent exited');
-    assert.equal((fenced?.fence as { kind?: string })?.kind, 'stopped', 'the target was verified gone');
-    assert.deepEqual((fenced?.fence as { killed?: number[] })?.killed, [], 'SIGTERM sufficed: no SIGKILL');
-    assert.ok(
-      (fenced?.fenceMs as number) < 1_300,
-      `signal fence took ${String(fenced?.fenceMs)} ms (within the grace)`,
-    );
+    const fence = fenced?.fence as { kind?: string; killed?: number[] };
+    assert.equal(fence?.kind, 'stopped', 'the target was verified gone');
+    // SIGTERM kills `sleep` at once, so the fence should see it gone inside the grace and
+    // send no SIGKILL. Two CI runs at load 11+ saw the dying target outlive even a 1.3 s
+    // grace; the rule that must hold either way is "no SIGKILL before the grace"
+    // (agent-fence.test.ts checks both paths with targets that exit or ignore SIGTERM).
+    if ((fence?.killed ?? []).length === 0) {
+      assert.ok(
+        (fenced?.fenceMs as number) < 1_300,
+        `signal fence took ${String(fenced?.fenceMs)} ms with no SIGKILL: within the grace`,
+      );
+    } else {
+      assert.deepEqual(fence?.killed, [target.pid], 'only the target was SIGKILLed');
+      assert.ok(
+        (fenced?.fenceMs as number) >= 1_300,
+        `SIGKILL not before the 1300 ms grace (fence took ${String(fenced?.fenceMs)} ms)`,
+      );
+      t.diagnostic('under load the target outlived the grace after SIGTERM; SIGKILLed after it');
+    }
     t.diagnostic(
       `fenced ${Math.round(exit.atMs - markedAt)} ms after the mark; signal fence took ${String(fenced?.fenceMs)} ms`,
     );
