@@ -160,7 +160,10 @@ describe('agent acquisition', () => {
 describe('agent loss, fencing and release', () => {
   it('fences by signal within one renew interval of a manager-style delinquent CAS write', async (t) => {
     const api = leaseApi(cluster());
-    const targetName = `leasehold-fence-target-${process.pid}`;
+    // NB: unique in its first 15 characters, the part a comm match compares: the old
+    // `leasehold-fence-target-PID` matched every dev/fuse `leasehold-fencefs` (comm
+    // `leasehold-fence`) of a real-node test running beside it, and SIGKILLed them.
+    const targetName = `lhft-${process.pid}`;
     const target = spawn('bash', ['-c', `exec -a ${targetName} sleep 300`], { stdio: 'ignore' });
     const targetExit = new Promise<{ signal: NodeJS.Signals | null; atMs: number }>((resolve) =>
       target.once('exit', (_code, signal) => resolve({ signal, atMs: performance.now() })),
@@ -170,8 +173,8 @@ describe('agent loss, fencing and release', () => {
       envFor('marked-one', 'pod-doomed', {
         LEASEHOLD_FENCE_ACTION: 'signal',
         LEASEHOLD_FENCE_PROCESS: targetName,
-        // The longest grace D - T (1.5 s) allows: a CI run at load 11 saw the target still
-        // there after the default 562 ms, and the fence SIGKILLed it (it had died of SIGTERM).
+        // The longest grace D - T (1.5 s) allows, so "no SIGKILL" is not a timing bound on
+        // a loaded machine. (Two CI runs' SIGKILLs blamed on load were the name clash above.)
         LEASEHOLD_FENCE_TIMEOUT: '1400ms',
         LEASEHOLD_FENCE_GRACE: '1300ms',
       }),
@@ -200,23 +203,16 @@ describe('agent loss, fencing and release', () => {
     assert.ok(signalled.atMs <= exit.atMs + 50, 'the fence signal went out before the agent exited');
     const fence = fenced?.fence as { kind?: string; killed?: number[] };
     assert.equal(fence?.kind, 'stopped', 'the target was verified gone');
-    // SIGTERM kills `sleep` at once, so the fence should see it gone inside the grace and
-    // send no SIGKILL. Two CI runs at load 11+ saw the dying target outlive even a 1.3 s
-    // grace; the rule that must hold either way is "no SIGKILL before the grace"
-    // (agent-fence.test.ts checks both paths with targets that exit or ignore SIGTERM).
-    if ((fence?.killed ?? []).length === 0) {
-      assert.ok(
-        (fenced?.fenceMs as number) < 1_300,
-        `signal fence took ${String(fenced?.fenceMs)} ms with no SIGKILL: within the grace`,
-      );
-    } else {
-      assert.deepEqual(fence?.killed, [target.pid], 'only the target was SIGKILLed');
-      assert.ok(
-        (fenced?.fenceMs as number) >= 1_300,
-        `SIGKILL not before the 1300 ms grace (fence took ${String(fenced?.fenceMs)} ms)`,
-      );
-      t.diagnostic('under load the target outlived the grace after SIGTERM; SIGKILLed after it');
-    }
+    assert.deepEqual(
+      (fenced?.fence as { pids?: number[] })?.pids,
+      [target.pid],
+      'the target and nothing else',
+    );
+    assert.deepEqual(fence?.killed, [], 'SIGTERM sufficed: no SIGKILL');
+    assert.ok(
+      (fenced?.fenceMs as number) < 1_300,
+      `signal fence took ${String(fenced?.fenceMs)} ms (within the grace)`,
+    );
     t.diagnostic(
       `fenced ${Math.round(exit.atMs - markedAt)} ms after the mark; signal fence took ${String(fenced?.fenceMs)} ms`,
     );
