@@ -27,14 +27,16 @@
  *    no privilege escalation, RuntimeDefault seccomp. NB: this needs the Pod Security
  *    "baseline" level in the share managers' namespace (KILL is allowed there).
  *  - the kubelet's backstop: the server container's liveness probe is the agent's
- *    /readyz (200 only while the lease is held and renewed within T), every 1 s, two
- *    failures in a row kill it, with a probe-level grace of 1 s. So the kubelet stops
- *    the server about 2-3 s after the proof lapses — T + 2-3 s after the last successful
- *    renewal was sent, or 2-3 s after the agent died or hung — even when the agent cannot
+ *    /readyz (200 only while the lease is held and renewed within T), every 1 s; D - T
+ *    in whole seconds of failures in a row (at least 1; 2 with the defaults) kill it,
+ *    with a probe-level grace of 1 s. So with the defaults the kubelet stops the server
+ *    about 2-3 s after the proof lapses — T + 2-3 s after the last successful renewal
+ *    was sent, or 2-3 s after the agent died or hung — even when the agent cannot
  *    (hung, dead, unable to signal) and while the node is cut off from the API.
  *    NB: for the NFS server it is armed only once the server's startup probe passed, a
  *    probe period after ganesha may have started; the entrypoint's own watch (the same
- *    2 s rule, server/nfs-ganesha/lease-gate.ts) covers that gap and the rest of its life.
+ *    D - T rule, LEASEHOLD_NFS_LEASE_PROOF_TOLERANCE, server/nfs-ganesha/lease-gate.ts)
+ *    covers that gap and the rest of its life.
  *  - env of the agent from the ShareManager (lease timings with the manager's defaults
  *    filled in, fence, server check) + the downward API for pod and node name, and
  *    AGENT_RUNTIME_ENV: Node and glibc settings that keep the agent's memory down.
@@ -239,13 +241,13 @@ const NFS_RUN_EMPTY_DIR: V1Volume = {
 function serverContainer(input: PodSpecInput): V1Container {
   const server = input.sm.spec.server;
   const volumeMounts = [{ name: VOLUME_NAME, mountPath: input.mountPath }];
-  const livenessProbe = leaseBackstopProbe(input.agentPort);
+  const livenessProbe = leaseBackstopProbe(input.agentPort, input.timings);
   if (!server) {
     const nfs = nfsServerContainer(input.nfsServerImage, input.mountPath, input.sm.spec.nfs);
     return {
       ...nfs,
       name: SERVER_CONTAINER,
-      env: [...(nfs.env ?? []), ...nfsLeaseGateEnv(input.agentPort)],
+      env: [...(nfs.env ?? []), ...nfsLeaseGateEnv(input.agentPort, input.timings)],
       volumeMounts: [
         ...volumeMounts,
         { name: NFS_RUN_VOLUME, mountPath: NFS_RUN_MOUNT },
@@ -297,20 +299,43 @@ export const AGENT_GATE_FAILURES = 600;
  */
 export const NFS_STARTUP_FAILURES = 630;
 
-/** The env that turns on the NFS entrypoint's lease gate: the agent's port on the pod's loopback. */
-export function nfsLeaseGateEnv(agentPort: number): V1EnvVar[] {
-  return [{ name: 'LEASEHOLD_NFS_LEASE_GATE_PORT', value: String(agentPort) }];
+/**
+ * How long a server may run on the agent's last `lease held` answer: D - T. That answer
+ * proves a renewal sent at most T before it, and a manager may fail over D after that
+ * renewal (docs/design.md, "What it does not guarantee").
+ */
+export function leaseProofToleranceMs(t: LeaseTimings): number {
+  return t.leaseDurationMs - t.renewDeadlineMs;
 }
 
-/** The server's liveness probe on the agent's proof of holding the lease (see the header). */
-export function leaseBackstopProbe(agentPort: number): V1Probe {
+/**
+ * The env that turns on the NFS entrypoint's lease gate (the agent's port on the pod's
+ * loopback) and sets its watch's tolerance to the share's D - T.
+ */
+export function nfsLeaseGateEnv(agentPort: number, t: LeaseTimings): V1EnvVar[] {
+  return [
+    { name: 'LEASEHOLD_NFS_LEASE_GATE_PORT', value: String(agentPort) },
+    { name: 'LEASEHOLD_NFS_LEASE_PROOF_TOLERANCE', value: formatDuration(leaseProofToleranceMs(t)) },
+  ];
+}
+
+/**
+ * The server's liveness probe on the agent's proof of holding the lease (see the
+ * header): every 1 s (the kubelet's minimum), failing after D - T in whole seconds, at
+ * least 1 (2 with the default timings). NB: the kubelet counts in whole periods, so with
+ * D - T under 2 s one missed probe ends the server, and it may act up to a period plus
+ * the probe's timeout after the proof lapsed; the entrypoint's own watch (NFS server)
+ * keeps to D - T exactly.
+ */
+export function leaseBackstopProbe(agentPort: number, t: LeaseTimings): V1Probe {
   return {
     httpGet: { path: '/readyz', port: agentPort },
     periodSeconds: 1,
     timeoutSeconds: 1,
-    // NB: 2, not 1: an agent restarted in place (a crash, an OOM kill) re-proves its
-    // lease within about a second; one missed probe must not end the server for it.
-    failureThreshold: 2,
+    // NB: 2, not 1, with the defaults: an agent restarted in place (a crash, an OOM
+    // kill) re-proves its lease within about a second; one missed probe must not end
+    // the server for it when D - T leaves room.
+    failureThreshold: Math.max(1, Math.floor(leaseProofToleranceMs(t) / 1000)),
     successThreshold: 1,
     terminationGracePeriodSeconds: 1,
   };

@@ -15,6 +15,7 @@
 import { isIP } from 'node:net';
 import { isAbsolute, normalize } from 'node:path';
 import { type Env, EnvReader } from '../../lib/env-config.ts';
+import { WATCH_TOLERANCE_MS } from './lease-gate.ts';
 
 export const NFS_VERSIONS = ['3', '4.0', '4.1', '4.2'] as const;
 export type NfsVersion = (typeof NFS_VERSIONS)[number];
@@ -82,6 +83,12 @@ export interface NfsServerConfig {
   leaseGatePort: number | undefined;
   /** How long the entrypoint waits for the lease before giving up (exit 3). */
   leaseGateTimeoutMs: number;
+  /**
+   * While ganesha runs, how long the agent's `lease held` may be missing before the
+   * entrypoint stops it (lease-gate.ts, the watch): the share's D - T, which the manager
+   * sets; 2 s (the default timings' D - T) when unset.
+   */
+  leaseProofToleranceMs: number;
 }
 
 export const DEFAULT_RECOVERY_DIR = '.leasehold-ganesha-recovery';
@@ -162,6 +169,10 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
   const leaseGateTimeoutMs = Math.floor(
     r.duration('LEASEHOLD_NFS_LEASE_GATE_TIMEOUT', 10 * MINUTE, 1_000, 24 * 60 * MINUTE),
   );
+  // NB: at least 100 ms, so one local request and a poll step fit (lease-gate.ts scales them).
+  const leaseProofToleranceMs = Math.floor(
+    r.duration('LEASEHOLD_NFS_LEASE_PROOF_TOLERANCE', WATCH_TOLERANCE_MS, 100, 10 * MINUTE),
+  );
   r.done();
   return {
     exportPath,
@@ -187,6 +198,7 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     stopTimeoutMs,
     leaseGatePort,
     leaseGateTimeoutMs,
+    leaseProofToleranceMs,
   };
 }
 

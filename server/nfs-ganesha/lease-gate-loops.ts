@@ -18,8 +18,9 @@ import {
   decideWatch,
   GATE_POLL_MS,
   REQUEST_TIMEOUT_MS,
-  WATCH_POLL_MS,
+  WATCH_TOLERANCE_MS,
   type WaitReason,
+  watchCadence,
 } from './lease-gate.ts';
 
 const MAX_BODY = 1024;
@@ -100,18 +101,20 @@ export async function waitForLease(deps: GateDeps & { timeoutMs: number }): Prom
 }
 
 /**
- * While ganesha runs: asks every WATCH_POLL_MS and resolves with the stop message once
+ * While ganesha runs: asks every watchCadence(toleranceMs).pollMs and resolves with the stop message once
  * decideWatch says stop; resolves undefined when `stop` is aborted (ganesha ended).
  */
 export async function watchLease(
   deps: GateDeps & { lastHeldMs: number; toleranceMs?: number },
 ): Promise<string | undefined> {
   const { port, clock, log, stop } = deps;
-  const ask = deps.ask ?? askAgent;
+  const toleranceMs = deps.toleranceMs ?? WATCH_TOLERANCE_MS;
+  const cadence = watchCadence(toleranceMs);
+  const ask = deps.ask ?? ((p: number) => askAgent(p, cadence.requestTimeoutMs));
   let lastHeldMs = deps.lastHeldMs;
   let missing = false;
   while (!stop.aborted) {
-    await sleepUnless(deps.pollMs ?? WATCH_POLL_MS, stop);
+    await sleepUnless(deps.pollMs ?? cadence.pollMs, stop);
     if (stop.aborted) break;
     const askedAtMs = clock.now();
     const answer = await ask(port);
@@ -120,7 +123,7 @@ export async function watchLease(
       port,
       lastHeldMs,
       nowMs: clock.now(),
-      ...(deps.toleranceMs === undefined ? {} : { toleranceMs: deps.toleranceMs }),
+      toleranceMs,
     });
     if (decision.kind === 'held') {
       if (missing) log.info('the agent reports the lease held again');

@@ -31,8 +31,10 @@
  * on the same endpoint passed (manager/reconciliation/pod-spec.ts), a probe period after
  * ganesha started. An agent that hung right after answering the gate would leave
  * ganesha without the kubelet's backstop; the watch stops ganesha when no `lease held`
- * answer has come for WATCH_TOLERANCE_MS, the same 2 s the kubelet's liveness probe
- * (period 1 s, 2 failures) allows, also later in the server's life.
+ * answer has come for the share's D - T (LEASEHOLD_NFS_LEASE_PROOF_TOLERANCE, set by the
+ * manager; WATCH_TOLERANCE_MS = 2 s without it), about what the kubelet's liveness probe
+ * allows (period 1 s, failures D - T in whole seconds, at least 1:
+ * manager/reconciliation/pod-spec.ts), also later in the server's life.
  */
 
 /** What the agent's /readyz gave, as seen from the server container. */
@@ -46,7 +48,13 @@ export const LEASE_HELD_BODY = 'ok: lease held';
 export const GATE_POLL_MS = 50;
 /** How often the watch asks while ganesha runs. */
 export const WATCH_POLL_MS = 500;
-/** The proof may be missing this long before the watch stops ganesha (the kubelet's liveness: 2 x 1 s). */
+/**
+ * The proof may be missing this long before the watch stops ganesha, when the manager
+ * does not say (LEASEHOLD_NFS_LEASE_PROOF_TOLERANCE): D - T of the default timings. The
+ * manager sets the share's own D - T: a `lease held` answer proves a renewal sent at
+ * most T before it, and a manager may fail over D after that renewal, so the proof is
+ * good for D - T after the question was sent, and no longer.
+ */
 export const WATCH_TOLERANCE_MS = 2_000;
 /** Each request's own bound (the kubelet probe's timeoutSeconds: 1). */
 export const REQUEST_TIMEOUT_MS = 1_000;
@@ -54,6 +62,18 @@ export const REQUEST_TIMEOUT_MS = 1_000;
 /** True only for the agent's own "holding, renewal within T" answer. */
 export function leaseHeld(answer: AgentAnswer): boolean {
   return answer.kind === 'answered' && answer.status === 200 && answer.body.trim() === LEASE_HELD_BODY;
+}
+
+/**
+ * How often the watch asks and how long one request may take, for a tolerance: the
+ * defaults (500 ms, 1 s) within 2 s, scaled down for a shorter tolerance so that a hung
+ * agent is noticed in time (a quarter and a half of it).
+ */
+export function watchCadence(toleranceMs: number): { pollMs: number; requestTimeoutMs: number } {
+  return {
+    pollMs: Math.min(WATCH_POLL_MS, Math.max(10, Math.floor(toleranceMs / 4))),
+    requestTimeoutMs: Math.min(REQUEST_TIMEOUT_MS, Math.max(20, Math.floor(toleranceMs / 2))),
+  };
 }
 
 export type WaitReason = 'agent-unreachable' | 'lease-not-held' | 'unexpected-answer';

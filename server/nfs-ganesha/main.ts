@@ -6,7 +6,7 @@
  * the manager's preset sets it), then checks the volume and writes the rendered config
  * (volume.ts, ganesha-conf.ts), runs ganesha.nfsd in the foreground (ganesha-process.ts)
  * and logs `serving` once it answers NFS. While ganesha runs it watches the lease and
- * stops ganesha when the proof has been missing for 2 s (lease-gate.ts, the watch).
+ * stops ganesha when the proof has been missing for the share's D - T (lease-gate.ts, the watch).
  * SIGTERM or SIGINT is forwarded to ganesha as SIGTERM (its clean stop); the process
  * exits once ganesha is gone, never before. Exit codes: exit-codes.ts. Env vars:
  * config.ts and README.md.
@@ -168,14 +168,19 @@ async function runGanesha(
   const lapsed = () => lapse;
   const watchEnd = new AbortController();
   if (gate) {
-    void watchLease({ port: gate.port, clock, log, stop: watchEnd.signal, lastHeldMs: gate.lastHeldMs }).then(
-      (message) => {
-        if (message === undefined || stopRequested()) return;
-        lapse = message;
-        log.error({ code: 'E_NFS_LEASE_LAPSED' }, message);
-        ganesha.stop(config.stopTimeoutMs);
-      },
-    );
+    void watchLease({
+      port: gate.port,
+      clock,
+      log,
+      stop: watchEnd.signal,
+      lastHeldMs: gate.lastHeldMs,
+      toleranceMs: config.leaseProofToleranceMs,
+    }).then((message) => {
+      if (message === undefined || stopRequested()) return;
+      lapse = message;
+      log.error({ code: 'E_NFS_LEASE_LAPSED' }, message);
+      ganesha.stop(config.stopTimeoutMs);
+    });
     void ganesha.exited.then(() => watchEnd.abort());
   }
   log.info(

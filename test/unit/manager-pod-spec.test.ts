@@ -210,16 +210,41 @@ test('the agent may signal a root server: uid 0, every capability dropped but KI
   });
 });
 
-test('the kubelet backstop: the server is live only while the agent proves the lease (/readyz), 1 s period, 2 failures, 1 s grace', () => {
+test('the kubelet backstop: the server is live only while the agent proves the lease (/readyz), 1 s period, D - T of failures, 1 s grace', () => {
+  // D = 8 s, T = 5 s in `sm`: 3 failures.
   const server = build().spec?.containers?.[0];
   assert.deepEqual(server?.livenessProbe, {
     httpGet: { path: '/readyz', port: 8081 },
     periodSeconds: 1,
     timeoutSeconds: 1,
-    failureThreshold: 2,
+    failureThreshold: 3,
     successThreshold: 1,
     terminationGracePeriodSeconds: 1,
   });
+});
+
+test('the backstop follows the share: 2 failures with the default D - T (2 s), 1 (the least) when D - T is under 2 s, whole seconds down', () => {
+  const threshold = (lease: { duration: string; renewDeadline: string; renewInterval?: string }) => {
+    const spec = { ...sm.spec, lease: { renewInterval: '500ms', retryPeriod: '100ms', ...lease } };
+    const r = resolveSpec(spec, defaults);
+    assert.ok(r.ok, r.ok ? '' : r.message);
+    const pod = buildSharePod({
+      sm: { ...sm, spec },
+      timings: r.timings,
+      mountPath: r.mountPath,
+      fenceAction: r.fenceAction,
+      nfsServerImage: 'leasehold.dev/nfs-ganesha:dev',
+      agentImage: 'leasehold.dev/leasehold:dev',
+      agentPort: 8081,
+      avoid: undefined,
+    });
+    return pod.spec?.containers?.[0]?.livenessProbe?.failureThreshold;
+  };
+  assert.equal(threshold({ duration: '6s', renewDeadline: '4s' }), 2);
+  assert.equal(threshold({ duration: '3s', renewDeadline: '1500ms', renewInterval: '1s' }), 1);
+  assert.equal(threshold({ duration: '2s', renewDeadline: '1500ms', renewInterval: '1s' }), 1);
+  assert.equal(threshold({ duration: '15s', renewDeadline: '10s' }), 5);
+  assert.equal(threshold({ duration: '7s', renewDeadline: '3500ms' }), 3);
 });
 
 test('spec.fence.grace/timeout: passed to the agent, and held to grace < timeout < D - T', () => {
@@ -314,6 +339,8 @@ describe('no spec.server: the shipped NFS server', () => {
       { name: 'LEASEHOLD_NFS_PORT', value: '2049' },
       { name: 'LEASEHOLD_NFS_RUN_DIR', value: '/run/leasehold-nfs' },
       { name: 'LEASEHOLD_NFS_LEASE_GATE_PORT', value: '8081' },
+      // D - T of the manager's defaults (6 s - 4 s): the entrypoint's watch tolerance.
+      { name: 'LEASEHOLD_NFS_LEASE_PROOF_TOLERANCE', value: '2s' },
     ]);
     assert.deepEqual(server?.volumeMounts, [
       { name: 'share', mountPath: '/srv/share' },

@@ -54,6 +54,7 @@ describe('nfs-ganesha config', () => {
       stopTimeoutMs: 10_000,
       leaseGatePort: undefined,
       leaseGateTimeoutMs: 600_000,
+      leaseProofToleranceMs: 2_000,
     });
   });
 

@@ -19,6 +19,7 @@ import {
   decideWatch,
   LEASE_HELD_BODY,
   leaseHeld,
+  watchCadence,
 } from '../../server/nfs-ganesha/lease-gate.ts';
 import { askAgent, waitForLease, watchLease } from '../../server/nfs-ganesha/lease-gate-loops.ts';
 
@@ -180,6 +181,28 @@ describe('waitForLease and watchLease (injected answers and clock)', () => {
     // Last held request sent at 1500 ms (the 4th); stopped at the first answer >= 3500 ms.
     assert.match(message ?? '', /has not reported the lease held for 2000ms/);
   });
+
+  it("the watch keeps to the share's tolerance (D - T from the manager), and its cadence shrinks with it", async () => {
+    const clock = new ManualClock(0);
+    const message = await watchLease({
+      port: 8081,
+      clock,
+      log: quietLog(),
+      stop: new AbortController().signal,
+      lastHeldMs: 0,
+      pollMs: 1,
+      toleranceMs: 700,
+      ask: async () => {
+        clock.advance(100);
+        return refused;
+      },
+    });
+    // Stopped at the first answer >= 700 ms after the gate's proof: not the 2 s default.
+    assert.match(message ?? '', /for 700ms \(tolerance 700ms\)/);
+    assert.deepEqual(watchCadence(2_000), { pollMs: 500, requestTimeoutMs: 1_000 }, 'the defaults');
+    assert.deepEqual(watchCadence(10_000), { pollMs: 500, requestTimeoutMs: 1_000 }, 'never slower');
+    assert.deepEqual(watchCadence(700), { pollMs: 175, requestTimeoutMs: 350 });
+  });
 });
 
 describe("askAgent against the agent's own endpoints", () => {
@@ -244,6 +267,15 @@ describe('settings', () => {
     });
     assert.equal(on.leaseGatePort, 8081);
     assert.equal(on.leaseGateTimeoutMs, 30_000);
+    assert.equal(base.leaseProofToleranceMs, 2_000, 'D - T of the default timings');
+    assert.equal(
+      readNfsServerConfig({ LEASEHOLD_NFS_LEASE_PROOF_TOLERANCE: '1500ms' }).leaseProofToleranceMs,
+      1_500,
+    );
+    assert.throws(
+      () => readNfsServerConfig({ LEASEHOLD_NFS_LEASE_PROOF_TOLERANCE: '50ms' }),
+      /LEASEHOLD_NFS_LEASE_PROOF_TOLERANCE="50ms": must be from 100ms to 600s/,
+    );
     assert.throws(
       () =>
         readNfsServerConfig({ LEASEHOLD_NFS_LEASE_GATE_PORT: '0', LEASEHOLD_NFS_LEASE_GATE_TIMEOUT: '10ms' }),
