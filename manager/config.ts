@@ -20,6 +20,7 @@
  * | LEASEHOLD_AGENT_SERVICE_ACCOUNT        | namespace default         | ServiceAccount of share-manager pods whose spec names none (the chart sets leasehold-agent) |
  * | LEASEHOLD_ANTI_AFFINITY                | auto                      | auto (required when the lost node is unhealthy, else preferred), required, preferred, none |
  * | LEASEHOLD_VOLUME_HANDOFF               | volumes-in-use            | how a failover frees the volume on the lost node (failover/volume-handoff.ts): volumes-in-use (remove that one volume from the node's status.volumesInUse: the attach-detach controller detaches it at once, then attaches it to the new node), volume-attachment (delete its VolumeAttachment: the controller attaches elsewhere only after its next state sync, 1 min by default), none. NB: volumes-in-use needs `patch` on nodes/status |
+ * | LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT      | 30s                       | volumes-in-use handoff left to a live kubelet (its node's heartbeat came after the holder's renew deadline): if the node still lists the volume in status.volumesInUse this long after the force-delete while the replacement waits, the lost pod's processes did not stop (frozen, uninterruptible I/O); remove the entry as for a dead node (failover/volume-handoff.ts). 0 = never (the share waits as long as they hang); else 5s..1h |
  * | LEASEHOLD_NONFENCING_STORAGE           | require-node-down         | what a failover does when the share's storage cannot fence (failover/storage-fencing.ts: CSIDriver attachRequired false, or not known to fence: no CSIDriver, not a CSI PV, claim unbound): require-node-down (wait, serving nowhere, until the lost node has the out-of-service taint or its Node is deleted), lease-only (fail over on the lease alone; a frozen node's old server may write once on resume). NB: needs get on storage.k8s.io csidrivers |
  * | LEASEHOLD_MAX_CONCURRENT_FAILOVERS     | 10                        | failovers this manager runs at once; more wait |
  * | LEASEHOLD_STORM_THRESHOLD              | 0.5                       | pause failovers when more than this share of the leases held off the node with the most stale leases go stale in one window on healthy-looking nodes (storm-guard.ts; one node's loss never trips it) |
@@ -72,6 +73,8 @@ export interface ManagerConfig {
   volumeHandoff: VolumeHandoffMode;
   /** What a failover does on storage that cannot fence (failover/storage-fencing.ts). */
   nonFencingStorage: NonFencingPolicy;
+  /** A volume left to a live kubelet that still lists it this long after the force-delete is released anyway; 0 = never. */
+  kubeletUnmountTimeoutMs: number;
   maxConcurrentFailovers: number;
   storm: { threshold: number; minLeases: number; windowMs: number };
   takeoverTimeoutMs: number;
@@ -113,6 +116,7 @@ export function readManagerConfig(env: Env): ManagerConfig {
     antiAffinity: r.oneOf('LEASEHOLD_ANTI_AFFINITY', ANTI_AFFINITY_MODES, 'auto'),
     volumeHandoff: r.oneOf('LEASEHOLD_VOLUME_HANDOFF', VOLUME_HANDOFF_MODES, 'volumes-in-use'),
     nonFencingStorage: r.oneOf('LEASEHOLD_NONFENCING_STORAGE', NONFENCING_POLICIES, 'require-node-down'),
+    kubeletUnmountTimeoutMs: r.duration('LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT', 30_000, 0, 3_600_000),
     maxConcurrentFailovers: r.integer('LEASEHOLD_MAX_CONCURRENT_FAILOVERS', 10, 1, 10_000),
     storm: {
       threshold: r.number('LEASEHOLD_STORM_THRESHOLD', 0.5, 0, 1),
@@ -129,6 +133,10 @@ export function readManagerConfig(env: Env): ManagerConfig {
     httpHost: r.string('LEASEHOLD_HTTP_HOST', { fallback: '0.0.0.0' }),
     logLevel: r.oneOf('LEASEHOLD_LOG_LEVEL', LOG_LEVELS, 'info'),
   };
+  r.require(
+    config.kubeletUnmountTimeoutMs === 0 || config.kubeletUnmountTimeoutMs >= 5_000,
+    `LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT=${env.LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT}: must be 0 (never) or from 5s to 60m: a live kubelet needs seconds to stop a pod and report its unmount`,
+  );
   // NB: replaced, not ignored: a value set for the old variable would silently change meaning.
   r.require(
     env.LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP === undefined,

@@ -48,6 +48,8 @@ export interface HandoffContext {
   heartbeatChangedAt(): number | undefined;
   holderSilentSince: number | undefined;
   renewDeadlineMs: number;
+  /** The unmount check's second look (volume-handoff.ts `unmountOverdue`). */
+  unmountOverdue?: boolean;
 }
 
 export interface HandoffOutcome {
@@ -219,6 +221,7 @@ export class FailoverExecutor {
         heartbeatChangedAt: context.heartbeatChangedAt(),
         holderSilentSince: context.holderSilentSince,
         renewDeadlineMs: context.renewDeadlineMs,
+        unmountOverdue: context.unmountOverdue ?? false,
       });
       const pv = snapshot.pv?.name;
       if (decision.kind === 'releaseInUse') {

@@ -58,7 +58,7 @@ import {
   reportReplacementLost,
   reportStorageGate,
 } from './failover-report.ts';
-import { type ClusterView, runStep, type StepDeps } from './failover-steps.ts';
+import { type ClusterView, forceUnmountHandoff, runStep, type StepDeps } from './failover-steps.ts';
 import {
   type Action,
   type FailoverEvent,
@@ -70,6 +70,7 @@ import {
 import { judgeOwner } from './owner-lost.ts';
 import { judgeReplacement, type ReplacementVerdict } from './replacement-lost.ts';
 import { holderReturned, type StorageFencing } from './storage-fencing.ts';
+import { unmountCheckAt } from './volume-handoff.ts';
 
 /**
  * How often a share waiting for node-down evidence reads its storage and Node again
@@ -111,6 +112,10 @@ interface Machine {
   lostCheckTimer: NodeJS.Timeout | undefined;
   /** When a follower looks again at whether the owner went down with its node. */
   ownerCheckTimer: NodeJS.Timeout | undefined;
+  /** The handoff left the volume to a live kubelet (volume-handoff.ts): when to look whether it unmounted. */
+  leftToLiveKubelet: boolean;
+  unmountForced: number;
+  unmountTimer: NodeJS.Timeout | undefined;
 }
 
 export type { ClusterView };
@@ -359,6 +364,42 @@ export class FailoverDriver {
   }
 
   /**
+   * While the owner waits for the replacement's agent: a volume left to a live kubelet
+   * that still lists it in use LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT after the force-delete
+   * is released anyway (volume-handoff.ts `unmountOverdue`, `unmountCheckAt`), and looked
+   * at again while the kubelet may put it back. Ends with the phase (clearTimers, the
+   * phase check).
+   */
+  private scheduleUnmountCheck(m: Machine): void {
+    clearTimeout(m.unmountTimer);
+    const deletedAt = m.times.podDeleted?.mono;
+    if (!m.leftToLiveKubelet || deletedAt === undefined || this.config.observeOnly) return;
+    const at = unmountCheckAt(deletedAt, this.config.kubeletUnmountTimeoutMs, m.unmountForced);
+    if (at === undefined) return;
+    m.unmountTimer = setTimeout(
+      () => {
+        if (this.machines.get(m.key) !== m || m.phase !== 'awaitingAcquire') return;
+        forceUnmountHandoff(m, {
+          ...this.stepDeps(),
+          onHandoff: () => void reportHandoff(this.reportContext(m)),
+        }).then(
+          (released) => {
+            if (released) this.scheduleUnmountCheck(m);
+          },
+          (err: unknown) => {
+            this.log.warn({ err, lease: m.key, lostNode: m.lostNode }, 'unmount check failed; looking again');
+            m.unmountTimer = setTimeout(
+              () => this.scheduleUnmountCheck(m),
+              this.config.defaults.retryPeriodMs,
+            );
+          },
+        );
+      },
+      Math.max(0, at - this.clock.now()) + 1,
+    );
+  }
+
+  /**
    * While following: whether the owner's replacement exists, judged from the pod cache
    * (level-based, so a pod seen before the machine started counts too).
    */
@@ -401,6 +442,9 @@ export class FailoverDriver {
       recheckTimer: undefined,
       lostCheckTimer: undefined,
       ownerCheckTimer: undefined,
+      leftToLiveKubelet: false,
+      unmountForced: 0,
+      unmountTimer: undefined,
     };
     this.machines.set(key, m);
     return m;
@@ -432,6 +476,7 @@ export class FailoverDriver {
     // Entering a wait for the replacement's agent: judge it now (its node may be silent already).
     if (t.next !== from && (t.next === 'awaitingAcquire' || t.next === 'followingAcquire'))
       this.checkReplacement(m);
+    if (t.next !== from && t.next === 'awaitingAcquire') this.scheduleUnmountCheck(m);
     // Following (and timing the owner) from now on: its node may be silent already.
     if (t.next !== from && t.next === 'following' && this.machines.get(key) === m) this.checkOwner(m);
   }
@@ -627,6 +672,7 @@ export class FailoverDriver {
     clearTimeout(m.recheckTimer);
     clearTimeout(m.lostCheckTimer);
     clearTimeout(m.ownerCheckTimer);
+    clearTimeout(m.unmountTimer);
   }
 
   private later(ms: number, run: () => void): void {

@@ -11,6 +11,7 @@
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import type { Clock } from '../../lib/clock.ts';
+import { formatDuration } from '../../lib/env-config.ts';
 import type { LeaseRecord } from '../../lib/lease-record.ts';
 import type { Logger } from '../../lib/logger.ts';
 import type { ManagerConfig } from '../config.ts';
@@ -53,6 +54,10 @@ export interface StepMachine {
   holderSilentSince: number | undefined;
   /** What the volume handoff did (volume-handoff.ts describeHandoff), for status and events. */
   handoff: string | undefined;
+  /** The handoff left the volume to the lost node's kubelet because its heartbeat showed it alive (the unmount check watches it). */
+  leftToLiveKubelet: boolean;
+  /** How many times the unmount check released the volume anyway. */
+  unmountForced: number;
   /** The storage's classification, once the storage-fencing gate read it. */
   storage: StorageFencing | undefined;
   /** Nodes lost earlier in this failover (before a lost replacement's): the replacement avoids them too. */
@@ -167,6 +172,7 @@ export function runStep(
           });
           m.times.detached = now();
           m.handoff = describeHandoff(outcome.decision, m.lostNode, outcome.pv);
+          m.leftToLiveKubelet = outcome.decision.kind === 'leaveToKubelet' && outcome.decision.kubeletAlive;
           log.info(
             {
               lease: m.key,
@@ -228,4 +234,42 @@ export function runStep(
 function renewDeadlineOf(sm: ShareManager, config: ManagerConfig): number {
   const spec = resolveSpec(sm.spec, config.defaults);
   return spec.ok ? spec.timings.renewDeadlineMs : config.defaults.renewDeadlineMs;
+}
+
+/**
+ * The unmount check's action (volume-handoff.ts `unmountOverdue`): the volume was left to
+ * a live kubelet, which still lists it in use LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT after the
+ * force-delete while the replacement waits. Hands it off as for a dead node; returns
+ * whether it released the entry (`releaseInUse`), i.e. whether to look again.
+ */
+export async function forceUnmountHandoff(m: StepMachine, deps: StepDeps): Promise<boolean> {
+  const { config, executor, view, log, onHandoff } = deps;
+  const [namespace] = m.key.split('/') as [string];
+  const sm = view.shareManager(m.key);
+  if (!sm) return false;
+  const outcome = await executor.handOffVolume(namespace, sm.spec.volume.pvc, m.lostNode, {
+    newerPodOnNode: view
+      .livePods(m.key)
+      .find((p) => p.metadata?.name !== m.lostPod && p.spec?.nodeName === m.lostNode)?.metadata?.name,
+    heartbeatChangedAt: () => view.heartbeatChangedAt(m.lostNode),
+    holderSilentSince: m.holderSilentSince,
+    renewDeadlineMs: renewDeadlineOf(sm, config),
+    unmountOverdue: true,
+  });
+  const released = outcome.decision.kind === 'releaseInUse';
+  if (released) {
+    m.unmountForced += 1;
+    m.handoff = `${m.handoff ?? 'left to Kubernetes'}; then, the volume still in use on node ${m.lostNode} ${formatDuration(config.kubeletUnmountTimeoutMs)} after the force-delete (the lost pod's processes did not stop: frozen or stuck in I/O), ${describeHandoff(outcome.decision, m.lostNode, outcome.pv)}`;
+    log.warn(
+      { lease: m.key, lostNode: m.lostNode, lostPod: m.lostPod, pv: outcome.pv, attempt: m.unmountForced },
+      `kubelet did not unmount within ${formatDuration(config.kubeletUnmountTimeoutMs)}: released the volume from node ${m.lostNode} status.volumesInUse`,
+    );
+    onHandoff();
+  } else {
+    log.info(
+      { lease: m.key, lostNode: m.lostNode, pv: outcome.pv, handoff: outcome.decision.kind },
+      'unmount check: nothing left to release',
+    );
+  }
+  return released;
 }

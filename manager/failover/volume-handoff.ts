@@ -46,7 +46,17 @@
  *    at h > S + T) proves the node's kubelet alive after the agent gave up. The kubelet
  *    then is the authority on volumesInUse: it saw the force-deletion, unmounts and
  *    clears the entry itself, and the ADC detaches normally. So we leave it
- *    (`leaveToKubelet`). NB: a heartbeat sent before a crash but delivered to us late
+ *    (`leaveToKubelet`) — unless it still lists the entry
+ *    LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT (30 s) after the force-delete while the
+ *    replacement waits (`unmountOverdue`, the driver's unmount check, `unmountCheckAt`):
+ *    then the lost pod's processes did not stop (a frozen cgroup, uninterruptible I/O),
+ *    the kubelet cannot unmount under them, and on a healthy node the ADC never
+ *    force-detaches (its 6 min timeout applies to a NotReady node only), so the share
+ *    would wait for as long as they hang. We remove the entry as for a dead node. Safe
+ *    for the same reason: the lease protocol already gave the volume away (the hung
+ *    server, if it ever runs again, finds its lease lost and its agent fences it), and
+ *    the detach revokes the node's access on storage that fences (the only storage the
+ *    gate lets fail over at once: storage-fencing.ts). NB: a heartbeat sent before a crash but delivered to us late
  *    (after a watch gap) counts too; the volume then waits for the ADC's own timeout
  *    (6 min on a NotReady node) or the out-of-service taint: slower, never unsafe.
  *    NB: with the default 10 s heartbeat the absence of a heartbeat
@@ -104,11 +114,17 @@ export interface HandoffInput {
   holderSilentSince: number | undefined;
   /** The old holder's renew deadline T: by S + T it renewed or fenced itself. */
   renewDeadlineMs: number;
+  /**
+   * The kubelet was left to clear the entry and still lists it LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT
+   * after the force-delete (the driver's unmount check): the heartbeat rule no longer applies.
+   */
+  unmountOverdue?: boolean;
 }
 
 export type HandoffDecision =
   | { kind: 'nothing'; reason: string }
-  | { kind: 'leaveToKubelet'; reason: string; waitDetached: boolean }
+  /** `kubeletAlive`: left because the node's heartbeat proved its kubelet alive (the unmount check then watches it). */
+  | { kind: 'leaveToKubelet'; reason: string; waitDetached: boolean; kubeletAlive: boolean }
   | { kind: 'releaseInUse'; uniqueName: string; index: number; waitDetached: boolean }
   | { kind: 'deleteAttachments'; names: readonly string[]; reason: string; waitDetached: boolean };
 
@@ -140,13 +156,23 @@ export function decideHandoff(input: HandoffInput): HandoffDecision {
       waitDetached,
     };
   }
+  // NB: a second look finds the kubelet re-listing a volume already detached there
+  // (still mounted under the hung processes): nothing of ours is left on that node.
+  if (input.unmountOverdue && attachments.length === 0)
+    return { kind: 'nothing', reason: 'no VolumeAttachment left on that node: already detached' };
   const heard = input.heartbeatChangedAt;
   const silent = input.holderSilentSince;
-  if (heard !== undefined && silent !== undefined && heard > silent + input.renewDeadlineMs)
+  if (
+    !input.unmountOverdue &&
+    heard !== undefined &&
+    silent !== undefined &&
+    heard > silent + input.renewDeadlineMs
+  )
     return {
       kind: 'leaveToKubelet',
       reason: `node ${input.lostNode} heartbeat seen ${Math.round(heard - silent)} ms after the holder's last renewal (renew deadline ${input.renewDeadlineMs} ms): its kubelet is alive and clears volumesInUse itself`,
       waitDetached,
+      kubeletAlive: true,
     };
   if (input.volumesInUse === undefined) return { kind: 'nothing', reason: `node ${input.lostNode} is gone` };
   const uniqueName = csiUniqueVolumeName(pv.csi.driver, pv.csi.volumeHandle);
@@ -158,10 +184,29 @@ export function decideHandoff(input: HandoffInput): HandoffDecision {
           kind: 'leaveToKubelet',
           reason: "not in that node's volumesInUse: the controller detaches it",
           waitDetached,
+          kubeletAlive: false,
         };
   }
   return { kind: 'releaseInUse', uniqueName, index, waitDetached };
 }
+
+/**
+ * When the unmount check looks at a volume left to a live kubelet: the force-delete
+ * plus LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT, then every UNMOUNT_RECHECK_MS after a forced
+ * release, at most UNMOUNT_FORCE_ATTEMPTS times (the kubelet may re-add the entry
+ * before the attach-detach controller started the detach); undefined: no more checks
+ * (the check is off, or the attempts are spent).
+ */
+export function unmountCheckAt(
+  podDeletedAt: number,
+  timeoutMs: number,
+  forcedSoFar: number,
+): number | undefined {
+  if (timeoutMs <= 0 || forcedSoFar >= UNMOUNT_FORCE_ATTEMPTS) return undefined;
+  return podDeletedAt + timeoutMs + forcedSoFar * UNMOUNT_RECHECK_MS;
+}
+export const UNMOUNT_RECHECK_MS = 10_000;
+export const UNMOUNT_FORCE_ATTEMPTS = 3;
 
 /** The JSON patch that removes exactly `uniqueName` at `index` (422 when the list moved). */
 export function releaseInUsePatch(uniqueName: string, index: number): object[] {

@@ -141,12 +141,19 @@ describe('volume handoff against the API server', () => {
     assert.deepEqual((await nodeState('node-b')).inUse, [unique('other-1')]);
   });
 
-  it("a heartbeat seen after the holder's renew deadline leaves the entry to the kubelet", async () => {
+  it("a heartbeat seen after the holder's renew deadline leaves the entry to the kubelet; the unmount check overrules a kubelet that kept it", async () => {
     await setUp('node-c', 'share-c', [unique('share-c')]);
     const alive = { ...silent, heartbeatChangedAt: () => 15_000 };
     const out = await executor('volumes-in-use').handOffVolume(NS, 'share-c-data', 'node-c', alive);
     assert.equal(out.decision.kind, 'leaveToKubelet');
     assert.deepEqual((await nodeState('node-c')).inUse, [unique('share-c')]);
+    // LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT later the kubelet still lists it (its pod's processes hang).
+    const overdue = await executor('volumes-in-use').handOffVolume(NS, 'share-c-data', 'node-c', {
+      ...alive,
+      unmountOverdue: true,
+    });
+    assert.equal(overdue.decision.kind, 'releaseInUse');
+    assert.deepEqual((await nodeState('node-c')).inUse, []);
   });
 
   it("volume-attachment deletes the PV's attachment on the lost node only, and leaves volumesInUse", async () => {

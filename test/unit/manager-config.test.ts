@@ -103,3 +103,19 @@ test('volume handoff: volumes-in-use by default, the other modes by name; the re
     /LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP=true: replaced by LEASEHOLD_VOLUME_HANDOFF/,
   );
 });
+
+test('kubelet unmount timeout: 30 s by default, 0 turns the check off, under 5 s refused naming the rule', () => {
+  assert.equal(readManagerConfig(base).kubeletUnmountTimeoutMs, 30_000);
+  assert.equal(
+    readManagerConfig({ ...base, LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT: '0' }).kubeletUnmountTimeoutMs,
+    0,
+  );
+  assert.equal(
+    readManagerConfig({ ...base, LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT: '2m' }).kubeletUnmountTimeoutMs,
+    120_000,
+  );
+  assert.throws(
+    () => readManagerConfig({ ...base, LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT: '3s' }),
+    /LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT=3s: must be 0 \(never\) or from 5s to 60m/,
+  );
+});

@@ -11,6 +11,7 @@ import {
   describeHandoff,
   type HandoffInput,
   releaseInUsePatch,
+  unmountCheckAt,
 } from '../../manager/failover/volume-handoff.ts';
 
 const OURS = csiUniqueVolumeName('csi.leasehold.dev', 'pv-a');
@@ -74,6 +75,39 @@ describe('decideHandoff: volumes-in-use (the default)', () => {
   it("leaves it to the kubelet when the node heartbeat was seen after the holder's renew deadline", () => {
     const d = decideHandoff(input({ heartbeatChangedAt: 14_001 }));
     assert.equal(d.kind, 'leaveToKubelet');
+    assert.equal((d as { kubeletAlive?: boolean }).kubeletAlive, true, 'the unmount check watches it');
+    const notInUse = decideHandoff(input({ volumesInUse: [OTHER] }));
+    assert.equal(notInUse.kind, 'leaveToKubelet');
+    assert.equal(
+      (notInUse as { kubeletAlive?: boolean }).kubeletAlive,
+      false,
+      'nothing for the check to watch',
+    );
+  });
+
+  it('the unmount check: a live kubelet that still lists the volume is overruled; once detached there, nothing', () => {
+    const overdue = decideHandoff(input({ heartbeatChangedAt: 14_001, unmountOverdue: true }));
+    assert.deepEqual(overdue, { kind: 'releaseInUse', uniqueName: OURS, index: 1, waitDetached: false });
+    const unmounted = decideHandoff(
+      input({ heartbeatChangedAt: 14_001, unmountOverdue: true, volumesInUse: [OTHER] }),
+    );
+    assert.equal(unmounted.kind, 'leaveToKubelet', 'the kubelet did clear it: the controller detaches');
+    const detached = decideHandoff(
+      input({ heartbeatChangedAt: 14_001, unmountOverdue: true, attachments: [] }),
+    );
+    assert.equal(
+      detached.kind,
+      'nothing',
+      'the kubelet re-lists a volume already detached: not ours to touch',
+    );
+  });
+
+  it('unmountCheckAt: the timeout after the force-delete, then 10 s apart, 3 times; 0 turns it off', () => {
+    assert.equal(unmountCheckAt(5_000, 30_000, 0), 35_000);
+    assert.equal(unmountCheckAt(5_000, 30_000, 1), 45_000);
+    assert.equal(unmountCheckAt(5_000, 30_000, 2), 55_000);
+    assert.equal(unmountCheckAt(5_000, 30_000, 3), undefined, 'attempts spent');
+    assert.equal(unmountCheckAt(5_000, 0, 0), undefined, 'LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT=0');
   });
 
   it("a heartbeat seen before the holder's renew deadline is no evidence of life", () => {
