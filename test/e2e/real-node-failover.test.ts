@@ -79,8 +79,15 @@
  * fencing storage 181 and 165 s at a load of 14 and 11 (two runs).
  */
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { after, type TestContext, test } from 'node:test';
 import { overlappingWindows, type ServingWindow } from '../../dev/share-server/serving-window-log.ts';
+import {
+  accessOrderViolations,
+  revokeBeforeGrantElsewhere,
+  writesAcrossRevokes,
+} from '../../dev/sim/storage/access-log.ts';
+import { imagePath, readImageFile } from '../../dev/sim/storage/block-image.ts';
 import { formatTimeline, PodTracker, timelineOf } from '../../dev/system/failover-facts.ts';
 import {
   acksOutsideWindows,
@@ -130,6 +137,8 @@ const STOPPED_BY = {
 const FAULTED = { crash: 'crashed', partition: 'partitioned', freeze: 'frozen' } as const;
 
 let ganesha: GaneshaTracker | undefined;
+/** Each scenario's client through the Service (stopped ones too): read back from the image at the end. */
+const serviceClients: RealNfsClient[] = [];
 after(async () => {
   await ganesha?.stop();
 });
@@ -166,6 +175,7 @@ async function failOver(
   // The NFS client on the node that will survive, through the ClusterIP: before the
   // fault its writes cross the fabric to the server on the other node.
   const client = await RealNfsClient.start(sys, SHARE, other.name, { file });
+  serviceClients.push(client);
   await client.waitResumed(60_000);
   const pods = new PodTracker(sys, SHARE);
   const faultAt = new Date();
@@ -326,6 +336,7 @@ test('node crash on real nodes: the manager of the other node fails the share ov
   const survivor = sys.nodes.find((n) => n.name !== first.node)?.name ?? '';
   // (A writer left running by a failure here is stopped by useRealSystem's after hook.)
   const v4 = await RealNfsClient.start(sys, SHARE, survivor, { file: 'crash-v4.bin', version: 4 });
+  serviceClients.push(v4);
   await v4.waitResumed(60_000);
   const f = await failOver('crash', (node) => sys.node(node).crash());
   v4.markFaultAt(f.faultMono);
@@ -475,6 +486,19 @@ test('freeze (cgroup freezer) on real nodes: failed over while frozen; after the
         `the thawed old ganesha ran ${(w.stopMonoMs - thawMono).toFixed(0)} ms after the thaw, at most ${THAWED_RUN_MAX_MS} ms`,
       );
     }
+    // The never-two check on a real violation: the thawed old ganesha ran beside the
+    // replacement (both seen running in /proc), and without the excuse the check says so.
+    const caught = overlappingWindows(windows, monotonicMs()).filter(
+      ([a, b]) => thawed.includes(a) !== thawed.includes(b),
+    );
+    if (thawed.length > 0)
+      assert.ok(
+        caught.some(([a, b]) => a.id === f.after.pod || b.id === f.after.pod),
+        `the never-two check catches the thawed old ganesha beside ${f.after.pod}: ${windows.map(fmt)}`,
+      );
+    process.stderr.write(
+      `freeze: the never-two check without the thaw's excuse: ${caught.map(([a, b]) => `${fmt(a)} x ${fmt(b)}`).join(', ') || 'no overlap (no thawed window seen)'}\n`,
+    );
     excused.push(...thawed);
     assertNeverTwo('thaw');
     // Through the client: what the thawed old ganesha acknowledged once the
@@ -497,6 +521,46 @@ test('freeze (cgroup freezer) on real nodes: failed over while frozen; after the
     );
     // And so none outside its thawed window either (the check before fencing storage).
     assert.deepEqual(acksOutsideWindows(stale, thawed, ACK_READ_SLACK_MS), []);
+    // The storage's own evidence (the driver's log and its views' counts, dev/csi): the
+    // old node's view was revoked while it was frozen, before the grant to the new node;
+    // nothing written through it landed at or after that revoke (what the thawed ganesha
+    // and its ext4 sent since was refused: `refused`); the new node's first write came
+    // after its grant.
+    const handle = realVolumeHandle(SHARE);
+    const log = await sys.csi.accessLog();
+    assert.deepEqual(accessOrderViolations(log), [], "the storage's grants and revokes in order");
+    // NB: of this freeze: the log since it (the file's earlier failovers are in it too).
+    const pair = revokeBeforeGrantElsewhere(
+      log.filter((e) => e.monoMs >= f.faultMono),
+      handle,
+      f.before.node,
+    );
+    assert.ok(pair, `${f.before.node}'s view revoked before a grant elsewhere: ${JSON.stringify(log)}`);
+    assert.equal(pair.grant.node, f.after.node, "then granted to the replacement's node");
+    assert.ok(pair.revoke.monoMs < thawMono, `${f.before.node}'s view was revoked before the thaw`);
+    const views = await sys.csi.viewStats(handle);
+    const oldView = views.filter((v) => v.node === f.before.node && v.grantSeq < pair.revoke.seq).at(-1);
+    const newView = views.find((v) => v.grantSeq === pair.grant.seq);
+    assert.ok(
+      oldView?.hasStats && newView?.hasStats && oldView.writes > 0 && newView.writes > 0,
+      `both views reported writes: ${JSON.stringify(views)}`,
+    );
+    assert.ok(
+      (oldView.lastWriteMonoMs ?? Number.POSITIVE_INFINITY) < pair.revoke.monoMs,
+      `the last write through ${f.before.node}'s view (${oldView.lastWriteMonoMs} ms) before its revoke (${pair.revoke.monoMs} ms)`,
+    );
+    assert.ok(
+      (newView.firstWriteMonoMs ?? Number.NEGATIVE_INFINITY) > pair.grant.monoMs,
+      `the first write through ${f.after.node}'s view (${newView.firstWriteMonoMs} ms) after its grant (${pair.grant.monoMs} ms)`,
+    );
+    assert.deepEqual(
+      writesAcrossRevokes(log, handle, views),
+      [],
+      "every write through a node's view before its revoke, every one through a later view after it",
+    );
+    process.stderr.write(
+      `freeze: the storage: revoke on ${f.before.node} ${((pair.revoke.monoMs - f.faultMono) / 1000).toFixed(2)} s after the freeze -> grant on ${pair.grant.node} ${(pair.grant.monoMs - pair.revoke.monoMs).toFixed(0)} ms later; ${f.before.node}'s view: ${oldView.writes} writes, the last ${((pair.revoke.monoMs - (oldView.lastWriteMonoMs ?? 0)) / 1000).toFixed(2)} s before its revoke, ${oldView.refused} requests refused after it (the thaw ${((thawMono - pair.revoke.monoMs) / 1000).toFixed(2)} s after the revoke); ${pair.grant.node}'s first write ${((newView.firstWriteMonoMs ?? Number.NaN) - pair.grant.monoMs).toFixed(0)} ms after its grant\n`,
+    );
     const fencedWall = realLogLineWall(sys, f.before.object, FENCED, 'agent');
     process.stderr.write(
       `freeze: after the thaw the old ganesha ran ${thawed.map((w) => `${((w.stopMonoMs ?? Number.NaN) - thawMono).toFixed(0)} ms`).join(', ') || 'not once (seen gone at the first sample)'}; its agent ${fencedWall === undefined ? 'logged no fence (the kubelet stopped it)' : 'logged its fence'}; every process of the old pod gone ${goneMs.toFixed(0)} ms after the thaw\n`,
@@ -524,3 +588,56 @@ test(
   },
   (t) => partitionAndHeal(t, 'close'),
 );
+
+test('after the last scenario, the share deleted: every view revoked, every write through each before its revoke (the whole file), the image clean (journal replayed, e2fsck) and every acknowledged write of each Service client on it', {
+  timeout: 120_000,
+}, async () => {
+  const sys = system();
+  const handle = realVolumeHandle(SHARE);
+  const t0 = monotonicMs();
+  // Deleted, its pod goes, the kubelet unstages (the ext4 unmounted), the volume is
+  // detached and its last view revoked: nothing holds the image any more.
+  await sys.kc.makeApiClient(k8s.CustomObjectsApi).deleteNamespacedCustomObject(
+    {
+      group: 'leasehold.dev',
+      version: 'v1alpha1',
+      plural: 'sharemanagers',
+      namespace: SHARES_NAMESPACE,
+      name: SHARE,
+    },
+    withDeadline(10_000),
+  );
+  const views = await eventually(
+    `every view of ${handle} revoked (the share's pod gone, the volume unstaged and detached)`,
+    async () => {
+      const v = await sys.csi.viewStats(handle);
+      return v.length > 0 && v.every((x) => x.revoked) ? v : undefined;
+    },
+    90_000,
+    500,
+  );
+  const detachedS = (monotonicMs() - t0) / 1000;
+  const log = await sys.csi.accessLog();
+  assert.deepEqual(accessOrderViolations(log), [], "the storage's grants and revokes in order");
+  assert.deepEqual(
+    views.filter((v) => !v.hasStats).map((v) => v.view),
+    [],
+    "every view reported its counts (a crashed node's view its last ones)",
+  );
+  assert.deepEqual(
+    writesAcrossRevokes(log, handle, views),
+    [],
+    "over the whole file: every write through a node's view before its revoke, every one through a later view after it",
+  );
+  const t1 = monotonicMs();
+  const read = readImageFile(imagePath(join(sys.csi.backingDir, handle)), 'freeze.bin');
+  assert.ok(
+    read.clean,
+    `the image's ext4, its journal replayed, is clean (e2fsck -fp; a stale metadata write of an old node would show as damage): ${read.fsckOutput}`,
+  );
+  // Every acknowledged write of each scenario's Service client, read from the image.
+  for (const c of serviceClients) c.assertClientView(`${SHARE} ${c.w.file} from the image`);
+  process.stderr.write(
+    `after the last scenario: ${views.length} views (${views.map((v) => `${v.node}#${v.grantSeq} ${v.writes}w/${v.refused}r`).join(', ')}); deleted to every view revoked ${detachedS.toFixed(1)} s; image e2fsck (exit ${read.fsckCode}) and ${serviceClients.length} files read back ${((monotonicMs() - t1) / 1000).toFixed(1)} s\n`,
+  );
+});
