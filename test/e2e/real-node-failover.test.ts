@@ -33,7 +33,21 @@
  *    acknowledges nothing: 0 acks after the replacement's ganesha started (acksSince,
  *    unit-tested to find such acks; acksOutsideWindows checks the same acks against
  *    the thawed window); the Service's client loses nothing (the client's view below,
- *    across the thaw).
+ *    across the thaw). The storage's own evidence (the driver's access log and its
+ *    views' write counts, csi.viewStats: dev/csi README *view stats*): the old node's
+ *    view was revoked while it was frozen, before the grant to the new node; its last
+ *    write served before that revoke (what the thawed node sent since was refused,
+ *    counted), the new node's first after its grant (writesAcrossRevokes, unit-tested
+ *    to fail on a write after the revoke). And the never-two check on a real violation:
+ *    without the thaw's excuse it reports the thawed old ganesha beside the replacement
+ *    (asserted when a thawed window was seen: the old ganesha may be gone at the first
+ *    sample);
+ *  - last, the share deleted (its pod gone, the volume unstaged and detached): every
+ *    view revoked and, over the whole file, every write through a node's view before
+ *    its revoke and every one through a later view after it (a crashed node's view by
+ *    its last counts); the volume's ext4 image read back (a copy, its journal replayed,
+ *    e2fsck -fp clean: a stale metadata write of an old node would show as damage) and
+ *    every Service client's acknowledged writes on it byte for byte.
  * Asserted in each:
  *  - the failover timeline from status.lastFailover: each step present, in order,
  *    after the fault, naming the lost pod, its node and the replacement (the record
