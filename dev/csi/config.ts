@@ -84,19 +84,23 @@ export const registrarArgs = (paths: NodePluginPaths): string[] => [
   `-registration-dir=${paths.registrationDir}`,
 ];
 
-/** `fencefs`: the leasehold-fencefs binary, which turns the fencing mode on (plugin/driver/fencing.go). */
+/**
+ * `fencing.fencefs`: the leasehold-fencefs binary, which turns the fencing mode on
+ * (plugin/driver/fencing.go); `fencing.viewsSocket`: where the controller then answers
+ * GET /views (every view's fencefs stats: controller.ts viewStats).
+ */
 export const driverControllerArgs = (
   socket: string,
   backingDir: string,
   stateDir: string,
-  fencefs?: string,
+  fencing?: { fencefs: string; viewsSocket: string },
 ): string[] => [
   '-mode=controller',
   `-endpoint=${socket}`,
   `-drivername=${DRIVER_NAME}`,
   `-backing-dir=${backingDir}`,
   `-state-dir=${stateDir}`,
-  ...(fencefs ? [`-fencefs=${fencefs}`] : []),
+  ...(fencing ? [`-fencefs=${fencing.fencefs}`, `-views-endpoint=${fencing.viewsSocket}`] : []),
 ];
 
 /**

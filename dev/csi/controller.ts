@@ -8,7 +8,9 @@
  * CSIDriver object (attachRequired; with `noAttachDriver` also the attach-less second
  * name's, attachRequired false, which nothing here serves). With `fencing` the driver grants each node its own
  * revocable view of a volume (plugin/driver/fencing.go); `accessLog()` reads its
- * record of grants and revokes.
+ * record of grants and revokes, `viewStats(pv)` what each view served (writes, the
+ * first's and last's CLOCK_MONOTONIC ms, requests refused after its revoke), for
+ * access-log.ts writesAcrossRevokes.
  * The node side (driver node part and registrar) is started by each real node
  * (dev/node/node-boot.ts) when given `csi`.
  *
@@ -30,6 +32,7 @@
  */
 import { existsSync, rmSync } from 'node:fs';
 import { chown, mkdir, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { request } from 'node:http';
 import { join } from 'node:path';
 import {
   CoreV1Api,
@@ -41,7 +44,7 @@ import {
 import { LeaseholdError } from '../../lib/errors.ts';
 import { Component, onAbruptExit } from '../cluster/component.ts';
 import type { Cluster } from '../cluster/types.ts';
-import type { AccessLogEntry, AccessOp } from '../sim/storage/access-log.ts';
+import type { AccessLogEntry, AccessOp, ViewWrites } from '../sim/storage/access-log.ts';
 import { fencefsBinary } from '../sim/storage/fencefs-binary.ts';
 import { csiBinaries } from './binaries.ts';
 import {
@@ -82,10 +85,29 @@ export interface CsiController {
   attachments(handle: string): Promise<{ node: string; atMs: number }[]>;
   /** The driver's grants and revokes of views, in its order (fencing mode; [] otherwise). */
   accessLog(): Promise<AccessLogEntry[]>;
+  /**
+   * Every view of `pv` ever granted, in grant order, with what it served as of now
+   * (a live view is asked now; one whose fencefs exited, e.g. with its crashed node,
+   * has its last stats). Fencing mode only (an error otherwise).
+   */
+  viewStats(pv: string): Promise<DriverViewStats[]>;
   /** A dynamically provisioned volume (CreateVolume): its directory and recorded capacity, or undefined. */
   volume(handle: string): Promise<{ dir: string; capacityBytes: number } | undefined>;
   readonly logDir: string;
   stop(): Promise<void>;
+}
+
+/** One view of a volume as the fencing driver reports it (GET /views, fencing.go report). */
+export interface DriverViewStats extends ViewWrites {
+  pv: string;
+  /** The view's mount point (in its node's mount namespace). */
+  view: string;
+  /** Requests answered EIO after its revoke. */
+  refused: number;
+  revoked: boolean;
+  /** False once its fencefs exited; `hasStats` false when it never reported (then 0 writes). */
+  live: boolean;
+  hasStats: boolean;
 }
 
 export class CsiLeftoverError extends LeaseholdError {
@@ -130,6 +152,7 @@ export async function startCsiController(
   const stateDir = join(dir, 'state');
   const logDir = join(dir, 'logs');
   const socket = join(dir, 'controller.sock');
+  const viewsSocket = join(dir, 'views.sock');
   const kubeconfig = join(dir, 'csi-attacher.kubeconfig');
   const problem = socketPathProblem(socket);
   if (problem) {
@@ -255,7 +278,12 @@ export async function startCsiController(
     const driver = new Component(
       'csi/controller',
       bins.driver,
-      driverControllerArgs(socket, backingDir, stateDir, opts.fencing ? fencefsBinary() : undefined),
+      driverControllerArgs(
+        socket,
+        backingDir,
+        stateDir,
+        opts.fencing ? { fencefs: fencefsBinary(), viewsSocket } : undefined,
+      ),
       join(logDir, 'driver-controller.log'),
     );
     components.push(driver);
@@ -322,6 +350,14 @@ export async function startCsiController(
       const file = join(stateDir, 'access.jsonl');
       return existsSync(file) ? parseAccessLog(await readFile(file, 'utf8')) : [];
     },
+    async viewStats(pv) {
+      if (!opts.fencing)
+        throw new LeaseholdError(
+          'E_CSI_VIEWS',
+          `view stats of ${pv}: the CSI controller runs without fencing`,
+        );
+      return parseViewReports(await getViews(viewsSocket)).filter((v) => v.pv === pv);
+    },
     async volume(handle) {
       const file = join(stateDir, 'volumes', `${handle}.json`);
       if (!existsSync(file)) return undefined;
@@ -365,6 +401,76 @@ export function parseAccessLog(text: string): AccessLogEntry[] {
         wall: new Date(r.wallMs as number),
       };
     });
+}
+
+/** GET /views of the driver's views socket (main.go serveViews), 20 s at most. */
+function getViews(socketPath: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const fail = (err: unknown) =>
+      reject(
+        new LeaseholdError('E_CSI_VIEWS', `reading the fencing views' stats from ${socketPath} failed`, {
+          cause: err,
+        }),
+      );
+    const req = request({ socketPath, path: '/views', method: 'GET', timeout: 20_000 }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => {
+        body += c;
+      });
+      res.on('end', () =>
+        res.statusCode === 200 ? resolve(body) : fail(new Error(`HTTP ${res.statusCode}: ${body}`)),
+      );
+      res.on('error', fail);
+    });
+    req.on('timeout', () => req.destroy(new Error('no answer within 20 s')));
+    req.on('error', fail);
+    req.end();
+  });
+}
+
+/**
+ * Pure: the driver's GET /views answer (fencing.go viewReport, a JSON array; stats in
+ * fencefs.Stats form, CLOCK_MONOTONIC ns) as DriverViewStats, times in ms (a zero time:
+ * no write). Anything else is an error naming the entry and the field.
+ */
+export function parseViewReports(text: string): DriverViewStats[] {
+  const bad = (what: string) =>
+    new LeaseholdError('E_CSI_VIEWS', `the CSI driver's view stats: ${what}: ${text.slice(0, 300)}`);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new LeaseholdError('E_CSI_VIEWS', `the CSI driver's view stats: not JSON: ${text.slice(0, 300)}`, {
+      cause: err,
+    });
+  }
+  if (!Array.isArray(raw)) throw bad('not an array');
+  return raw.map((r: Record<string, unknown>, i) => {
+    for (const k of ['volume', 'node', 'view'] as const)
+      if (typeof r[k] !== 'string') throw bad(`entry ${i}: ${k} is not a string`);
+    if (typeof r.grantSeq !== 'number') throw bad(`entry ${i}: grantSeq is not a number`);
+    if (typeof r.live !== 'boolean' || typeof r.revoked !== 'boolean')
+      throw bad(`entry ${i}: live and revoked must be booleans`);
+    const st = r.stats as Record<string, unknown> | undefined;
+    if (st !== undefined)
+      for (const k of ['writes', 'firstWriteMonoNs', 'lastWriteMonoNs', 'refused'] as const)
+        if (typeof st[k] !== 'number') throw bad(`entry ${i}: stats.${k} is not a number`);
+    const ms = (ns: unknown) => (typeof ns === 'number' && ns > 0 ? ns / 1e6 : undefined);
+    return {
+      pv: r.volume as string,
+      node: r.node as string,
+      view: r.view as string,
+      grantSeq: r.grantSeq,
+      live: r.live,
+      revoked: r.revoked,
+      hasStats: st !== undefined,
+      writes: (st?.writes as number | undefined) ?? 0,
+      firstWriteMonoMs: ms(st?.firstWriteMonoNs),
+      lastWriteMonoMs: ms(st?.lastWriteMonoNs),
+      refused: (st?.refused as number | undefined) ?? 0,
+    };
+  });
 }
 
 function isAlive(pid: number): boolean {

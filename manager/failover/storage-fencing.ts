@@ -15,8 +15,9 @@
  * volume handoff (volume-handoff.ts) orders that revocation before the attach elsewhere.
  * On storage without an attach step (CSIDriver attachRequired: false: NFS-backed CSI
  * drivers, hostPath-like drivers, most RWX file drivers) there is no detach, so nothing
- * revokes the old node: test/e2e/storage-fencing.test.ts shows its old server's records
- * landing after the replacement's first when it fails over on the lease alone.
+ * revokes the old node: a paused old server's records land after the replacement's first
+ * when it fails over on the lease alone (shown on the sim by the removed
+ * storage-fencing.test.ts; docs/testing.md).
  *
  * Classification (`classifyStorage`):
  *  - `fences`: a CSI PV whose CSIDriver says attachRequired true (or omits it: the API's

@@ -45,7 +45,7 @@
  *     writes again; then the frozen machine is powered off (RealNode.crash of the frozen
  *     node: killed while frozen, nothing of it runs again; the taint's word made true:
  *     a thaw instead would run the old ganesha next to the replacement, the hazard the
- *     gate leaves to the operator, storage-fencing.test.ts shows it on the sim),
+ *     gate leaves to the operator: docs/testing.md),
  *     rebooted, untainted, a manager ready there again. Never two ganesha; the client's
  *     view (nothing acknowledged lost).
  *  5. `helm upgrade` to manager.outOfServiceTaint=true, nodeLeaseGrace=8s (the node-monitor

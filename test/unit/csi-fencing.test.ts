@@ -19,9 +19,13 @@ import {
   STORAGE_CLASS,
   storageClassObject,
 } from '../../dev/csi/config.ts';
-import { parseAccessLog } from '../../dev/csi/controller.ts';
+import { parseAccessLog, parseViewReports } from '../../dev/csi/controller.ts';
 import { isNodeViewProcess, isViewProcess, nodeLoopsIn, viewMountsIn } from '../../dev/csi/view-leftovers.ts';
-import { accessOrderViolations, revokeBeforeGrantElsewhere } from '../../dev/sim/storage/access-log.ts';
+import {
+  accessOrderViolations,
+  revokeBeforeGrantElsewhere,
+  writesAcrossRevokes,
+} from '../../dev/sim/storage/access-log.ts';
 import { volumeMountsIn } from '../../dev/system/real-share.ts';
 
 const line = (seq: number, op: string, node: string, monoMs: number) =>
@@ -78,6 +82,87 @@ test('a line that is not an access record is refused, naming its number', () => 
   });
 });
 
+/** One view as the driver's GET /views reports it (fencing.go viewReport); times in ms, given as ns. */
+const viewReport = (node: string, grantSeq: number, firstMs: number, lastMs: number, extra = {}) => ({
+  volume: 'pvc-1',
+  node,
+  view: `/s/views/pvc-1/${node}.${grantSeq}`,
+  grantSeq,
+  revoked: false,
+  live: true,
+  stats: {
+    writes: 5,
+    firstWriteMonoNs: firstMs * 1e6,
+    lastWriteMonoNs: lastMs * 1e6,
+    refused: 0,
+    revoked: false,
+  },
+  ...extra,
+});
+
+test("the driver's view stats parse into ms; writesAcrossRevokes over them fails on a write through the old view after its revoke", () => {
+  const log = parseAccessLog(
+    [line(1, 'grant', 'real-1', 10), line(2, 'revoke', 'real-1', 20), line(3, 'grant', 'real-2', 30)].join(
+      '\n',
+    ),
+  );
+  const inOrder = parseViewReports(
+    JSON.stringify([
+      viewReport('real-1', 1, 11, 19, {
+        revoked: true,
+        stats: { ...viewReport('real-1', 1, 11, 19).stats, refused: 7 },
+      }),
+      viewReport('real-2', 3, 31, 40),
+      // A view that never reported (its fencefs gone before a stats line): no writes known.
+      { volume: 'pvc-2', node: 'real-2', view: '/v', grantSeq: 4, revoked: false, live: false },
+    ]),
+  );
+  assert.deepEqual(inOrder[0], {
+    pv: 'pvc-1',
+    node: 'real-1',
+    view: '/s/views/pvc-1/real-1.1',
+    grantSeq: 1,
+    live: true,
+    revoked: true,
+    hasStats: true,
+    writes: 5,
+    firstWriteMonoMs: 11,
+    lastWriteMonoMs: 19,
+    refused: 7,
+  });
+  assert.deepEqual(
+    [inOrder[2]?.hasStats, inOrder[2]?.writes, inOrder[2]?.firstWriteMonoMs],
+    [false, 0, undefined],
+  );
+  assert.deepEqual(writesAcrossRevokes(log, 'pvc-1', inOrder), []);
+  const late = parseViewReports(
+    JSON.stringify([viewReport('real-1', 1, 11, 21), viewReport('real-2', 3, 31, 40)]),
+  );
+  assert.match(
+    writesAcrossRevokes(log, 'pvc-1', late).join('\n'),
+    /a write through real-1's view \(granted #1\) at 21 ms, not before its revoke \(#2\) at 20 ms/,
+  );
+  const early = parseViewReports(
+    JSON.stringify([viewReport('real-1', 1, 11, 19), viewReport('real-2', 3, 20, 40)]),
+  );
+  assert.match(
+    writesAcrossRevokes(log, 'pvc-1', early).join('\n'),
+    /real-2's view .* not after real-1's revoke/,
+  );
+});
+
+test("view stats that are not the driver's report are refused, naming the entry and field", () => {
+  assert.throws(() => parseViewReports('{"views":[]}'), { code: 'E_CSI_VIEWS', message: /not an array/ });
+  assert.throws(() => parseViewReports(JSON.stringify([{ ...viewReport('a', 1, 1, 2), grantSeq: '1' }])), {
+    code: 'E_CSI_VIEWS',
+    message: /entry 0: grantSeq is not a number/,
+  });
+  assert.throws(
+    () => parseViewReports(JSON.stringify([{ ...viewReport('a', 1, 1, 2), stats: { writes: 1 } }])),
+    { code: 'E_CSI_VIEWS', message: /entry 0: stats.firstWriteMonoNs is not a number/ },
+  );
+});
+
 test("the leftover check sees a view's mount and process of this backing dir, not another testbed's", () => {
   const mountinfo = [
     '22 1 0:21 / /proc rw - proc proc rw',
@@ -101,10 +186,13 @@ test('the fencing mode is a flag of the controller part; without it the argv is 
     plain.some((a) => a.startsWith('-fencefs')),
     false,
   );
-  assert.deepEqual(driverControllerArgs('/c/s.sock', '/c/backing', '/c/state', '/b/leasehold-fencefs'), [
-    ...plain,
-    '-fencefs=/b/leasehold-fencefs',
-  ]);
+  assert.deepEqual(
+    driverControllerArgs('/c/s.sock', '/c/backing', '/c/state', {
+      fencefs: '/b/leasehold-fencefs',
+      viewsSocket: '/c/views.sock',
+    }),
+    [...plain, '-fencefs=/b/leasehold-fencefs', '-views-endpoint=/c/views.sock'],
+  );
 });
 
 test('the provisioner runs alone with its own kubeconfig; the StorageClass names the driver and deletes', () => {

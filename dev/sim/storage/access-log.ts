@@ -6,6 +6,8 @@
  * events; `seq` is the order the storage acted in (one process, one log).
  * Pure: the checks read only the log (and, for writesAcrossRevokes, each view's write
  * times, from the views' own stats: dev/fuse Stats).
+ * Shared: the real nodes' testbed CSI driver (dev/csi) writes the same log and reports
+ * the same view stats (controller.ts accessLog, viewStats), judged by these functions.
  */
 
 export type AccessOp = 'grant' | 'revoke';

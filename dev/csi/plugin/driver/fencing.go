@@ -25,7 +25,11 @@ package main
 // every later one on that mount fails EIO, also from a process that was stopped and
 // resumes). Grants and revokes are appended, in the order acted, to
 // <state>/access.jsonl (seq, op, pv, node, view, monoMs: CLOCK_MONOTONIC ms, wallMs),
-// written before the call answers; dev/sim/storage/access-log.ts checks it. Grant and
+// written before the call answers; dev/sim/storage/access-log.ts checks it. Each view's
+// fencefs stats (writes served, the CLOCK_MONOTONIC times of the first and last, the
+// requests refused after the revoke) are kept by grant, also once its fencefs exited
+// (its last line), and served by report (main.go: GET /views on -views-endpoint), so
+// access-log.ts writesAcrossRevokes judges what each node wrote against its revoke. Grant and
 // revoke are idempotent. A revoked view stays served (EIO) until this process stops,
 // as a fenced LUN keeps answering errors; stop (SIGTERM/SIGINT) closes every view
 // (fencefs detaches its mount and exits); each fencefs has a parent-death signal, so a
@@ -42,6 +46,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -54,11 +59,15 @@ const publishContextView = "view"
 
 type fenceView struct {
 	node, path string
+	grantSeq   int // seq of the access record of its grant
 	cmd        *exec.Cmd
 	stdin      io.WriteCloser
 	lines      chan string
 	exited     chan struct{}
 	revoked    bool
+	statsMu    sync.Mutex
+	stats      json.RawMessage // fencefs's last "stats" line (fencefs.Stats); nil before one
+	statsSeen  chan struct{}   // signalled (never blocking) at each stats line
 }
 
 type fencing struct {
@@ -128,10 +137,16 @@ func (f *fencing) grant(volume, node string, shared bool) (string, error) {
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("starting the view of volume %s for node %s: %w", volume, node, err)
 	}
-	v := &fenceView{node: node, path: path, cmd: cmd, stdin: stdin, lines: make(chan string, 16), exited: make(chan struct{})}
+	v := &fenceView{node: node, path: path, cmd: cmd, stdin: stdin, lines: make(chan string, 16), exited: make(chan struct{}), statsSeen: make(chan struct{}, 1)}
 	go func() {
 		s := bufio.NewScanner(stdout)
 		for s.Scan() {
+			// NB: stats lines are kept, not queued: nothing may wait for them (expect),
+			// and a full queue would stall this reader.
+			if raw, ok := strings.CutPrefix(s.Text(), "stats "); ok {
+				v.setStats(raw)
+				continue
+			}
 			v.lines <- s.Text()
 		}
 		_ = cmd.Wait()
@@ -145,6 +160,7 @@ func (f *fencing) grant(volume, node string, shared bool) (string, error) {
 	if err := f.record("grant", volume, node, path); err != nil {
 		return "", err
 	}
+	v.grantSeq = f.seq
 	return path, nil
 }
 
@@ -171,6 +187,64 @@ func (f *fencing) revoke(volume, node string) error {
 		}
 	}
 	return nil
+}
+
+// viewReport is one view in the answer of report (GET /views): what it served.
+type viewReport struct {
+	Volume   string `json:"volume"`
+	Node     string `json:"node"`
+	View     string `json:"view"`
+	GrantSeq int    `json:"grantSeq"`
+	Revoked  bool   `json:"revoked"`
+	// Live: its fencefs still runs (revoked views too); else Stats are its last ones.
+	Live bool `json:"live"`
+	// fencefs.Stats as fencefs printed them (absent if it printed none); of a live view
+	// asked for now, so every write it served before this call is in them.
+	Stats json.RawMessage `json:"stats,omitempty"`
+}
+
+// report asks every live view for its stats now (5 s each) and lists every view ever
+// granted, in grant order, with its latest stats (an exited view's last ones).
+func (f *fencing) report() []viewReport {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []viewReport{}
+	for volume, views := range f.live {
+		for _, v := range views {
+			if alive(v) {
+				select {
+				case <-v.statsSeen:
+				default:
+				}
+				if _, err := io.WriteString(v.stdin, "stats\n"); err == nil {
+					select {
+					case <-v.statsSeen:
+					case <-v.exited:
+					case <-time.After(5 * time.Second):
+					}
+				}
+			}
+			v.statsMu.Lock()
+			stats := v.stats
+			v.statsMu.Unlock()
+			out = append(out, viewReport{Volume: volume, Node: v.node, View: v.path, GrantSeq: v.grantSeq, Revoked: v.revoked, Live: alive(v), Stats: stats})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GrantSeq < out[j].GrantSeq })
+	return out
+}
+
+func (v *fenceView) setStats(raw string) {
+	if !json.Valid([]byte(raw)) {
+		return
+	}
+	v.statsMu.Lock()
+	v.stats = json.RawMessage(raw)
+	v.statsMu.Unlock()
+	select {
+	case v.statsSeen <- struct{}{}:
+	default:
+	}
 }
 
 // liveNodes lists the nodes with a live view of volume.

@@ -20,7 +20,9 @@
 // and the node.
 // With -mode=node -attach-required=false (the testbed's attach-less driver, whose
 // CSIDriver says attachRequired: false) stage bind-mounts the plain directory with no
-// attach check: storage that cannot fence.
+// attach check: storage that cannot fence. With -fencefs and -views-endpoint the
+// controller also answers GET /views on that unix socket: every view's fencefs stats
+// (fencing.go report), what each node wrote through its view and when.
 // Not guaranteed: capacity limits (recorded, not enforced), block volumes, snapshots,
 // topology; without -fencefs, fencing: a node whose volume was unpublished keeps
 // writing until its own unmount.
@@ -28,10 +30,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -51,14 +55,15 @@ func main() {
 		nodeID     = flag.String("node-id", "", "node: this node's id, as the kubelet reports it (required with -mode=node)")
 		fencefs    = flag.String("fencefs", "", "controller: the leasehold-fencefs binary; set, a node reaches a volume only through its revocable view (fencing.go)")
 		attach     = flag.Bool("attach-required", true, "node: false for a driver whose CSIDriver says attachRequired: false (stage the plain directory, no attach check)")
+		views      = flag.String("views-endpoint", "", "controller with -fencefs: a unix socket serving GET /views, every view's fencefs stats (fencing.go report)")
 	)
 	flag.Parse()
-	if err := run(*endpoint, *mode, *name, *backingDir, *stateDir, *nodeID, *fencefs, *attach); err != nil {
+	if err := run(*endpoint, *mode, *name, *backingDir, *stateDir, *nodeID, *fencefs, *views, *attach); err != nil {
 		log.Fatalf("leasehold-csi-hostdir: %v", err)
 	}
 }
 
-func run(endpoint, mode, name, backingDir, stateDir, nodeID, fencefs string, attachRequired bool) error {
+func run(endpoint, mode, name, backingDir, stateDir, nodeID, fencefs, views string, attachRequired bool) error {
 	if endpoint == "" || backingDir == "" {
 		return fmt.Errorf("-endpoint and -backing-dir are required")
 	}
@@ -73,6 +78,15 @@ func run(endpoint, mode, name, backingDir, stateDir, nodeID, fencefs string, att
 		if fencefs != "" {
 			ctl.fence = newFencing(fencefs, backingDir, stateDir)
 			defer ctl.fence.closeAll()
+			if views != "" {
+				stopViews, err := serveViews(views, ctl.fence)
+				if err != nil {
+					return err
+				}
+				defer stopViews()
+			}
+		} else if views != "" {
+			return fmt.Errorf("-views-endpoint needs -fencefs (only the fencing mode has views)")
 		}
 		csi.RegisterControllerServer(server, ctl)
 	case "node":
@@ -106,6 +120,25 @@ func run(endpoint, mode, name, backingDir, stateDir, nodeID, fencefs string, att
 	}
 	_ = os.Remove(endpoint) // the listener's close removes it too; a leftover is harmless
 	return nil
+}
+
+// serveViews answers GET /views on the unix socket path with fencing.report as JSON;
+// the returned func closes the socket.
+func serveViews(path string, f *fencing) (func(), error) {
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("removing a stale socket %s: %w", path, err)
+	}
+	listener, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /views", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(f.report())
+	})
+	go func() { _ = http.Serve(listener, mux) }()
+	return func() { _ = listener.Close() }, nil
 }
 
 // logCalls logs each CSI call and its outcome: the testbed's logs show the attach

@@ -25,7 +25,9 @@
 // Protocol on stdin/stdout, one line each: it prints "ready" once mounted; on "revoke"
 // it cuts the view (fencefs.Revocable.Revoke: executing requests drain, every later one
 // fails with EIO) and prints "revoked"; on "stats" it prints "stats " and the view's
-// fencefs.Stats as JSON. On stdin EOF (its parent closed it or died),
+// fencefs.Stats as JSON; it prints that line once more as its last before it exits
+// (also when its mount went with its node's namespace), so its parent keeps what the
+// view served after it is gone. On stdin EOF (its parent closed it or died),
 // SIGTERM or SIGINT it detaches the mount (MNT_DETACH: processes holding files keep
 // getting answers, EIO once revoked) and exits when the kernel has released it, or 2 s
 // later. A parent-death signal (SIGTERM) ties it to the process that started it.
@@ -133,6 +135,11 @@ func main() {
 	}
 	fmt.Println("ready")
 
+	// The view's last stats, before every exit below (its parent keeps them).
+	defer func() {
+		b, _ := json.Marshal(view.Stats())
+		fmt.Printf("stats %s\n", b)
+	}()
 	done := make(chan struct{})
 	go func() {
 		in := bufio.NewScanner(os.Stdin)
