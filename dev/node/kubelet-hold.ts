@@ -11,17 +11,21 @@
  * Guarantees: holdProcess returns only once the kernel reports the process stopped
  * (/proc/<pid>/stat state `T`), else throws E_NODE_HOLD naming the pid and what it saw.
  * Not guaranteed: a release; a crash's SIGKILL (or the node's stop) ends the held
- * kubelet, which is how the scenarios end it. NB: SIGSTOP stops every thread of the
+ * kubelet, which is how the scenarios end it. NB: the kubelet's parent, the boot's
+ * `nsenter` (util-linux), stops itself when its child stops (it passes job control
+ * on) and stays stopped after the child's death: whoever kills a held kubelet must
+ * SIGCONT that parent so that it reaps the child and exits (node.ts does). NB: SIGSTOP stops every thread of the
  * process at once; what the kubelet had in flight (a CRI call) completes in containerd.
  */
 import { readFileSync } from 'node:fs';
 import { LeaseholdError } from '../../lib/errors.ts';
 
-/** A process as /proc/<pid>/stat shows it: its name (comm) and state letter. */
+/** A process as /proc/<pid>/stat shows it: its name (comm), state letter and parent. */
 export interface ProcStat {
   pid: number;
   comm: string;
   state: string;
+  ppid: number;
 }
 
 /** Parses /proc/<pid>/stat (pure): comm may hold spaces and parentheses, so split at the last ')'. */
@@ -29,8 +33,8 @@ export function parseProcStat(pid: number, text: string): ProcStat | undefined {
   const open = text.indexOf('(');
   const close = text.lastIndexOf(')');
   if (open < 0 || close < open) return undefined;
-  const state = text.slice(close + 2).split(' ')[0] ?? '';
-  return state === '' ? undefined : { pid, comm: text.slice(open + 1, close), state };
+  const [state = '', ppid = ''] = text.slice(close + 2).split(' ');
+  return state === '' ? undefined : { pid, comm: text.slice(open + 1, close), state, ppid: Number(ppid) };
 }
 
 /** The one process named `kubelet` (pure): undefined when none, an error when two. */

@@ -305,8 +305,14 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     progress,
   });
 
-  /** The held kubelet's pid (holdKubelet) until the boot ends. */
-  let heldKubelet: number | undefined;
+  /** The held kubelet and its parent (holdKubelet: the parent nsenter stops with it) until the boot ends. */
+  let heldKubelet: { pid: number; parent: number } | undefined;
+  /** Wakes what holdKubelet stopped: the kubelet (when `kubelet`) and its nsenter, which then reaps it. */
+  const continueHeld = (kubelet: boolean) => {
+    if (!heldKubelet) return;
+    if (kubelet) signal(heldKubelet.pid, 'SIGCONT');
+    signal(heldKubelet.parent, 'SIGCONT');
+  };
   let stopped = false;
   const stop = async () => {
     if (stopped) return;
@@ -325,7 +331,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     // The kubelet first, so it does not restart what goes next; then PID 1 of the
     // node's pid namespace takes containerd, the shims and the containers with it.
     // A held kubelet would take its SIGTERM only when continued: continued first.
-    if (heldKubelet !== undefined) signal(heldKubelet, 'SIGCONT');
+    continueHeld(true);
     for (const c of [...boot.components].reverse()) await c.stop(c.name.endsWith('kubelet') ? 5_000 : 1_000);
     for (const pid of identity.pids) signal(pid, 'SIGKILL');
     await waitGone(node, 15_000);
@@ -450,6 +456,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     for (const pid of ns ? processesInPidNs(ns) : []) signal(pid, 'SIGKILL');
     for (const pid of identity.pids) signal(pid, 'SIGKILL');
     thawNode(layout.cgroupRoot);
+    continueHeld(false); // the kubelet is dead: its stopped nsenter reaps it and exits
     await waitGone(node, 15_000);
     const left = findLeftovers(node, { ...hostSnapshot(node), cgroups: [] });
     if (left.length > 0) throw new NodeLeftoverError(opts.name, left);
@@ -501,7 +508,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     if (!kubelet)
       throw new LeaseholdError('E_NODE_HOLD', `real node ${opts.name}: no kubelet process to hold`);
     await holdProcess(kubelet.pid);
-    heldKubelet = kubelet.pid;
+    heldKubelet = { pid: kubelet.pid, parent: kubelet.ppid };
     progress(`${opts.name}: kubelet (pid ${kubelet.pid}) held (SIGSTOP)`);
     return kubelet.pid;
   }
