@@ -1,6 +1,6 @@
 /**
- * Fencing on real nodes (issue 12 item 7; what test/e2e/fencing.test.ts checked on the
- * simulator): the whole system of dev/system/real-system.ts on 3 real nodes (the real
+ * Fencing on real nodes (issue 12 item 7; what the sim's test/e2e/fencing.test.ts,
+ * removed, checked): the whole system of dev/system/real-system.ts on 3 real nodes (the real
  * kubelet, containerd and runc, the project's images, the chart installed by helm: a
  * manager on every node), default lease timings (D 6 s, R 2 s, T 4 s). A node serving a
  * share is cut from the API server, a manager fails the share over, and the old server
@@ -21,13 +21,14 @@
  *   fault, two failovers (cheaper than the sim's two partitions; each check kept).
  *   Asserted for each: the old server stopped before the new one started, by the
  *   serving-window log on the volume (a directory of the fencing CSI driver, moved
- *   with the share; see createRecordShare for why not its ext4 kind; an open window of a SIGKILLed server is closed
- *   at its agent's `fenced` line, which the fence logs only once every target is
- *   gone: later than the death, so the check is stricter), windows never overlap
- *   (overlappingWindows, proven to fail on an overlap by test/unit/serving-window-log
- *   tests), every record appended before the partition is in the records file after
- *   the failover, in order, and the new server appends after them; after the heal
- *   the old pod's processes are gone and it never served again.
+ *   with the share; see createRecordShare for why not its ext4 kind; an open window
+ *   of a SIGKILLed server is closed at its agent's `fenced` line, which the fence
+ *   logs only once every target is gone: later than the death, so the check is
+ *   stricter), windows never overlap (overlappingWindows, proven to fail on an
+ *   overlap by test/unit/serving-windows.test.ts), every record appended before the
+ *   partition is in the records file after the failover, in order, and the new server
+ *   appends after them; after the heal the old pod's processes are gone and it never
+ *   served again.
  * Last, on `nofence-a` (the shipped NFS server, ganesha, NFSv3; the hostile shares
  * deleted first): its node crashes and its replacement is bound to a node whose
  * kubelet is held (RealNode.holdKubelet: SIGSTOP to that kubelet alone; checked: the
