@@ -49,14 +49,16 @@
  * serving-window log on the volume and containerd's CRI status of the containers (the
  * partitioned kubelet cannot report to the API, and the manager force-deletes the
  * pod); the hold is the real kubelet stopped, not a simulated one told to skip pods.
- * Cost (two runs, 2026-12-02, at a load of 15-23 on the 2 cores): the system start of
- * 3 real nodes 83 and 99 s, the three shares serving 9-10 s after their creation, the
- * partition with both failovers and the heal 14.5 s, the lost replacement 24-36 s; the
- * file 205 and 183 s (the sim file it replaces: ~85 s plus a sim system start). Not
- * measured on a quiet machine (the real system's start there: ~30 s for 2 nodes).
- * Figures: partition -> serving 11.0-12.6 s (miss-b) and 13.1-13.5 s (stubborn-c), the
- * old server gone 6.6-9.5 s before the new one started; the lost replacement's node
- * crash -> serving 10.4-23.5 s, the client's one stall across both crashes 19.9-31.1 s.
+ * Cost (four passing runs, 2026-12-02, at a load of 12-23 on the 2 cores; the last two
+ * on the final code): the system start of 3 real nodes 77-99 s, the three shares
+ * serving 9-10 s after their creation, the partition with both failovers and the heal
+ * 14-15 s, the lost replacement 20-36 s; the file 205, 183, 181 and 162 s (the sim file
+ * it replaces: ~85 s plus a sim system start). Not measured on a quiet machine (the
+ * real system's start there: ~30 s for 2 nodes).
+ * Figures: partition -> serving 11.0-13.5 s (miss-b) and 11.2-13.9 s (stubborn-c), the
+ * agents fenced 2.2-4.7 s after it, the old server gone 6.6-10.5 s before the new one
+ * started; the lost replacement's node crash -> serving 9.0-23.5 s, the NFS client's
+ * one stall across both crashes 16.8-31.1 s.
  * NB: kube-controller-manager runs with --attach-detach-reconcile-sync-period=2s, so
  * the times measure leasehold, not that controller's 1 min default sync.
  */
