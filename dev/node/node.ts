@@ -77,6 +77,7 @@ import { nodeBinaries } from './binaries.ts';
 import { existingCgroups, removeCgroupRoot } from './cgroups.ts';
 import { type FabricUse, sharedFabric } from './fabric.ts';
 import { freezeNode, freezerMountIn, processesInPidNs, thawNode } from './freezer.ts';
+import { holdProcess, kubeletOf, readProcStat } from './kubelet-hold.ts';
 import { type NodeLayout, nodeLayout } from './layout.ts';
 import {
   describeLeftovers,
@@ -87,7 +88,7 @@ import {
   type NodeIdentity,
 } from './leftovers.ts';
 import { type Boot, bootMachine, clientKubeconfigs, writeNodeFiles } from './node-boot.ts';
-import { NodeFaults, type RealNodeFault, type RealNodeState } from './node-faults.ts';
+import { NodeFaultError, NodeFaults, type RealNodeFault, type RealNodeState } from './node-faults.ts';
 import { NODE_DIR_PREFIX, OWNER_FILE, ownerText, processStart, sweepStaleNodes } from './stale-nodes.ts';
 
 const run = promisify(execFile);
@@ -175,6 +176,17 @@ export interface RealNode {
    * node partition is modelled). From `running` only.
    */
   partition(mode?: 'close' | 'stall'): void;
+  /**
+   * Holds the node's kubelet (kubelet-hold.ts): SIGSTOP to the kubelet process only,
+   * resolving with its host pid once the kernel shows it stopped. The rest of the node
+   * runs on; the held kubelet starts no pod bound to the node (no sandbox, no
+   * container), reports nothing and stops its heartbeats (the Node turns NotReady
+   * after the node-monitor grace). For a replacement that must be bound here and never
+   * start (the e2e's lost replacement). No release: crash() ends the held kubelet (its
+   * SIGKILL), as does stop(). From `running` only (NodeFaultError), E_NODE_HOLD when
+   * no kubelet runs. NB: not a fault of `faults` (the state stays `running`).
+   */
+  holdKubelet(): Promise<number>;
   /**
    * Undoes the fault. After freeze (thaw) and partition the effect is immediate and
    * the promise resolved. After a crash it is the reboot: new namespaces, containerd,
@@ -293,6 +305,14 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     progress,
   });
 
+  /** The held kubelet and its parent (holdKubelet: the parent nsenter stops with it) until the boot ends. */
+  let heldKubelet: { pid: number; parent: number } | undefined;
+  /** Wakes what holdKubelet stopped: the kubelet (when `kubelet`) and its nsenter, which then reaps it. */
+  const continueHeld = (kubelet: boolean) => {
+    if (!heldKubelet) return;
+    if (kubelet) signal(heldKubelet.pid, 'SIGCONT');
+    signal(heldKubelet.parent, 'SIGCONT');
+  };
   let stopped = false;
   const stop = async () => {
     if (stopped) return;
@@ -310,6 +330,8 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     if (cgroupsMade) thawNode(layout.cgroupRoot);
     // The kubelet first, so it does not restart what goes next; then PID 1 of the
     // node's pid namespace takes containerd, the shims and the containers with it.
+    // A held kubelet would take its SIGTERM only when continued: continued first.
+    continueHeld(true);
     for (const c of [...boot.components].reverse()) await c.stop(c.name.endsWith('kubelet') ? 5_000 : 1_000);
     for (const pid of identity.pids) signal(pid, 'SIGKILL');
     await waitGone(node, 15_000);
@@ -434,6 +456,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     for (const pid of ns ? processesInPidNs(ns) : []) signal(pid, 'SIGKILL');
     for (const pid of identity.pids) signal(pid, 'SIGKILL');
     thawNode(layout.cgroupRoot);
+    continueHeld(false); // the kubelet is dead: its stopped nsenter reaps it and exits
     await waitGone(node, 15_000);
     const left = findLeftovers(node, { ...hostSnapshot(node), cgroups: [] });
     if (left.length > 0) throw new NodeLeftoverError(opts.name, left);
@@ -461,6 +484,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     identity.pids.length = 0;
     releaseNamespaces();
     boot = { components: [] };
+    heldKubelet = undefined;
     // A dead machine's storage sessions end: its mount namespace gone (no process, no
     // hold), its CSI views' mounts go, their fencefs exit, the loop devices detach.
     const t0 = performance.now();
@@ -474,6 +498,19 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
         'E_NODE_CRASH',
         `real node ${opts.name}: its storage access outlived the crash: ${storage.join('; ')}`,
       );
+  }
+
+  async function holdKubelet(): Promise<number> {
+    if (faults.state !== 'running') throw new NodeFaultError(opts.name, 'hold the kubelet', faults.state);
+    const ns = boot.pid1 ? readlinkSync(`/proc/${boot.pid1}/ns/pid`) : undefined;
+    const stats = (ns ? processesInPidNs(ns) : []).flatMap((pid) => readProcStat(pid) ?? []);
+    const kubelet = kubeletOf(stats);
+    if (!kubelet)
+      throw new LeaseholdError('E_NODE_HOLD', `real node ${opts.name}: no kubelet process to hold`);
+    await holdProcess(kubelet.pid);
+    heldKubelet = { pid: kubelet.pid, parent: kubelet.ppid };
+    progress(`${opts.name}: kubelet (pid ${kubelet.pid}) held (SIGSTOP)`);
+    return kubelet.pid;
   }
 
   /** What of the node's CSI storage access is still there after 10 s (none without csi). */
@@ -507,6 +544,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     freeze: () => faults.freeze(),
     partition: (mode) => faults.partition(mode),
     heal: () => faults.heal(),
+    holdKubelet,
     leftovers: () => findLeftovers(node, hostSnapshot(node)),
     stop,
   };
