@@ -46,8 +46,10 @@
  *     node: killed while frozen, nothing of it runs again; the taint's word made true:
  *     a thaw instead would run the old ganesha next to the replacement, the hazard the
  *     gate leaves to the operator, storage-fencing.test.ts shows it on the sim),
- *     rebooted, untainted, a manager ready there again. Never two ganesha; the client's
- *     view (nothing acknowledged lost).
+ *     rebooted, untainted; a manager ready there again is checked by step 5, whose
+ *     upgrade waits for a new Ready manager on every node (the restart after the reboot
+ *     overlaps the upgrade). Never two ganesha; the client's view (nothing acknowledged
+ *     lost).
  *  5. `helm upgrade` to manager.outOfServiceTaint=true, nodeLeaseGrace=8s (the node-monitor
  *     grace) and volumeHandoff=none, then crash real-1: the manager taints it
  *     node.kubernetes.io/out-of-service=nodeshutdown:NoExecute (with its mark) only after
