@@ -256,7 +256,7 @@ test('shares start on real nodes (two with skewed agents) and serve', { timeout:
     SHARES.map(async (share) => [share, (await servingPod(sys, share)).servingWall] as const),
   );
   const startWall = Date.now() - (performance.now() - t0);
-  const line = `shares start: ${served.map(([s, wall]) => `${s} created ${createdS.get(s)?.toFixed(1)} s, serving ${((wall - startWall) / 1000).toFixed(1)} s`).join('; ')} after the first policy's apply`;
+  const line = `shares start: ${served.map(([s, wall]) => `${s} created ${createdS.get(s)?.toFixed(1)} s, serving ${((wall - startWall) / 1000).toFixed(1)} s`).join('; ')} since the test began (a skewed share once its policy applied)`;
   process.stderr.write(`${line}\n`);
   t.diagnostic(line);
   for (const share of Object.keys(SKEWED)) {

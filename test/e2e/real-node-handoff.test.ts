@@ -392,7 +392,8 @@ test('four shares and an unrelated pod with its own CSI volume run on real-1', {
     withDeadline(10_000),
   );
   const served = await Promise.all(SHARES.map((share) => servingRealPod(sys, share)));
-  SHARES.forEach((share, i) => assert.equal(served[i]?.node, LOST, `${share} serves on ${LOST}`));
+  for (const [i, share] of SHARES.entries())
+    assert.equal(served[i]?.node, LOST, `${share} serves on ${LOST}`);
   const servedS = (performance.now() - t0) / 1000;
   // Replacements may go anywhere (the manager puts them away from the lost node).
   const custom = sys.kc.makeApiClient(k8s.CustomObjectsApi);
