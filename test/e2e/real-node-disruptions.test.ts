@@ -79,11 +79,12 @@
  * the 5 bystanders. Trimmed on 2026-12-02 (the three shares created together, the two
  * skew policies applied at once; the bystanders created together; the agent kill's hold
  * D + 2 s, was 10 s; the skew window counted from the later skewed share's serving, not
- * from the first test's end; 5 bystanders, were 8), two passing runs: 193 s at a load of
- * 12-14 (the shares 6.7 s, agent kill 9.1, drain 7.7, skew check 2.5, API outage 65.1,
- * frozen pod 37.4 s with the bystanders serving in 18.4 s) and 231 s at 13-18 (23.5,
- * 9.3, 8.7, 0.9, 35.5, 50.5 s; bystanders 35.7 s); the same day before it, at a load of
- * 4-8, the shares took 11.6 s and the agent kill 10.8 s. Before: the file 120-200 s at a
+ * from the first test's end; 5 bystanders, were 8), three passing runs: 190 s at a load
+ * of 4-8 (start 50.9 s; the shares 10.0 s, agent kill 9.5, drain 7.8, skew check 1.7, API
+ * outage 50.8, frozen pod 24.5 s with the bystanders serving in 10.1 s), 193 s at 12-14
+ * (40.6; 6.7, 9.1, 7.7, 2.5, 65.1, 37.4 / 18.4 s) and 231 s at 13-18 (70.3; 23.5, 9.3,
+ * 8.7, 0.9, 35.5, 50.5 / 35.7 s); the same day before it, at a load of 4-8, the shares
+ * took 11.6 s and the agent kill 10.8 s. Before: the file 120-200 s at a
  * load of 3 to 15 without the frozen-pod scenario, 148-201 s with it (docs/testing.md).
  * NB: the API outage's cost is the API server's restart and the kubelets' (ready again
  * 15-44 s after its stop began, served again 9-38 s after that at loads 8-18), not a wait
