@@ -84,7 +84,9 @@
  * upgrade is what step 5 tests (its values would break steps 2-4 at install). Letting
  * step 4's manager restart overlap step 5's upgrade was tried and taken back: no
  * measurable gain under load (upgrade 20.7-51.2 s at 16-24) and one run at 24 whose
- * step 5 found rh-a moved to real-2 before its crash, unexplained.
+ * step 5 found rh-a moved to real-2 before its crash, unexplained. After: 177 s (load
+ * 4-14, start 47.5 s) and 157 s (load 2-6, start 32.2 s; scenarios 41.2 with the start,
+ * 20.7, 14.4, 28.8, 31.8 s): the same as before within the machine's noise.
  */
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
