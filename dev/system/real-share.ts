@@ -22,7 +22,9 @@
  *    holds (freezer.state FROZEN: it runs no instruction) is not running: its window
  *    ends at the first sample that sees it frozen, and when it runs again a new window
  *    (reason `thawed` while open) starts at the last sample that saw it frozen, so a frozen
- *    stretch never hides a moment it may have run;
+ *    stretch never hides a moment it may have run. A process with SIGKILL pending counts
+ *    as frozen too (dev/node/pending-signals.ts: it never runs user code again; a frozen
+ *    node's power-off kills and then thaws its processes, which show until reaped);
  *  - podLog: a container's log as the node's kubelet wrote it;
  *  - acksSince: a writer's acknowledgements from a moment on (pure): the writes a
  *    server that should no longer serve acknowledged; acksOutsideWindows: those no
@@ -42,6 +44,7 @@ import { LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import { BLOCK_FS_ATTRIBUTE } from '../csi/config.ts';
 import { freezerCgroupOf, freezerMount } from '../node/freezer.ts';
 import type { RealNode } from '../node/node.ts';
+import { SIGKILL, signalPending } from '../node/pending-signals.ts';
 import type { ServingWindow } from '../share-server/serving-window-log.ts';
 import { imagePath, readImageFile } from '../sim/storage/block-image.ts';
 import type { RealSystem } from './real-system.ts';
@@ -284,7 +287,7 @@ export interface GaneshaSample {
     startTicks: number;
     startMonoMs: number;
     node: string;
-    /** Held by the cgroup freezer (FROZEN) at the sample: it runs no instruction. */
+    /** Held by the cgroup freezer (FROZEN), or SIGKILL pending, at the sample: it runs no user code. */
     frozen?: boolean;
   }[];
 }
@@ -393,7 +396,8 @@ function sampleGanesha(nodes: readonly RealNode[], freezer: string | undefined):
           startTicks: start.ticks,
           startMonoMs: start.monoMs,
           node: node.name,
-          frozen: freezer !== undefined && isFrozen(freezer, pid),
+          // A dying process (SIGKILL pending: a power-off kills, then thaws) runs no user code.
+          frozen: (freezer !== undefined && isFrozen(freezer, pid)) || signalPending(pid, SIGKILL) === true,
         });
     } catch {
       // gone meanwhile
