@@ -52,15 +52,16 @@
  *    run on). Asserted: exactly that share fails over (lastFailover names the frozen
  *    pod, which is force-deleted, its replacement serves on the other node, the NFS
  *    client through the Service loses nothing), every other share keeps its pod and
- *    lease holder, one new LeaseExpired, no StormGuardActive. NB: a frozen process
- *    ignores the kubelet's signals until thawed. In the first run the freeze lasted to
- *    the end and no replacement served within 120 s; the reading (not verified further):
- *    the kubelet cannot end the pod, so its volume stays mounted and in the live node's
- *    volumesInUse (the manager leaves the handoff to a live kubelet: lastFailover's
- *    volumeHandoff says so) and the attach to the new node waits for the attach-detach
- *    controller's 6 min. So the freeze lasts until the kubelet's stop signal is pending
- *    on a frozen process; then the pod's processes are SIGKILLed and thawed, dying
- *    before they run again. Why 5 and not the sim's 20 (or the 8 it had here first):
+ *    lease holder, one new LeaseExpired, no StormGuardActive. The pod stays frozen until
+ *    its replacement serves: a frozen process ignores the kubelet's signals, so the
+ *    kubelet cannot end the pod, its volume stays mounted and in the live node's
+ *    volumesInUse (the manager first leaves the handoff to a live kubelet), and the
+ *    attach-detach controller never detaches from a Ready node. Before the manager's
+ *    unmount check no replacement served within 120 s (first run of this scenario);
+ *    now the check releases the entry 30 s (LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT) after
+ *    the force-delete (asserted: lastFailover.volumeHandoff says so, the pod still
+ *    frozen when the replacement served). Then the pod's processes are SIGKILLed and
+ *    thawed, dying before they run again. Why 5 and not the sim's 20 (or the 8 it had here first):
  *    the claim is per lease, so any bystander on the frozen pod's node would fail it
  *    if the manager blamed the node; the storm guard needs 3 stale leases (minLeases)
  *    and counts none on the source node, so no N moves it with one lease frozen; what N
@@ -94,6 +95,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { after, test } from 'node:test';
 import { freezeCgroup, freezerState, podFreezerCgroup, thawNode } from '../../dev/node/freezer.ts';
+import { SIGKILL, SIGTERM, signalPending } from '../../dev/node/pending-signals.ts';
 import { overlappingWindows, type ServingWindow } from '../../dev/share-server/serving-window-log.ts';
 import { createRealNfsShare, GaneshaTracker, podLog } from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
@@ -570,19 +572,6 @@ async function createRecordShare(sys: RealSystem, share: string, node: string): 
   );
 }
 
-/** Whether signal `signo` is pending for `pid` (its /proc status's SigPnd or ShdPnd has its bit), or undefined when gone. */
-function signalPending(pid: number, signo: number): boolean | undefined {
-  try {
-    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-    return ['SigPnd', 'ShdPnd'].some((k) => {
-      const hex = new RegExp(`^${k}:\\s*([0-9a-f]+)$`, 'm').exec(status)?.[1] ?? '0';
-      return (BigInt(`0x${hex}`) & (1n << BigInt(signo - 1))) !== 0n;
-    });
-  } catch {
-    return undefined;
-  }
-}
-
 test('one frozen share manager among many on a healthy real node (its pod cgroup frozen): only it fails over, the NFS client loses nothing', {
   timeout: 300_000,
 }, async (t) => {
@@ -651,36 +640,44 @@ test('one frozen share manager among many on a healthy real node (its pod cgroup
       'gone',
       `${before.pod} force-deleted`,
     );
-    // NB: a frozen task ignores SIGKILL until thawed. The healthy node's kubelet kills the
-    // force-deleted pod, but the kill stays pending; frozen to the end, no replacement
-    // served within 120 s (see the header: read as the volume held on this node). So the freeze
-    // lasts until the kubelet's stop signal (SIGTERM or SIGKILL) is pending on a frozen
-    // process, the kubelet's SIGKILL coming late (27 s after the force delete, measured);
-    // then every process of the pod is SIGKILLed, as the kubelet's stop ends, and the
-    // cgroup thawed: they die on the thaw without running an instruction (SIGKILL is
-    // taken on the way out of the freezer, before any handler of the pending SIGTERM).
-    const pending = (pid: number) => signalPending(pid, 15) === true || signalPending(pid, 9) === true;
-    const killSeen = await eventually(
-      `the kubelet's stop signal pending on a frozen process of ${before.pod}`,
-      async () => (pids.some(pending) ? Date.now() : undefined),
-      60_000,
-      200,
+    // NB: a frozen task ignores SIGKILL until thawed: the healthy node's kubelet cannot end
+    // the force-deleted pod, so it never unmounts and keeps the volume in its
+    // status.volumesInUse, and the attach-detach controller never detaches from a Ready
+    // node. The manager's unmount check (LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT, 30 s after
+    // the force-delete) releases the entry: the volume moves while the pod stays frozen,
+    // its node's view revoked by the fencing storage. Before that check, the first run
+    // saw no replacement serve within 120 s. Frozen to the end of the move.
+    const next = await servingPod(sys, MOVED, before.pod);
+    assert.equal(
+      freezerState(cgroup),
+      'FROZEN',
+      `${before.pod}'s processes still frozen when ${next.pod} served`,
     );
-    assert.equal(freezerState(cgroup), 'FROZEN', `${before.pod}'s processes stayed frozen until then`);
+    const pending = (pid: number) =>
+      signalPending(pid, SIGTERM) === true || signalPending(pid, SIGKILL) === true;
     const pendingOn = pids.filter(pending).length;
+    const handoff = (await shareStatus(sys, MOVED)).lastFailover?.volumeHandoff ?? '';
+    assert.match(
+      handoff,
+      new RegExp(
+        `still in use on node ${before.node} 30s after the force-delete.*removed .* from node ${before.node} status\\.volumesInUse`,
+      ),
+      `${MOVED}: the unmount check released the volume (volumeHandoff: ${handoff})`,
+    );
     const windowsFrozen = assertNeverTwo(MOVED, 'frozen pod, before the thaw');
+    // Then the machine's operator ends the hung pod: SIGKILLed, then thawed, so none of
+    // its processes runs again (SIGKILL is taken on the way out of the freezer).
     for (const pid of pids)
       try {
         process.kill(pid, 'SIGKILL');
       } catch {}
     thawNode(cgroup);
     const thawedAt = Date.now();
-    const next = await servingPod(sys, MOVED, before.pod);
     await client.waitResumed(REAL_SERVING_WITHIN_MS, monotonicMs() - (Date.now() - next.servingWall));
     assert.notEqual(next.node, before.node, 'the replacement avoids the lost pod node');
     assert.ok(
-      windowsFrozen.every((w) => w.id !== next.pod),
-      `no ganesha of ${next.pod} before the thaw: ${windowsFrozen.map(fmt)}`,
+      windowsFrozen.some((w) => w.id === next.pod),
+      `${next.pod}'s ganesha seen while ${before.pod} was frozen: ${windowsFrozen.map(fmt)}`,
     );
     assert.equal((await leaseOf(sys, MOVED)).spec?.holderIdentity, next.pod, `${next.pod} holds the lease`);
     const moved = [...(await failedOver(sys))]
@@ -704,7 +701,7 @@ test('one frozen share manager among many on a healthy real node (its pod cgroup
     const [gapS] = client.assertClientView(`${MOVED} pod frozen among many`);
     const since = (ms: number | undefined) =>
       ms === undefined ? '?' : `${((ms - frozenAt) / 1000).toFixed(2)} s`;
-    const line = `many shares: ${before.pod}'s pod cgroup frozen on ${before.node} (${pids.length} processes): lease stale ${since(Date.parse(failover.detectedAt ?? ''))}, ${next.pod} serving on ${next.node} ${since(next.servingWall)}, clientWriteGap ${gapS?.toFixed(2)} s; force-deleted ${since(Date.parse(failover.podDeletedAt ?? ''))}, the kubelet's stop signal pending (on ${pendingOn} of ${pids.length}) ${since(killSeen)}, thawed ${since(thawedAt)}; ${all.length - 1} others kept their pods`;
+    const line = `many shares: ${before.pod}'s pod cgroup frozen on ${before.node} (${pids.length} processes): lease stale ${since(Date.parse(failover.detectedAt ?? ''))}, ${next.pod} serving on ${next.node} ${since(next.servingWall)}, clientWriteGap ${gapS?.toFixed(2)} s; force-deleted ${since(Date.parse(failover.podDeletedAt ?? ''))}, the kubelet's stop signal pending on ${pendingOn} of ${pids.length} when it served, thawed ${since(thawedAt)}; ${all.length - 1} others kept their pods`;
     process.stderr.write(`${line}\n`);
     t.diagnostic(line);
   } finally {
