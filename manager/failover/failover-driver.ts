@@ -112,8 +112,8 @@ interface Machine {
   lostCheckTimer: NodeJS.Timeout | undefined;
   /** When a follower looks again at whether the owner went down with its node. */
   ownerCheckTimer: NodeJS.Timeout | undefined;
-  /** The handoff left the volume to a live kubelet (volume-handoff.ts): when to look whether it unmounted. */
-  leftToLiveKubelet: boolean;
+  /** The handoff released the volumesInUse entry or left it to a live kubelet (volume-handoff.ts): look whether it stayed. */
+  watchUnmount: boolean;
   unmountForced: number;
   unmountTimer: NodeJS.Timeout | undefined;
 }
@@ -364,16 +364,16 @@ export class FailoverDriver {
   }
 
   /**
-   * While the owner waits for the replacement's agent: a volume left to a live kubelet
-   * that still lists it in use LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT after the force-delete
-   * is released anyway (volume-handoff.ts `unmountOverdue`, `unmountCheckAt`), and looked
+   * While the owner waits for the replacement's agent: a volume whose entry was released,
+   * or left to a live kubelet, that the node still lists in use (and is still attached
+   * there) LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT after the force-delete is released again (volume-handoff.ts `unmountOverdue`, `unmountCheckAt`), and looked
    * at again while the kubelet may put it back. Ends with the phase (clearTimers, the
    * phase check).
    */
   private scheduleUnmountCheck(m: Machine): void {
     clearTimeout(m.unmountTimer);
     const deletedAt = m.times.podDeleted?.mono;
-    if (!m.leftToLiveKubelet || deletedAt === undefined || this.config.observeOnly) return;
+    if (!m.watchUnmount || deletedAt === undefined || this.config.observeOnly) return;
     const at = unmountCheckAt(deletedAt, this.config.kubeletUnmountTimeoutMs, m.unmountForced);
     if (at === undefined) return;
     m.unmountTimer = setTimeout(
@@ -442,7 +442,7 @@ export class FailoverDriver {
       recheckTimer: undefined,
       lostCheckTimer: undefined,
       ownerCheckTimer: undefined,
-      leftToLiveKubelet: false,
+      watchUnmount: false,
       unmountForced: 0,
       unmountTimer: undefined,
     };

@@ -54,8 +54,8 @@ export interface StepMachine {
   holderSilentSince: number | undefined;
   /** What the volume handoff did (volume-handoff.ts describeHandoff), for status and events. */
   handoff: string | undefined;
-  /** The handoff left the volume to the lost node's kubelet because its heartbeat showed it alive (the unmount check watches it). */
-  leftToLiveKubelet: boolean;
+  /** The handoff released the volumesInUse entry, or left it to a kubelet its heartbeat showed alive: the unmount check watches it. */
+  watchUnmount: boolean;
   /** How many times the unmount check released the volume anyway. */
   unmountForced: number;
   /** The storage's classification, once the storage-fencing gate read it. */
@@ -172,7 +172,11 @@ export function runStep(
           });
           m.times.detached = now();
           m.handoff = describeHandoff(outcome.decision, m.lostNode, outcome.pv);
-          m.leftToLiveKubelet = outcome.decision.kind === 'leaveToKubelet' && outcome.decision.kubeletAlive;
+          // NB: after a release too: a live kubelet may put the entry back before the
+          // attach-detach controller started the detach, and if its pod hangs it never clears it.
+          m.watchUnmount =
+            outcome.decision.kind === 'releaseInUse' ||
+            (outcome.decision.kind === 'leaveToKubelet' && outcome.decision.kubeletAlive);
           log.info(
             {
               lease: m.key,

@@ -48,7 +48,9 @@
  *    clears the entry itself, and the ADC detaches normally. So we leave it
  *    (`leaveToKubelet`) — unless it still lists the entry
  *    LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT (30 s) after the force-delete while the
- *    replacement waits (`unmountOverdue`, the driver's unmount check, `unmountCheckAt`):
+ *    replacement waits (`unmountOverdue`, the driver's unmount check, `unmountCheckAt`;
+ *    it also follows a `releaseInUse`, whose entry a live kubelet may put back before
+ *    the ADC started the detach, see "A node that was alive after all" below):
  *    then the lost pod's processes did not stop (a frozen cgroup, uninterruptible I/O),
  *    the kubelet cannot unmount under them, and on a healthy node the ADC never
  *    force-detaches (its 6 min timeout applies to a NotReady node only), so the share
@@ -191,7 +193,8 @@ export function decideHandoff(input: HandoffInput): HandoffDecision {
 }
 
 /**
- * When the unmount check looks at a volume left to a live kubelet: the force-delete
+ * When the unmount check looks at a volume left to a live kubelet, or released while
+ * its kubelet may still put the entry back: the force-delete
  * plus LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT, then every UNMOUNT_RECHECK_MS after a forced
  * release, at most UNMOUNT_FORCE_ATTEMPTS times (the kubelet may re-add the entry
  * before the attach-detach controller started the detach); undefined: no more checks

@@ -58,9 +58,13 @@
  *    volumesInUse (the manager first leaves the handoff to a live kubelet), and the
  *    attach-detach controller never detaches from a Ready node. Before the manager's
  *    unmount check no replacement served within 120 s (first run of this scenario);
- *    now the check releases the entry 30 s (LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT) after
- *    the force-delete (asserted: lastFailover.volumeHandoff says so, the pod still
- *    frozen when the replacement served). Then the pod's processes are SIGKILLed and
+ *    now the check releases the entry LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT after the
+ *    force-delete (this file installs the chart with 10 s, a third of the default, to
+ *    keep the wait short; the rule is the same), or the handoff released it at once when no heartbeat of the node
+ *    came after the holder's renew deadline (10 s heartbeats: either happens; the
+ *    check then follows up if the kubelet put it back). Asserted: lastFailover.
+ *    volumeHandoff names the release, and the pod was still frozen when the
+ *    replacement served. Then the pod's processes are SIGKILLed and
  *    thawed, dying before they run again. Why 5 and not the sim's 20 (or the 8 it had here first):
  *    the claim is per lease, so any bystander on the frozen pod's node would fail it
  *    if the manager blamed the node; the storm guard needs 3 stale leases (minLeases)
@@ -99,7 +103,7 @@ import { SIGKILL, SIGTERM, signalPending } from '../../dev/node/pending-signals.
 import { overlappingWindows, type ServingWindow } from '../../dev/share-server/serving-window-log.ts';
 import { createRealNfsShare, GaneshaTracker, podLog } from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
-import { shareStatus } from '../../dev/system/shares.ts';
+import { sharePods, shareStatus } from '../../dev/system/shares.ts';
 import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
@@ -127,6 +131,8 @@ after(() => certClock.restore());
 const system = useRealSystem({
   nodes: 2,
   cluster: { attachDetachReconcileSyncPeriod: '2s', onProgress: certClock.onClusterProgress },
+  // A third of the default 30 s: the frozen-pod scenario waits it out (see the header).
+  values: { 'manager.kubeletUnmountTimeout': '10s' },
 });
 
 const SKEWED = { 'skew-ahead': '+10m', 'skew-behind': '-10m' } as const;
@@ -227,10 +233,21 @@ function keepPodRecord(sys: RealSystem, pod: k8s.V1Pod) {
   const node = sys.node(pod.spec?.nodeName ?? '');
   const record = { agentLog: '', serverLog: '', last: pod };
   let watching = true;
-  const done = (async () => {
+  const readLogs = () => {
+    record.agentLog = podLog(node, pod, 'agent') || record.agentLog;
+    record.serverLog = podLog(node, pod, 'server') || record.serverLog;
+  };
+  // NB: the logs on their own 50 ms loop (local reads), not behind the API read: a CI run
+  // at load 18 missed the agent's last line (`lease released`) between two reads, the
+  // kubelet having removed the log by the next.
+  const logs = (async () => {
     while (watching) {
-      record.agentLog = podLog(node, pod, 'agent') || record.agentLog;
-      record.serverLog = podLog(node, pod, 'server') || record.serverLog;
+      readLogs();
+      await sleep(50);
+    }
+  })();
+  const objects = (async () => {
+    while (watching) {
       const now = await readPod(sys, pod.metadata?.name ?? '').catch(() => undefined);
       if (now) record.last = now;
       await sleep(100);
@@ -240,7 +257,8 @@ function keepPodRecord(sys: RealSystem, pod: k8s.V1Pod) {
     record,
     stop: async () => {
       watching = false;
-      await done;
+      await Promise.all([logs, objects]);
+      readLogs();
       return record;
     },
   };
@@ -643,8 +661,8 @@ test('one frozen share manager among many on a healthy real node (its pod cgroup
     // NB: a frozen task ignores SIGKILL until thawed: the healthy node's kubelet cannot end
     // the force-deleted pod, so it never unmounts and keeps the volume in its
     // status.volumesInUse, and the attach-detach controller never detaches from a Ready
-    // node. The manager's unmount check (LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT, 30 s after
-    // the force-delete) releases the entry: the volume moves while the pod stays frozen,
+    // node. The manager's unmount check (LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT after the
+    // force-delete: 10 s here, 30 s by default) releases the entry: the volume moves while the pod stays frozen,
     // its node's view revoked by the fencing storage. Before that check, the first run
     // saw no replacement serve within 120 s. Frozen to the end of the move.
     const next = await servingPod(sys, MOVED, before.pod);
@@ -656,14 +674,16 @@ test('one frozen share manager among many on a healthy real node (its pod cgroup
     const pending = (pid: number) =>
       signalPending(pid, SIGTERM) === true || signalPending(pid, SIGKILL) === true;
     const pendingOn = pids.filter(pending).length;
+    // Released by the handoff step at once (no heartbeat of the node seen after the
+    // holder's renew deadline: no evidence its kubelet lives), or left to the live
+    // kubelet and released by the unmount check: either way the entry was removed.
     const handoff = (await shareStatus(sys, MOVED)).lastFailover?.volumeHandoff ?? '';
     assert.match(
       handoff,
-      new RegExp(
-        `still in use on node ${before.node} 30s after the force-delete.*removed .* from node ${before.node} status\\.volumesInUse`,
-      ),
-      `${MOVED}: the unmount check released the volume (volumeHandoff: ${handoff})`,
+      new RegExp(`removed \\S+ \\(PV \\S+\\) from node ${before.node} status\\.volumesInUse`),
+      `${MOVED}: the volume released from ${before.node} (volumeHandoff: ${handoff})`,
     );
+    const byCheck = handoff.includes('after the force-delete');
     const windowsFrozen = assertNeverTwo(MOVED, 'frozen pod, before the thaw');
     // Then the machine's operator ends the hung pod: SIGKILLed, then thawed, so none of
     // its processes runs again (SIGKILL is taken on the way out of the freezer).
@@ -686,8 +706,15 @@ test('one frozen share manager among many on a healthy real node (its pod cgroup
     assert.deepEqual(moved, [MOVED], 'only the frozen share failed over');
     for (const share of all) {
       if (share === MOVED) continue;
-      const now = await readyRealPod(sys, share);
-      assert.equal(now?.pod, pods.get(share)?.pod, `${share} kept its pod`);
+      // NB: its pods, Ready or not: a CI run at load 18 caught skew-ahead's pod between
+      // two readiness probes (a renewal later than T under that load); the pod and its
+      // lease holder are what a failover would change.
+      const live = (await sharePods(sys, share))
+        .filter(
+          (p) => !p.metadata?.deletionTimestamp && !['Succeeded', 'Failed'].includes(p.status?.phase ?? ''),
+        )
+        .map((p) => p.metadata?.name);
+      assert.deepEqual(live, [pods.get(share)?.pod], `${share} kept its pod`);
       assert.equal(
         (await leaseOf(sys, share)).spec?.holderIdentity,
         holders.get(share),
@@ -701,7 +728,7 @@ test('one frozen share manager among many on a healthy real node (its pod cgroup
     const [gapS] = client.assertClientView(`${MOVED} pod frozen among many`);
     const since = (ms: number | undefined) =>
       ms === undefined ? '?' : `${((ms - frozenAt) / 1000).toFixed(2)} s`;
-    const line = `many shares: ${before.pod}'s pod cgroup frozen on ${before.node} (${pids.length} processes): lease stale ${since(Date.parse(failover.detectedAt ?? ''))}, ${next.pod} serving on ${next.node} ${since(next.servingWall)}, clientWriteGap ${gapS?.toFixed(2)} s; force-deleted ${since(Date.parse(failover.podDeletedAt ?? ''))}, the kubelet's stop signal pending on ${pendingOn} of ${pids.length} when it served, thawed ${since(thawedAt)}; ${all.length - 1} others kept their pods`;
+    const line = `many shares: ${before.pod}'s pod cgroup frozen on ${before.node} (${pids.length} processes): lease stale ${since(Date.parse(failover.detectedAt ?? ''))}, ${next.pod} serving on ${next.node} ${since(next.servingWall)}, clientWriteGap ${gapS?.toFixed(2)} s; force-deleted ${since(Date.parse(failover.podDeletedAt ?? ''))}, the kubelet's stop signal pending on ${pendingOn} of ${pids.length} when it served, released ${byCheck ? 'by the unmount check' : 'by the handoff at once'}, thawed ${since(thawedAt)}; ${all.length - 1} others kept their pods`;
     process.stderr.write(`${line}\n`);
     t.diagnostic(line);
   } finally {
