@@ -69,12 +69,15 @@ export interface RealNfsShareOptions {
  * and its claim `<share>-data` in the shares namespace (bound to each other); returns
  * the claim's name. Also what a share without leasehold mounts (bench's stock mode).
  * `noAttach`: a plain directory of the attach-less driver (the system started with
- * `noAttachDriver`): no attach, nothing that fences; else the fencing driver's block kind.
+ * `noAttachDriver`): no attach, nothing that fences; `directoryOwner`: the fencing
+ * driver's directory kind, its backing directory owned by that uid/gid (every node's
+ * view is the one host directory, revoked at the detach); else the fencing driver's
+ * block kind.
  */
 export async function createRealVolume(
   sys: RealSystem,
   share: string,
-  opts: { noAttach?: boolean } = {},
+  opts: { noAttach?: boolean; directoryOwner?: { uid: number; gid: number } } = {},
 ): Promise<string> {
   const claim = `${share}-data`;
   const noAttachDriver = sys.csi.noAttachDriverName;
@@ -83,7 +86,7 @@ export async function createRealVolume(
       'E_REAL_VOLUME',
       `volume of ${share}: noAttach needs the system started with noAttachDriver: true`,
     );
-  await sys.csi.makeVolume(realVolumeHandle(share));
+  await sys.csi.makeVolume(realVolumeHandle(share), opts.directoryOwner);
   await sys.core.createPersistentVolume(
     {
       body: {
@@ -98,12 +101,14 @@ export async function createRealVolume(
             opts.noAttach && noAttachDriver
               ? // A plain directory: every node's bind mount of it has the host file system's handles.
                 { driver: noAttachDriver, volumeHandle: realVolumeHandle(share) }
-              : {
-                  driver: sys.csi.driverName,
-                  volumeHandle: realVolumeHandle(share),
-                  // The block kind: ext4's file handles are the same on every node's mount.
-                  volumeAttributes: { [BLOCK_FS_ATTRIBUTE]: 'ext4' },
-                },
+              : opts.directoryOwner
+                ? { driver: sys.csi.driverName, volumeHandle: realVolumeHandle(share) }
+                : {
+                    driver: sys.csi.driverName,
+                    volumeHandle: realVolumeHandle(share),
+                    // The block kind: ext4's file handles are the same on every node's mount.
+                    volumeAttributes: { [BLOCK_FS_ATTRIBUTE]: 'ext4' },
+                  },
         },
       },
     },
@@ -125,6 +130,47 @@ export async function createRealVolume(
     withDeadline(10_000),
   );
   return claim;
+}
+
+/**
+ * A share of the demo record server (dev/share-server, compiled into the leasehold
+ * image's dist/: spec.server runs it from that image, as the image's user 65532) on the
+ * fencing driver's directory kind owned by that user; `node` pins it, `fence` and `args`
+ * go to its spec. NB: not the block kind the NFS shares use: the record server never
+ * fsyncs, and with one ext4 mount per node what the old node had only in its page cache
+ * never reaches the image (seen: the old server's whole window log missing on the new
+ * node).
+ */
+export async function createRealRecordShare(
+  sys: RealSystem,
+  share: string,
+  opts: { node?: string; fence?: { action: string; process?: string }; args?: string[] } = {},
+): Promise<void> {
+  const claim = await createRealVolume(sys, share, { directoryOwner: { uid: 65532, gid: 65532 } });
+  await sys.kc.makeApiClient(k8s.CustomObjectsApi).createNamespacedCustomObject(
+    {
+      ...SM,
+      namespace: SHARES_NAMESPACE,
+      body: {
+        apiVersion: `${SM.group}/${SM.version}`,
+        kind: 'ShareManager',
+        metadata: { name: share, namespace: SHARES_NAMESPACE },
+        spec: {
+          volume: { pvc: claim, mountPath: '/export' },
+          server: {
+            image: sys.images.leasehold.ref,
+            command: ['/nodejs/bin/node', 'dist/dev/share-server/main.js'],
+            args: ['--dir=/export', ...(opts.args ?? [])],
+            ports: [{ name: 'http', containerPort: 8080, protocol: 'TCP' }],
+          },
+          ...(opts.fence ? { fence: opts.fence } : {}),
+          serviceAccountName: 'leasehold-agent',
+          ...(opts.node ? { scheduling: { nodeSelector: { 'kubernetes.io/hostname': opts.node } } } : {}),
+        },
+      },
+    },
+    withDeadline(10_000),
+  );
 }
 
 /** The volume (a static CSI PV + its claim `<share>-data`) and the ShareManager. */

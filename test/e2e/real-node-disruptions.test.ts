@@ -101,12 +101,17 @@ import { after, test } from 'node:test';
 import { freezeCgroup, freezerState, podFreezerCgroup, thawNode } from '../../dev/node/freezer.ts';
 import { SIGKILL, SIGTERM, signalPending } from '../../dev/node/pending-signals.ts';
 import { overlappingWindows, type ServingWindow } from '../../dev/share-server/serving-window-log.ts';
-import { createRealNfsShare, GaneshaTracker, podLog } from '../../dev/system/real-share.ts';
+import {
+  createRealNfsShare,
+  createRealRecordShare,
+  GaneshaTracker,
+  podLog,
+} from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
 import { sharePods, shareStatus } from '../../dev/system/shares.ts';
 import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
-import { k8s, withDeadline } from '../../lib/kube-client.ts';
+import { type k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
 import { backdateClusterCerts, LIBFAKETIME, skewAgentsOf } from './clock-skew-policy.ts';
 import {
@@ -522,74 +527,6 @@ test('API server down for 12 s with real nodes: no failover of a running server,
 /** Shares of the record server on the frozen pod's node: bystanders that must keep their pods. */
 const BYSTANDERS = Array.from({ length: 5 }, (_, i) => `many-${String(i + 1).padStart(2, '0')}`);
 
-/**
- * A share of the demo record server (dev/share-server, compiled into the leasehold
- * image's dist/: spec.server runs it from that image, pinned to `node`), on a static PV
- * of the testbed's CSI driver's directory kind (no ext4 image to make: the bystanders
- * never move), its backing directory owned by the image's user (65532).
- */
-async function createRecordShare(sys: RealSystem, share: string, node: string): Promise<void> {
-  const claim = `${share}-data`;
-  const handle = `vol-${share}`;
-  await sys.csi.makeVolume(handle, { uid: 65532, gid: 65532 });
-  await sys.core.createPersistentVolume(
-    {
-      body: {
-        metadata: { name: `pv-${share}` },
-        spec: {
-          capacity: { storage: '1Gi' },
-          accessModes: ['ReadWriteOnce'],
-          persistentVolumeReclaimPolicy: 'Retain',
-          storageClassName: '',
-          claimRef: { namespace: SHARES_NAMESPACE, name: claim },
-          csi: { driver: sys.csi.driverName, volumeHandle: handle },
-        },
-      },
-    },
-    withDeadline(10_000),
-  );
-  await sys.core.createNamespacedPersistentVolumeClaim(
-    {
-      namespace: SHARES_NAMESPACE,
-      body: {
-        metadata: { name: claim },
-        spec: {
-          accessModes: ['ReadWriteOnce'],
-          storageClassName: '',
-          volumeName: `pv-${share}`,
-          resources: { requests: { storage: '1Gi' } },
-        },
-      },
-    },
-    withDeadline(10_000),
-  );
-  await sys.kc.makeApiClient(k8s.CustomObjectsApi).createNamespacedCustomObject(
-    {
-      group: 'leasehold.dev',
-      version: 'v1alpha1',
-      plural: 'sharemanagers',
-      namespace: SHARES_NAMESPACE,
-      body: {
-        apiVersion: 'leasehold.dev/v1alpha1',
-        kind: 'ShareManager',
-        metadata: { name: share, namespace: SHARES_NAMESPACE },
-        spec: {
-          volume: { pvc: claim, mountPath: '/export' },
-          server: {
-            image: sys.images.leasehold.ref,
-            command: ['/nodejs/bin/node', 'dist/dev/share-server/main.js'],
-            args: ['--dir=/export'],
-            ports: [{ name: 'http', containerPort: 8080, protocol: 'TCP' }],
-          },
-          serviceAccountName: 'leasehold-agent',
-          scheduling: { nodeSelector: { 'kubernetes.io/hostname': node } },
-        },
-      },
-    },
-    withDeadline(10_000),
-  );
-}
-
 test('one frozen share manager among many on a healthy real node (its pod cgroup frozen): only it fails over, the NFS client loses nothing', {
   timeout: 300_000,
 }, async (t) => {
@@ -598,7 +535,7 @@ test('one frozen share manager among many on a healthy real node (its pod cgroup
   const other = sys.nodes.find((n) => n.name !== before.node);
   assert.ok(other, 'a second node');
   const startedAt = performance.now();
-  await Promise.all(BYSTANDERS.map((share) => createRecordShare(sys, share, before.node)));
+  await Promise.all(BYSTANDERS.map((share) => createRealRecordShare(sys, share, { node: before.node })));
   await Promise.all(BYSTANDERS.map((share) => servingRealPod(sys, share)));
   const startS = (performance.now() - startedAt) / 1000;
   const all = [...SHARES, ...BYSTANDERS];

@@ -22,7 +22,7 @@
  *   fault, two failovers (cheaper than the sim's two partitions; each check kept).
  *   Asserted for each: the old server stopped before the new one started, by the
  *   serving-window log on the volume (a directory of the fencing CSI driver, moved
- *   with the share; see createRecordShare for why not its ext4 kind; an open window
+ *   with the share; see createRealRecordShare (dev/system/real-share.ts) for why not its ext4 kind; an open window
  *   of a SIGKILLed server is closed at its agent's `fenced` line, which the fence
  *   logs only once every target is gone: later than the death, so the check is
  *   stricter), windows never overlap (overlappingWindows, proven to fail on an
@@ -72,7 +72,13 @@ import {
   parseServingWindows,
   type ServingWindow,
 } from '../../dev/share-server/serving-window-log.ts';
-import { createRealNfsShare, GaneshaTracker, podLog, realVolumeHandle } from '../../dev/system/real-share.ts';
+import {
+  createRealNfsShare,
+  createRealRecordShare,
+  GaneshaTracker,
+  podLog,
+  realVolumeHandle,
+} from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
 import { sharePods, shareStatus } from '../../dev/system/shares.ts';
 import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
@@ -110,80 +116,6 @@ after(async () => {
 
 const fmt = (w: ServingWindow) =>
   `${w.id}[${w.startWall}..${w.stopWall ?? 'open'}${w.reason ? ` ${w.reason}` : ''}]`;
-
-/**
- * A share of the demo record server (spec.server from the leasehold image, as the
- * image's user) with `fence` and extra server `args`, on a static PV of the fencing CSI
- * driver's directory kind (its backing directory owned by the image's user, 65532):
- * every node's view is the one directory on the host, revoked at the detach.
- * NB: not the block kind (ext4 image) the NFS share uses: the record server never
- * fsyncs, and with one ext4 mount per node what the old node had only in its page
- * cache never reaches the image (seen: the old server's whole window log missing on
- * the new node).
- */
-async function createRecordShare(
-  sys: RealSystem,
-  share: string,
-  opts: { fence?: { action: string; process?: string }; args?: string[] },
-): Promise<void> {
-  const claim = `${share}-data`;
-  const handle = realVolumeHandle(share);
-  await sys.csi.makeVolume(handle, { uid: 65532, gid: 65532 });
-  await sys.core.createPersistentVolume(
-    {
-      body: {
-        metadata: { name: `pv-${share}` },
-        spec: {
-          capacity: { storage: '1Gi' },
-          accessModes: ['ReadWriteOnce'],
-          persistentVolumeReclaimPolicy: 'Retain',
-          storageClassName: '',
-          claimRef: { namespace: SHARES_NAMESPACE, name: claim },
-          csi: { driver: sys.csi.driverName, volumeHandle: handle },
-        },
-      },
-    },
-    withDeadline(10_000),
-  );
-  await sys.core.createNamespacedPersistentVolumeClaim(
-    {
-      namespace: SHARES_NAMESPACE,
-      body: {
-        metadata: { name: claim },
-        spec: {
-          accessModes: ['ReadWriteOnce'],
-          storageClassName: '',
-          volumeName: `pv-${share}`,
-          resources: { requests: { storage: '1Gi' } },
-        },
-      },
-    },
-    withDeadline(10_000),
-  );
-  await sys.kc.makeApiClient(k8s.CustomObjectsApi).createNamespacedCustomObject(
-    {
-      ...SM,
-      namespace: SHARES_NAMESPACE,
-      body: {
-        apiVersion: `${SM.group}/${SM.version}`,
-        kind: 'ShareManager',
-        metadata: { name: share, namespace: SHARES_NAMESPACE },
-        spec: {
-          volume: { pvc: claim, mountPath: '/export' },
-          server: {
-            image: sys.images.leasehold.ref,
-            command: ['/nodejs/bin/node', 'dist/dev/share-server/main.js'],
-            args: ['--dir=/export', ...(opts.args ?? [])],
-            ports: [{ name: 'http', containerPort: 8080, protocol: 'TCP' }],
-          },
-          ...(opts.fence ? { fence: opts.fence } : {}),
-          serviceAccountName: 'leasehold-agent',
-        },
-      },
-    },
-    withDeadline(10_000),
-  );
-}
 
 /** The record server's files on the volume: its backing directory on the host. */
 const volumeFile = (sys: RealSystem, share: string, file: string) => {
@@ -327,8 +259,8 @@ test('shares start and serve: the two hostile record servers on one node, the NF
   ganesha = new GaneshaTracker(sys, NFS);
   try {
     await setUnschedulable(sys, others, true);
-    await createRecordShare(sys, MISS, { fence: { action: 'signal', process: 'no-such-server' } });
-    await createRecordShare(sys, STUBBORN, { args: ['--sigterm-delay=never'] });
+    await createRealRecordShare(sys, MISS, { fence: { action: 'signal', process: 'no-such-server' } });
+    await createRealRecordShare(sys, STUBBORN, { args: ['--sigterm-delay=never'] });
     for (const share of HOSTILE) assert.equal(await boundNode(sys, share), hostile, `${share} on ${hostile}`);
     await setUnschedulable(sys, others, false);
     await setUnschedulable(sys, hostile, true);
