@@ -395,10 +395,23 @@ test('drain (cordon + eviction) on real nodes: the agent releases, the new pod o
     const oldAgentLog = (await kept.stop()).agentLog;
     const tookS = (next.servingWall - evictedAt) / 1000;
     assert.notEqual(next.node, before.node, 'the new pod avoids the cordoned node');
-    assert.equal(
-      entriesOf(oldAgentLog, 'lease released').length,
-      1,
-      `${before.pod}'s agent released the lease`,
+    // The agent releases on its SIGTERM. NB: the kubelet stops a pod's main containers
+    // before its sidecars, so a loaded kubelet may leave the agent time to see its server
+    // gone (its server check) and fence first: then it exits without releasing, the pod
+    // ends, and the manager frees the ended holder's lease. Either way no failover and a
+    // free lease for the new pod (asserted below). What the agent did is printed.
+    const released = entriesOf(oldAgentLog, 'lease released').length;
+    const fencedOnCheck = oldAgentLog
+      .split('\n')
+      .some((l) => l.includes('"fenced: readiness dropped') && l.includes('server-check-failed'));
+    const lastMsgs = oldAgentLog
+      .split('\n')
+      .filter((l) => l.includes('"msg"'))
+      .slice(-6)
+      .map((l) => /"msg":"([^"]*)"/.exec(l)?.[1] ?? l.slice(0, 80));
+    assert.ok(
+      released === 1 || fencedOnCheck,
+      `${before.pod}'s agent released the lease (${released} release lines), or fenced on its server check; its last lines: ${JSON.stringify(lastMsgs)}`,
     );
     const [acquired] = acquisitions(sys, next.object);
     assert.equal(acquired?.how, 'free', `${next.pod} acquired the released lease (no lease-duration wait)`);
