@@ -26,7 +26,11 @@
  *    RealNfsClient) through the Service loses nothing; printed: what the kubelet did,
  *    which pod serves and when, the client's gap;
  *  - drain: cordon + eviction (policy/v1 Eviction, as kubectl drain does) of `moved`'s
- *    pod: its agent releases the lease on SIGTERM (its log says `lease released`), the
+ *    pod: its agent releases the lease on SIGTERM (its log says `lease released`), or,
+ *    when the loaded kubelet stops the server container long enough before the sidecar
+ *    for the agent's server check to fail, fences and the manager frees the ended
+ *    holder's lease (our reading, not confirmed, of 2 of 4 runs on 2026-12-02 whose old
+ *    agent log had no `lease released`; the failure message now prints its last lines); the
  *    new pod on the other node acquires it free (`how: free`: no lease-duration wait),
  *    no delinquent mark, no failover; the old ganesha stopped before the new one
  *    started; eviction -> serving is printed;
