@@ -654,12 +654,36 @@ test('one frozen share manager among many on a healthy real node (its pod cgroup
       `${next.pod}'s ganesha seen while ${before.pod} was frozen: ${windowsFrozen.map(fmt)}`,
     );
     assert.equal((await leaseOf(sys, MOVED)).spec?.holderIdentity, next.pod, `${next.pod} holds the lease`);
-    const moved = [...(await failedOver(sys))]
-      .filter(([s, st]) => earlier.get(s)?.lastFailover?.detectedAt !== st.lastFailover?.detectedAt)
-      .map(([s]) => s);
-    assert.deepEqual(moved, [MOVED], 'only the frozen share failed over');
+    const movedNow = [...(await failedOver(sys))].filter(
+      ([s, st]) => earlier.get(s)?.lastFailover?.detectedAt !== st.lastFailover?.detectedAt,
+    );
+    // NB: another share may fail over only if its own agent lost its lease first: its old
+    // ganesha stopped (its fence: renewals later than T) before the verdict, so nothing
+    // was blamed on the node. A CI run at load ~18 saw skew-behind (a libfaketime agent on
+    // the crowded node) go so, after the freeze. Bystanders (record servers) have no
+    // ganesha to show it: any failover of theirs fails here.
+    const others = movedNow.filter(([s]) => s !== MOVED);
+    for (const [share, st] of others) {
+      const lf = st.lastFailover ?? {};
+      const oldW = (trackers.get(share)?.windows() ?? []).filter((w) => w.id === lf.lostPod);
+      const stoppedBy = Math.max(
+        ...oldW.map((w) => (w.stopWall ? Date.parse(w.stopWall) : Number.POSITIVE_INFINITY)),
+      );
+      assert.ok(
+        oldW.length > 0 && stoppedBy <= Date.parse(lf.detectedAt ?? ''),
+        `${share} failed over too (${JSON.stringify(lf)}): only allowed when its old ganesha had stopped before the verdict (its agent fenced itself): ${oldW.map(fmt)}`,
+      );
+      t.diagnostic(
+        `${share} also failed over, its agent having fenced itself first: ${oldW.map(fmt)}; verdict ${lf.detectedAt}`,
+      );
+    }
+    assert.deepEqual(
+      movedNow.map(([s]) => s).filter((s) => s === MOVED),
+      [MOVED],
+      'the frozen share failed over',
+    );
     for (const share of all) {
-      if (share === MOVED) continue;
+      if (share === MOVED || others.some(([s]) => s === share)) continue;
       // NB: its pods, Ready or not: a CI run at load 18 caught skew-ahead's pod between
       // two readiness probes (a renewal later than T under that load); the pod and its
       // lease holder are what a failover would change.
@@ -676,7 +700,11 @@ test('one frozen share manager among many on a healthy real node (its pod cgroup
       );
     }
     const expired = await eventsOf(sys, 'LeaseExpired');
-    assert.equal(expired.length - expiredEarlier, 1, `one new LeaseExpired event: ${expired.join(' | ')}`);
+    assert.equal(
+      expired.length - expiredEarlier,
+      1 + others.length,
+      `one new LeaseExpired event per failover: ${expired.join(' | ')}`,
+    );
     assert.deepEqual(await eventsOf(sys, 'StormGuardActive'), [], 'the storm guard stayed quiet');
     assertNeverTwo(MOVED, 'frozen pod');
     const [gapS] = client.assertClientView(`${MOVED} pod frozen among many`);
