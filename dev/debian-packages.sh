@@ -9,7 +9,8 @@
 #   one per NFSv3 ganesha in the tests: dev/nfs-client/private-rpcbind.ts), and prometheus
 #   for promtool (checks the agent's /metrics text; installed without recommends, so no
 #   exporter daemon comes along), libseccomp-dev (runc's seccomp, built by dev/node/build.sh)
-#   and iproute2 (`ip`: the real node's links inside its own network namespace), and
+#   and iproute2 (`ip`: the real node's links inside its own network namespace), nftables
+#   (`nft`: kube-proxy's nftables mode, in each real node's network namespace), and
 #   mmdebstrap (the images' Debian base layers, dev/image/build.ts; without recommends:
 #   it runs in root mode and needs none of them) and zstd (their layers' compression),
 #   e2fsprogs (mkfs.ext4, e2fsck, debugfs) and mount (losetup, mount -o loop): the
@@ -34,6 +35,8 @@ dpkg -s libnfs-dev >/dev/null 2>&1 || missing+=(libnfs-dev)
 dpkg -s rpcbind >/dev/null 2>&1 || missing+=(rpcbind)
 dpkg -s libseccomp-dev >/dev/null 2>&1 || missing+=(libseccomp-dev)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+# dpkg, not command -v: nft lives in /usr/sbin.
+dpkg -s nftables >/dev/null 2>&1 || missing+=(nftables)
 lean=()
 command -v promtool >/dev/null 2>&1 || lean+=(prometheus)
 command -v mmdebstrap >/dev/null 2>&1 || lean+=(mmdebstrap)
