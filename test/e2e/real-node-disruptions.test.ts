@@ -29,8 +29,9 @@
  *    pod: its agent releases the lease on SIGTERM (its log says `lease released`), or,
  *    when the loaded kubelet stops the server container long enough before the sidecar
  *    for the agent's server check to fail, fences and the manager frees the ended
- *    holder's lease (our reading, not confirmed, of 2 of 4 runs on 2026-12-02 whose old
- *    agent log had no `lease released`; the failure message now prints its last lines); the
+ *    holder's lease (2 of 4 loaded runs on 2026-12-02 had no `lease released`; the order
+ *    is the kubelet's: a native sidecar's SIGTERM waits for every main container to exit,
+ *    kubelet v1.36.3 pkg/kubelet/kuberuntime/kuberuntime_termination_order.go); the
  *    new pod on the other node acquires it free (`how: free`: no lease-duration wait),
  *    no delinquent mark, no failover; the old ganesha stopped before the new one
  *    started; eviction -> serving is printed;
