@@ -399,12 +399,15 @@ test('one partition (stall) of the node serving both hostile shares: the kubelet
       process.stderr.write(`${line}\n`);
       t.diagnostic(line);
       // Every record the old server appended before the partition, in order; the new one appends after.
+      // Waited for by writer: the old server may append past `seq` after the partition
+      // (its storage works until the detach revokes it), which a CI run took for the new
+      // one's appends before the new one had written.
       const seq = acked.get(share) ?? 0;
       const records = await eventually(
         `${share}: ${a.pod} appends after record ${seq}`,
         async () => {
           const r = recordsOf(sys, share);
-          return (r.at(-1)?.seq ?? 0) > seq ? r : undefined;
+          return (r.at(-1)?.seq ?? 0) > seq && r.some((x) => x.writer === a.pod) ? r : undefined;
         },
         10_000,
         200,
