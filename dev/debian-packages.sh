@@ -14,7 +14,10 @@
 #   mmdebstrap (the images' Debian base layers, dev/image/build.ts; without recommends:
 #   it runs in root mode and needs none of them) and zstd (their layers' compression),
 #   e2fsprogs (mkfs.ext4, e2fsck, debugfs) and mount (losetup, mount -o loop): the
-#   fencing storage's block kind, an ext4 image per volume (dev/sim/storage/block-image.ts).
+#   fencing storage's block kind, an ext4 image per volume (dev/sim/storage/block-image.ts);
+#   user-mode-linux (Linux 6.1 as a process, its NFS client as modules: the kernel NFS
+#   client of dev/kernel-client), nfs-common (mount.nfs, which the guest runs from the
+#   host's root) and kmod (modprobe, for the guest's NFS modules).
 # Needs root for apt-get; without it, prints the command to run and exits 1.
 set -euo pipefail
 say() { echo "leasehold: $*" >&2; }
@@ -44,6 +47,9 @@ command -v zstd >/dev/null 2>&1 || missing+=(zstd)
 # dpkg, not command -v: mkfs.ext4, debugfs and losetup live in /sbin, off a user's PATH.
 dpkg -s e2fsprogs >/dev/null 2>&1 || missing+=(e2fsprogs)
 dpkg -s mount >/dev/null 2>&1 || missing+=(mount)
+dpkg -s user-mode-linux >/dev/null 2>&1 || missing+=(user-mode-linux)
+dpkg -s nfs-common >/dev/null 2>&1 || missing+=(nfs-common)
+dpkg -s kmod >/dev/null 2>&1 || missing+=(kmod)
 
 [ ${#missing[@]} -eq 0 ] && [ ${#lean[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then

@@ -60,6 +60,8 @@ export interface RealNfsShareOptions {
   nfs?: { versions?: string[]; gracePeriod?: string; leaseLifetime?: string };
   /** Pin the share's pods to a node (spec.scheduling.nodeSelector). */
   node?: string;
+  /** Or to the nodes with these labels (spec.scheduling.nodeSelector). */
+  nodeSelector?: Record<string, string>;
   /** The volume on storage without an attach step (createRealVolume's `noAttach`). */
   noAttach?: boolean;
 }
@@ -165,7 +167,7 @@ export async function createRealRecordShare(
           },
           ...(opts.fence ? { fence: opts.fence } : {}),
           serviceAccountName: 'leasehold-agent',
-          ...(opts.node ? { scheduling: { nodeSelector: { 'kubernetes.io/hostname': opts.node } } } : {}),
+          ...schedulingOf(opts.node),
         },
       },
     },
@@ -193,12 +195,18 @@ export async function createRealNfsShare(
           volume: { pvc: claim, mountPath: REAL_NFS_EXPORT },
           serviceAccountName: 'leasehold-agent',
           ...(opts.nfs ? { nfs: opts.nfs } : {}),
-          ...(opts.node ? { scheduling: { nodeSelector: { 'kubernetes.io/hostname': opts.node } } } : {}),
+          ...schedulingOf(opts.node, opts.nodeSelector),
         },
       },
     },
     withDeadline(10_000),
   );
+}
+
+/** spec.scheduling pinning a share to `node`, or to the nodes with `labels`; nothing without either. */
+function schedulingOf(node?: string, labels?: Record<string, string>) {
+  if (!node && !labels) return {};
+  return { scheduling: { nodeSelector: { ...labels, ...(node ? { 'kubernetes.io/hostname': node } : {}) } } };
 }
 
 /**

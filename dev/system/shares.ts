@@ -42,6 +42,8 @@ export interface ShareStatus {
   pod?: string;
   leaseHolder?: string;
   lastFailover?: Record<string, string | undefined>;
+  /** How to mount a share of the shipped NFS server (README "Mounting a share"). */
+  export?: { source?: string; mountOptions?: string };
 }
 
 /** A PV of the sim's test CSI driver (`pv-<name>`) and a PVC bound to it (`<name>-data`). */

@@ -1,0 +1,136 @@
+/**
+ * What a user's pods do on an RWX volume, run by a kernel client (machine.ts) on its
+ * NFS mount: lh-kload's writer (numbered records, each acknowledged after fsync), reader
+ * (O_DIRECT, so every read is the server's), lock holder (an fcntl write lock taken
+ * before any fault, I/O through the locked fd every interval) and creator (a new file
+ * per interval: an OPEN with create, which a server in grace refuses), each under its own
+ * tag; a second client's lock prober (F_SETLK on the holder's file: must always be
+ * denied). Events are read from the client's console lines, stamped by the host as they
+ * arrived (workload-lines.ts parses, workload-analysis.ts judges).
+ *
+ * Layout on the share: every client's files under `<mount>/<client name>/`, so clients
+ * never share a file except the lock holder's, which the prober names.
+ * Guarantees: mount() fails with the guest's own message; start() only after mount.
+ * Not guaranteed: that a workload stops when told while its server is unreachable (a
+ * hard mount's waits end only with the server's answer or SIGKILL; the machine's halt
+ * ends them all).
+ */
+import { join } from 'node:path';
+import { LeaseholdError } from '../../lib/errors.ts';
+import { builtParts } from './kernels.ts';
+import type { KernelClient } from './machine.ts';
+import { parseWorkloadLine, type WorkloadEvent } from './workload-lines.ts';
+
+/** Where the guest mounts the share. */
+export const GUEST_MOUNT = '/run/mnt';
+export const RECORD_SIZE = 4096;
+
+export const USER_WORKLOADS = ['write', 'read', 'lock', 'create'] as const;
+export type UserWorkload = (typeof USER_WORKLOADS)[number];
+
+export interface WorkloadFiles {
+  /** Relative to the export's root (where the host reads them back from the volume). */
+  write: string;
+  lock: string;
+  createDir: string;
+}
+
+export const filesOf = (client: string): WorkloadFiles => ({
+  write: `${client}/write.bin`,
+  lock: `${client}/lock.bin`,
+  createDir: `${client}/created`,
+});
+
+export const tagOf = (client: string, workload: UserWorkload | 'probe' | 'verify') => `${client}-${workload}`;
+
+/** Mounts `source` with `options` at GUEST_MOUNT (mount.nfs, as the kubelet would). */
+export async function mountShare(
+  kc: KernelClient,
+  source: string,
+  options: string,
+  timeoutMs = 60_000,
+): Promise<void> {
+  await kc.run(`mount -t nfs -o ${options} ${source} ${GUEST_MOUNT}`, timeoutMs);
+}
+
+async function lhKload(): Promise<string> {
+  return join(await builtParts(), 'lh-kload');
+}
+
+/** Starts the four user workloads of `kc`, every `intervalMs`; resolves once the lock is held. */
+export async function startUserWorkloads(kc: KernelClient, intervalMs = 50): Promise<WorkloadFiles> {
+  const bin = await lhKload();
+  const files = filesOf(kc.name);
+  const at = (rel: string) => `${GUEST_MOUNT}/${rel}`;
+  await kc.run(`mkdir -p ${at(kc.name)}`);
+  const from = kc.lines.length;
+  kc.start(
+    tagOf(kc.name, 'lock'),
+    `${bin} lock ${tagOf(kc.name, 'lock')} ${at(files.lock)} ${intervalMs * 10}`,
+  );
+  await kc.waitForLine((t) => t === `${tagOf(kc.name, 'lock')} locked`, 30_000, from);
+  kc.start(
+    tagOf(kc.name, 'write'),
+    `${bin} write ${tagOf(kc.name, 'write')} ${at(files.write)} ${intervalMs} ${RECORD_SIZE}`,
+  );
+  await kc.waitForLine((t) => t.startsWith(`${tagOf(kc.name, 'write')} ack `), 30_000, from);
+  kc.start(
+    tagOf(kc.name, 'read'),
+    `${bin} read ${tagOf(kc.name, 'read')} ${at(files.write)} ${intervalMs * 2} ${RECORD_SIZE}`,
+  );
+  kc.start(
+    tagOf(kc.name, 'create'),
+    `${bin} create ${tagOf(kc.name, 'create')} ${at(files.createDir)} ${intervalMs * 4}`,
+  );
+  return files;
+}
+
+/** Starts `prober`'s F_SETLK attempts on `holder`'s lock file every `intervalMs`. */
+export async function startLockProbe(
+  prober: KernelClient,
+  holder: string,
+  intervalMs = 200,
+): Promise<string> {
+  const bin = await lhKload();
+  const tag = tagOf(prober.name, 'probe');
+  prober.start(tag, `${bin} probe ${tag} ${GUEST_MOUNT}/${filesOf(holder).lock} ${intervalMs}`);
+  await prober.waitForLine((t) => t.startsWith(`${tag} denied `) || t.startsWith(`${tag} granted `), 30_000);
+  return tag;
+}
+
+/**
+ * Reads `writer`'s records 1..count through `reader`'s own mount (a second client sees
+ * the first one's data); resolves with the verify event (verified or bad).
+ */
+export async function verifyFromOtherClient(
+  reader: KernelClient,
+  writer: string,
+  count: number,
+): Promise<WorkloadEvent> {
+  const bin = await lhKload();
+  const tag = tagOf(reader.name, 'verify');
+  const from = reader.lines.length;
+  await reader.run(
+    `${bin} verify ${tag} ${GUEST_MOUNT}/${filesOf(writer).write} ${count} ${RECORD_SIZE} || true`,
+    60_000,
+  );
+  const event = eventsOf(reader, tag, from).find((e) => e.kind === 'verified' || e.kind === 'bad');
+  if (!event)
+    throw new LeaseholdError(
+      'E_KCLIENT_VERIFY',
+      `${reader.name}: lh-kload verify printed neither verified nor bad`,
+    );
+  return event;
+}
+
+/** `tag`'s events from `kc`'s console lines (from line `fromIndex` on). */
+export function eventsOf(kc: KernelClient, tag: string, fromIndex = 0): WorkloadEvent[] {
+  const events: WorkloadEvent[] = [];
+  for (const line of kc.lines.slice(fromIndex)) {
+    // `@out ID ` prefixes a command's output (lh_run); the workload line follows it.
+    const text = line.text.replace(/^@out \d+ /, '');
+    const event = parseWorkloadLine(text, line.atMs);
+    if (event?.tag === tag) events.push(event);
+  }
+  return events;
+}
