@@ -20,6 +20,7 @@ fi
 if [ "$tier" != unit ]; then
   # Integration and e2e tests run the compiled agent and manager as real processes.
   tsc -p tsconfig.build.json
+  bash server/nfs-ganesha/native/build.sh dist/server/nfs-ganesha
 fi
 # Each test file starts its own control plane where it needs one; two at a time keeps
 # a 2-core machine responsive.

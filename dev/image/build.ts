@@ -117,7 +117,9 @@ function filesUnder(dir: string): string[] {
 }
 
 async function appKey(recipe: ImageRecipe): Promise<string> {
-  const h = createHash('sha256').update(JSON.stringify([recipe.buildSources, recipe.appCopies]));
+  const h = createHash('sha256').update(
+    JSON.stringify([recipe.buildSources, recipe.nativeBuilds, recipe.appCopies]),
+  );
   const files = ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json'];
   for (const src of recipe.buildSources)
     files.push(...filesUnder(join(repo, src)).map((f) => relative(repo, f)));
@@ -325,6 +327,10 @@ async function appLayers(recipe: ImageRecipe) {
           await run(join(repo, 'node_modules/.bin/tsc'), ['-p', join(src, 'tsconfig.build.json')], {
             maxBuffer: 16 << 20,
           });
+          for (const command of recipe.nativeBuilds) {
+            const [program, ...args] = command.split(' ');
+            await run(program as string, args, { cwd: src, maxBuffer: 16 << 20 });
+          }
           await rename(join(src, 'dist'), to);
         })),
       });

@@ -176,6 +176,10 @@ export function recipeProblems(recipe: ImageRecipe, dockerfileText: string, node
     .flatMap((c) => c.srcs)
     .filter((s) => !BUILD_SCAFFOLD.has(s));
   differ('build stage sources (COPY)', sources, recipe.buildSources);
+  const buildRuns = build.instructions.filter((i) => i.keyword === 'RUN').map((i) => i.args);
+  for (const command of recipe.nativeBuilds)
+    if (!buildRuns.some((r) => r.split(/&&|;/).some((c) => c.trim() === command)))
+      problems.push(`${file}: build stage: no RUN runs \`${command}\` (dev/image/recipes.ts nativeBuilds)`);
   const appCopies = copies(final).map((c) => ({
     from: c.from,
     src: posix.resolve('/src', ...c.srcs),

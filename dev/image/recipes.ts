@@ -45,6 +45,11 @@ export interface ImageRecipe {
   baseConfig(nodeVersion: string): ImageConfig;
   /** The build stage's COPYs of sources (besides package files and tsconfigs): tsc compiles these. */
   buildSources: string[];
+  /**
+   * Commands the build stage runs in /src after tsc (its RUNs name each one): native
+   * parts built into dist/, which the dist layer then carries.
+   */
+  nativeBuilds: string[];
   /** The final stage's `COPY --from=build <src> <dest>`, in order. */
   appCopies: { src: string; dest: string }[];
   /** Debian packages the final stage installs with apt-get (none for distroless). */
@@ -87,6 +92,7 @@ export const leaseholdImage: ImageRecipe = {
     StopSignal: '',
   }),
   buildSources: ['lib', 'agent', 'manager', 'server', 'dev', 'bin'],
+  nativeBuilds: [],
   appCopies: APP_COPIES,
   aptPackages: [],
   base: {
@@ -141,6 +147,7 @@ export const nfsGaneshaImage: ImageRecipe = {
     StopSignal: '',
   }),
   buildSources: ['lib', 'server'],
+  nativeBuilds: ['bash server/nfs-ganesha/native/build.sh dist/server/nfs-ganesha'],
   appCopies: APP_COPIES,
   aptPackages: ['nfs-ganesha', 'nfs-ganesha-vfs', 'rpcbind'],
   base: {

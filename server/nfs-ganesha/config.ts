@@ -13,7 +13,7 @@
  * device): that is volume.ts, at start, because it is state, not configuration.
  */
 import { isIP } from 'node:net';
-import { isAbsolute, normalize } from 'node:path';
+import { isAbsolute, join, normalize } from 'node:path';
 import { type Env, EnvReader } from '../../lib/env-config.ts';
 import { WATCH_TOLERANCE_MS } from './lease-gate.ts';
 
@@ -70,6 +70,13 @@ export interface NfsServerConfig {
   /** Rendered config, pid file and Kerberos cache: a writable directory off the volume. */
   runDir: string;
   ganeshaBin: string;
+  /**
+   * The recovery-tag shim preloaded into ganesha (native/recovery-tag.c: a client's
+   * recovery record named after its identity, not its address); undefined: none, so
+   * ganesha keys records by address too and a client whose address changed across a
+   * failover cannot reclaim.
+   */
+  recoveryShim: string | undefined;
   /** Whether the entrypoint may start rpcbind for NFSv3 (rpcbind.ts). */
   rpcbind: RpcbindMode;
   rpcbindBin: string;
@@ -92,6 +99,8 @@ export interface NfsServerConfig {
 }
 
 export const DEFAULT_RECOVERY_DIR = '.leasehold-ganesha-recovery';
+/** Where native/build.sh puts the shim: beside the compiled entrypoint. */
+export const DEFAULT_RECOVERY_SHIM = join(import.meta.dirname, 'recovery-tag.so');
 /** ganesha's parser limits: Grace_Period 0..270, Lease_Lifetime 0..180 (whole seconds). */
 const GANESHA_MAX_GRACE_S = 270;
 const GANESHA_MAX_LEASE_S = 180;
@@ -154,6 +163,12 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     pattern: /^[A-Za-z0-9._+/-]+$/,
     rule: 'must be a program name or path (letters, digits, . _ + / -)',
   });
+  const shim = r.string('LEASEHOLD_NFS_RECOVERY_SHIM', {
+    fallback: DEFAULT_RECOVERY_SHIM,
+    pattern: /^(none|\/[A-Za-z0-9._+/-]+)$/,
+    rule: 'must be an absolute path or none',
+  });
+  const recoveryShim = shim === 'none' ? undefined : shim;
   const rpcbind = r.oneOf('LEASEHOLD_NFS_RPCBIND', RPCBIND_MODES, 'auto');
   const rpcbindBin = r.string('LEASEHOLD_NFS_RPCBIND_BIN', {
     fallback: 'rpcbind',
@@ -192,6 +207,7 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     logLevel,
     runDir,
     ganeshaBin,
+    recoveryShim,
     rpcbind,
     rpcbindBin,
     startTimeoutMs,

@@ -50,7 +50,8 @@ const KEPT_ERROR_LINES = 5;
 
 export function startGanesha(config: NfsServerConfig, prepared: PreparedServer): GaneshaProcess {
   const args = ['-F', '-f', prepared.configPath, '-L', 'STDOUT', '-p', prepared.pidPath];
-  const child = spawn(config.ganeshaBin, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const env = config.recoveryShim ? { ...process.env, LD_PRELOAD: config.recoveryShim } : process.env;
+  const child = spawn(config.ganeshaBin, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true, env });
   const errors: string[] = [];
   const configErrors: string[] = [];
   const keep = (line: string) => {

@@ -19,6 +19,7 @@
 import { randomUUID } from 'node:crypto';
 import {
   closeSync,
+  existsSync,
   fsyncSync,
   mkdirSync,
   openSync,
@@ -47,6 +48,10 @@ export function prepareServer(
   config: NfsServerConfig,
   render: (serverOwner: string) => string,
 ): PreparedServer {
+  if (config.recoveryShim !== undefined && !existsSync(config.recoveryShim))
+    throw new ServerStartError(
+      `LEASEHOLD_NFS_RECOVERY_SHIM=${config.recoveryShim}: no such file (server/nfs-ganesha/native/build.sh builds it beside main.js; \`none\` runs ganesha without it, and a client whose address changes across a failover then loses its opens and locks)`,
+    );
   const exportDev = checkExportDir(config.exportPath);
   const recoveryDev = ensureDir(config.recoveryRoot, 'LEASEHOLD_NFS_RECOVERY_DIR');
   if (recoveryDev !== exportDev) {

@@ -1,8 +1,8 @@
 /**
  * The local image build (dev/image) and the published Dockerfiles stay in step: each
  * recipe matches its Dockerfile's final-stage config (user, entrypoint, cmd, workdir,
- * env, exposed ports, stop signal), its build-stage sources, its COPYs and its apt-get
- * packages; and the check fails, naming the instruction, when a Dockerfile changes any
+ * env, exposed ports, stop signal), its build-stage sources and native builds, its COPYs
+ * and its apt-get packages; and the check fails, naming the instruction, when a Dockerfile changes any
  * of them (or uses an instruction the reader does not know).
  */
 import assert from 'node:assert/strict';
@@ -52,6 +52,12 @@ describe('dev/image recipes and the published Dockerfiles', () => {
       nfsGaneshaImage,
       (t) => t.replace(' rpcbind \\', ' rpcbind nfs-common \\'),
       /apt-get install.*nfs-common/,
+    ],
+    [
+      'native build',
+      nfsGaneshaImage,
+      (t) => t.replace(' && bash server/nfs-ganesha/native/build.sh dist/server/nfs-ganesha', ''),
+      /build stage: no RUN runs `bash server\/nfs-ganesha\/native\/build.sh/,
     ],
     ['unknown instruction', leaseholdImage, (t) => `${t}VOLUME /data\n`, /VOLUME is not read/],
   ];

@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { ConfigError } from '../../lib/errors.ts';
-import { readNfsServerConfig } from '../../server/nfs-ganesha/config.ts';
+import { DEFAULT_RECOVERY_SHIM, readNfsServerConfig } from '../../server/nfs-ganesha/config.ts';
 import { repoRoot } from '../support/tools.ts';
 
 function problemsOf(env: Record<string, string>): readonly string[] {
@@ -48,6 +48,7 @@ describe('nfs-ganesha config', () => {
       logLevel: 'EVENT',
       runDir: '/run/leasehold-nfs',
       ganeshaBin: 'ganesha.nfsd',
+      recoveryShim: DEFAULT_RECOVERY_SHIM,
       rpcbind: 'auto',
       rpcbindBin: 'rpcbind',
       startTimeoutMs: 30_000,
