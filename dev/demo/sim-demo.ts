@@ -47,6 +47,12 @@ function buildDist(): void {
   say('compiling TypeScript to dist/ (tsc -p tsconfig.build.json)');
   const tsc = spawnSync('tsc', ['-p', join(REPO_ROOT, 'tsconfig.build.json')], { stdio: 'inherit' });
   if (tsc.status !== 0) throw new Error(`tsc -p tsconfig.build.json failed (exit ${tsc.status})`);
+  const native = spawnSync(
+    'bash',
+    [join(REPO_ROOT, 'server/nfs-ganesha/native/build.sh'), join(REPO_ROOT, 'dist/server/nfs-ganesha')],
+    { stdio: 'inherit' },
+  );
+  if (native.status !== 0) throw new Error(`server/nfs-ganesha/native/build.sh failed (exit ${native.status})`);
 }
 
 async function waitFor<T>(what: string, timeoutMs: number, check: () => Promise<T | undefined>): Promise<T> {
