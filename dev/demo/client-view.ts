@@ -11,6 +11,7 @@
  *     (0 acknowledged writes lost, no duplicates, no stale handle); each failure named.
  * Not judged here: how fast (the figures are printed; a slow failover is not a failure).
  */
+import type { ReadBack, Stall } from '../kernel-client/workload-analysis.ts';
 import type { WriteRunReport } from '../nfs-client/write-analysis.ts';
 import type { WriterEvent } from '../nfs-client/writer-lines.ts';
 import type { TimelineStep } from '../system/failover-facts.ts';
@@ -47,21 +48,59 @@ export function clientViewOf(report: WriteRunReport, crashMonoMs: number): Clien
   return view;
 }
 
-/** The timeline with the client's steps inserted before the first later step (order kept). */
-export function withClientSteps(steps: readonly TimelineStep[], view: ClientView): TimelineStep[] {
+/**
+ * A kernel client's view (dev/kernel-client) of the same crash: its writer's last ack at
+ * or before the crash (`atCrash`, stallOf at the crash) and first after the replacement
+ * served (`afterServing`, stallOf at that time: an ack in flight at the crash may land
+ * just after it, which is no resumption), its records read back from the volume, and the
+ * broken guarantees the caller found besides (a lock granted to another client, a second
+ * client reading other data). ESTALE lines count as stale handles; duplicates do not
+ * apply (each record has its place in the file).
+ */
+export function kernelClientViewOf(
+  atCrash: Stall,
+  afterServing: Stall,
+  readBack: ReadBack,
+  crashMonoMs: number,
+  violations: readonly string[] = [],
+): ClientView {
+  const stale = atCrash.errorsAfter.find((g) => g.errno === 'ESTALE')?.count ?? (atCrash.staleSeen ? 1 : 0);
+  const view: ClientView = {
+    acked: readBack.acked,
+    lost: readBack.lost.length,
+    duplicates: 0,
+    staleHandles: stale,
+    violations,
+  };
+  if (atCrash.lastSuccessBefore) view.stalledS = s2(atCrash.lastSuccessBefore.atMs - crashMonoMs);
+  if (afterServing.firstSuccessAfter) view.resumedS = s2(afterServing.firstSuccessAfter.atMs - crashMonoMs);
+  if (view.stalledS !== undefined && view.resumedS !== undefined)
+    view.gapS = s2((view.resumedS - view.stalledS) * 1000);
+  return view;
+}
+
+/**
+ * The timeline with the client's steps inserted before the first later step (order
+ * kept); `client` names it in the steps (default the libnfs writer) and is their source.
+ */
+export function withClientSteps(
+  steps: readonly TimelineStep[],
+  view: ClientView,
+  client: { name: string; source: string } = { name: 'NFS client', source: 'nfs-writer' },
+): TimelineStep[] {
   const extra: TimelineStep[] = [
     {
-      step: "NFS client's last acknowledged write before the stall",
+      step: `${client.name}'s last acknowledged write before the stall`,
       seconds: view.stalledS,
-      source: 'nfs-writer',
+      source: client.source,
     },
     {
-      step: "NFS client's first acknowledged write after the crash",
+      step: `${client.name}'s first acknowledged write after the crash`,
       seconds: view.resumedS,
-      source: 'nfs-writer',
+      source: client.source,
     },
   ];
-  const out = steps.filter((s) => s.source !== 'nfs-writer');
+  const out = steps.filter((s) => s.source !== client.source);
   for (const e of extra) {
     if (e.seconds === undefined) {
       out.push(e);
@@ -81,7 +120,8 @@ export interface DemoFacts {
   ganeshaOverlaps: number;
   /** How many distinct ganesha processes of the share were seen (the old and the new). */
   ganeshaSeen: number;
-  client: ClientView;
+  /** Each NFS client's view, by its name. */
+  clients: ReadonlyArray<{ name: string; view: ClientView }>;
 }
 
 export function demoVerdict(f: DemoFacts): { ok: boolean; problems: string[] } {
@@ -91,14 +131,17 @@ export function demoVerdict(f: DemoFacts): { ok: boolean; problems: string[] } {
   if (f.ganeshaSeen < 2)
     problems.push(`only ${f.ganeshaSeen} ganesha process(es) seen (the tracker missed a server)`);
   if (f.newNode === f.crashedNode) problems.push(`the share is still on the crashed node ${f.crashedNode}`);
-  if (f.client.resumedS === undefined) problems.push("the NFS client's writes never resumed");
-  // The writer's report names each broken guarantee; the counts are checked as well, in
-  // case a report carries a count without its line.
-  problems.push(...f.client.violations.map((v) => `NFS client: ${v}`));
-  if (f.client.violations.length === 0) {
-    if (f.client.lost > 0) problems.push(`NFS client: ${f.client.lost} acknowledged writes lost`);
-    if (f.client.duplicates > 0) problems.push(`NFS client: ${f.client.duplicates} records written twice`);
-    if (f.client.staleHandles > 0) problems.push(`NFS client: ${f.client.staleHandles} stale file handles`);
+  if (f.clients.length === 0) problems.push('no NFS client was watched');
+  for (const { name, view } of f.clients) {
+    if (view.resumedS === undefined) problems.push(`${name}'s writes never resumed`);
+    // The client's report names each broken guarantee; the counts are checked as well, in
+    // case a report carries a count without its line.
+    problems.push(...view.violations.map((v) => `${name}: ${v}`));
+    if (view.violations.length === 0) {
+      if (view.lost > 0) problems.push(`${name}: ${view.lost} acknowledged writes lost`);
+      if (view.duplicates > 0) problems.push(`${name}: ${view.duplicates} records written twice`);
+      if (view.staleHandles > 0) problems.push(`${name}: ${view.staleHandles} stale file handles`);
+    }
   }
   return { ok: problems.length === 0, problems };
 }

@@ -4,56 +4,101 @@
  *      the node fabric; dev/node), the testbed CSI driver with the real
  *      external-attacher, the project's images imported into each node's containerd,
  *      and charts/leasehold installed with `helm install` (dev/system/real-system.ts);
- *   2. one share on the shipped NFS server (ganesha, NFSv3) on a static CSI volume
- *      (dev/system/real-share.ts), and a libnfs writer in another node's network
- *      namespace writing a committed record every 20 ms through the Service's ClusterIP
- *      (real-nfs-client.ts, RealNode.spawnInNetwork: before the crash across the fabric);
+ *   2. one share on the shipped NFS server (ganesha, NFSv4.1 and 4.2, its defaults) on a
+ *      static CSI volume (dev/system/real-share.ts), and two Linux kernel NFS clients
+ *      (dev/kernel-client: User-Mode Linux, 6.1 by default, `--kernels` picks each of
+ *      6.1 and 6.12) on the other node, its kube-proxy
+ *      between them and the Service's ClusterIP, each mounting the share with the options
+ *      leasehold publishes and running a user's workloads (an fsync'd writer, an O_DIRECT
+ *      reader, an fcntl lock holder, a creator of files), the second also probing the
+ *      first one's lock;
  *   3. the serving node crashes (RealNode.crash: every process killed at once, off the
  *      fabric, its API connections silent); the surviving node's manager fails the
  *      share over; the demo waits for the replacement to serve and the client to write;
- *   4. prints the timeline since the crash with the client's view (its writes stalled
- *      and resumed), the records read back from the volume (acknowledged writes lost
- *      must be 0), the ganesha processes seen (never two at once: GaneshaTracker);
- *   5. stops everything: the client, the nodes (each runs its leftover check and the
- *      demo fails if anything is left), the CSI controller, the control plane. On
- *      Ctrl-C every component's own exit hook kills its processes (the client is its
- *      node's) and removes its namespaces, mounts and cgroups (dev/node).
+ *   4. prints the timeline since the crash with the clients' view (their writes stalled
+ *      and resumed), each workload's first success after the crash, the records read back
+ *      from the volume and by the other client (acknowledged writes lost must be 0), the
+ *      lock (never granted to the prober), the ganesha processes seen (never two at once:
+ *      GaneshaTracker);
+ *   5. stops everything: the clients (each runs its leftover check), the nodes (each runs
+ *      its leftover check and the demo fails if anything is left), the CSI controller,
+ *      the control plane. On Ctrl-C every component's own exit hook kills its processes
+ *      (the clients are their node's) and removes its namespaces, mounts and cgroups.
  * Exit codes: 0 the failover happened and was safe, 1 it did not or the demo failed.
  * Not shown here (the --sim demo has them): a second, undisturbed share; the demo
- * share server's serving windows.
+ * share server's serving windows. The libnfs writer's view: bench/failover --real-nodes.
  */
 import { monotonicMs, sleep } from '../../lib/clock.ts';
+import type { KernelName } from '../kernel-client/kernels.ts';
+import { type KernelClient, startKernelClient } from '../kernel-client/machine.ts';
+import {
+  allResumed,
+  eventsOf,
+  filesOf,
+  mountShare,
+  RECORD_SIZE,
+  stallLines,
+  stallsOf,
+  startLockProbe,
+  startUserWorkloads,
+  tagOf,
+  verifyFromOtherClient,
+} from '../kernel-client/user-workloads.ts';
+import { checkReadBack, lockExclusion } from '../kernel-client/workload-analysis.ts';
 import { overlappingWindows } from '../share-server/serving-window-log.ts';
 import { formatTimeline, PodTracker, timelineOf } from '../system/failover-facts.ts';
-import { createRealNfsShare, GaneshaTracker, realVolumeHandle } from '../system/real-share.ts';
+import {
+  createRealNfsShare,
+  GaneshaTracker,
+  readRealShareFile,
+  realVolumeHandle,
+} from '../system/real-share.ts';
 import { type RealSystem, startRealSystem } from '../system/real-system.ts';
 import { type ShareStatus, shareStatus } from '../system/shares.ts';
 import type { DemoArgs } from './args.ts';
-import { clientErrorsLine, clientViewOf, demoVerdict, withClientSteps } from './client-view.ts';
+import { type ClientView, demoVerdict, kernelClientViewOf, withClientSteps } from './client-view.ts';
 import { say } from './progress.ts';
-import { type NodeNfsClient, startNodeNfsClient } from './real-nfs-client.ts';
 import { waitServingPod } from './real-pods.ts';
 
 const SHARE = 'share-nfs';
-/** Acknowledged writes after the crash before the client counts as resumed. */
-const RESUMED_ACKS = 20;
+/** How long after the crash the clients' every workload may take to succeed again. */
+const RESUME_WITHIN_MS = 120_000;
 
-let client: NodeNfsClient | undefined;
+const clients: KernelClient[] = [];
 let ganesha: GaneshaTracker | undefined;
 
-async function demo(sys: RealSystem, adcSync: string): Promise<boolean> {
+async function demo(sys: RealSystem, adcSync: string, kernels: readonly KernelName[]): Promise<boolean> {
   ganesha = new GaneshaTracker(sys, SHARE);
-  say(`creating ${SHARE}: a ShareManager of the shipped NFS server (ganesha, NFSv3) on a CSI volume`);
-  await createRealNfsShare(sys, SHARE, { nfs: { versions: ['3'] } });
+  say(
+    `creating ${SHARE}: a ShareManager of the shipped NFS server (ganesha, NFSv4.1 and 4.2) on a CSI volume`,
+  );
+  await createRealNfsShare(sys, SHARE);
   const before = await waitServingPod(sys, SHARE, 180_000);
   const clientNode = sys.nodes.find((n) => n.name !== before.node)?.name;
-  if (!clientNode) throw new Error('no node other than the serving one for the NFS client');
+  if (!clientNode) throw new Error('no node other than the serving one for the NFS clients');
   say(`${SHARE} served by ${before.pod} on ${before.node}`);
-  client = await startNodeNfsClient(sys, SHARE, clientNode);
+  let exported = (await shareStatus(sys, SHARE)).export;
+  for (let i = 0; i < 150 && !(exported?.source && exported.mountOptions); i++) {
+    await sleep(200);
+    exported = (await shareStatus(sys, SHARE)).export;
+  }
+  if (!exported?.source || !exported.mountOptions) throw new Error(`${SHARE} published no status.export`);
+  for (const [i, kernel] of kernels.entries()) {
+    say(
+      `booting kernel NFS client kc${i + 1}: Linux ${kernel} (User-Mode Linux) behind ${clientNode}'s kube-proxy`,
+    );
+    const kc = await startKernelClient(sys.node(clientNode), { name: `kc${i + 1}`, index: i + 1, kernel });
+    clients.push(kc);
+    await mountShare(kc, exported.source, exported.mountOptions);
+    await startUserWorkloads(kc);
+  }
+  const [holder, prober] = clients as [KernelClient, KernelClient];
+  const probeTag = await startLockProbe(prober, holder.name);
   say(
-    `NFS client (libnfs writer, NFSv3) in ${clientNode}'s network writing a committed record every 20 ms to ${client.host} (the Service's ClusterIP)`,
+    `both mounted ${exported.source} -o ${exported.mountOptions}; each writes a 4 KiB record (pwrite + fsync) every 50 ms, reads, holds an fcntl lock, creates files; ${prober.name} probes ${holder.name}'s lock`,
   );
-  await client.writer.waitForAck(RESUMED_ACKS, 60_000);
+  for (const kc of clients)
+    await kc.waitForLine((l) => l.startsWith(`${tagOf(kc.name, 'write')} ack 20`), 60_000);
   const tracked = ganesha;
   for (let i = 0; i < 50 && !tracked.windows().some((w) => w.id === before.pod); i++) await sleep(200);
 
@@ -68,14 +113,14 @@ async function demo(sys: RealSystem, adcSync: string): Promise<boolean> {
   let after: Awaited<ReturnType<typeof waitServingPod>>;
   try {
     after = await waitServingPod(sys, SHARE, 180_000, before.pod);
-    say(`${SHARE} served again by ${after.pod} on ${after.node}`);
-    const deadline = performance.now() + 120_000;
-    const w = client.writer;
+    say(`${SHARE} served again by ${after.pod} on ${after.node}; waiting for the clients' workloads`);
+    const deadline = performance.now() + RESUME_WITHIN_MS;
     while (
       performance.now() < deadline &&
-      w.events.filter((e) => e.event === 'ack' && e.ms > crashMono).length < RESUMED_ACKS
+      !clients.every((kc) => allResumed(kc, crashMono + (after.servingWall - crashAt.getTime())))
     )
-      await sleep(200);
+      await sleep(250);
+    await sleep(2_000);
     status = await shareStatus(sys, SHARE);
     for (let i = 0; i < 100 && !status.lastFailover?.completedAt; i++) {
       await sleep(200);
@@ -84,35 +129,71 @@ async function demo(sys: RealSystem, adcSync: string): Promise<boolean> {
   } finally {
     await pods.stop();
   }
-  await client.stop();
   await tracked.stop();
+
+  const exclusion = lockExclusion(eventsOf(prober, probeTag));
+  const servedMono = crashMono + (after.servingWall - crashAt.getTime());
+  const views: Array<{ name: string; view: ClientView }> = [];
+  const lines: string[] = [];
+  for (const kc of clients) {
+    const other = kc === holder ? prober : holder;
+    const acks = eventsOf(kc, tagOf(kc.name, 'write')).filter((e) => e.kind === 'ack');
+    const readBack = checkReadBack(acks, readRealShareFile(sys, SHARE, filesOf(kc.name).write), RECORD_SIZE);
+    const seen = await verifyFromOtherClient(other, kc.name, readBack.acked);
+    const violations = [
+      ...(seen.kind === 'verified'
+        ? []
+        : [`${other.name} read other data than its acknowledged records (${JSON.stringify(seen)})`]),
+      ...(kc === holder && exclusion.outcome !== 'exclusive'
+        ? [
+            `its lock was ${exclusion.outcome === 'violated' ? 'granted to' : 'never probed by'} ${prober.name}`,
+          ]
+        : []),
+    ];
+    const name = `${kc.name} (Linux ${kc.kernel.name})`;
+    views.push({
+      name,
+      view: kernelClientViewOf(
+        stallsOf(kc, crashMono).write,
+        stallsOf(kc, servedMono).write,
+        readBack,
+        crashMono,
+        violations,
+      ),
+    });
+    lines.push(...stallLines(kc, crashMono, servedMono));
+    lines.push(
+      `${kc.name}: ${readBack.acked} acknowledged records, ${readBack.lost.length} lost (read back from the volume), ${seen.kind === 'verified' ? `all read by ${other.name} through its own mount` : `${other.name} read something else`}`,
+    );
+  }
+  lines.push(
+    `${holder.name}'s fcntl lock: ${prober.name}'s probe denied ${exclusion.denied} times, granted ${exclusion.granted.length}`,
+  );
 
   const attach = (await sys.csi.attachments(realVolumeHandle(SHARE))).find((a) => a.node === after.node);
   const lf = { ...(status.lastFailover ?? {}), ...pods.firstFailover };
-  const view = clientViewOf(client.report([crashMono]), crashMono);
-  const steps = withClientSteps(
-    timelineOf({
-      share: SHARE,
-      crashedNode: before.node,
-      crashAt,
-      oldPod: before.pod,
-      newPod: after.pod,
-      newNode: after.node,
-      status: { ...status, lastFailover: lf },
-      scheduledAt: pods.scheduled.get(after.pod)?.at,
-      oldPodGoneAt: pods.gone.get(before.pod),
-      newPodSeenAt: pods.created.get(after.pod),
-      ...(attach ? { attachedAt: new Date(attach.atMs) } : {}),
-      servingAt: new Date(after.servingWall),
-      servingSource: 'NFS server log: serving',
-    }).map((s) => ({
-      ...s,
-      source: s.source
-        .replace('simulator', 'RealNode.crash')
-        .replace('sim CSI attacher', 'CSI controller record'),
-    })),
-    view,
-  );
+  let steps = timelineOf({
+    share: SHARE,
+    crashedNode: before.node,
+    crashAt,
+    oldPod: before.pod,
+    newPod: after.pod,
+    newNode: after.node,
+    status: { ...status, lastFailover: lf },
+    scheduledAt: pods.scheduled.get(after.pod)?.at,
+    oldPodGoneAt: pods.gone.get(before.pod),
+    newPodSeenAt: pods.created.get(after.pod),
+    ...(attach ? { attachedAt: new Date(attach.atMs) } : {}),
+    servingAt: new Date(after.servingWall),
+    servingSource: 'NFS server log: serving',
+  }).map((s) => ({
+    ...s,
+    source: s.source
+      .replace('simulator', 'RealNode.crash')
+      .replace('sim CSI attacher', 'CSI controller record'),
+  }));
+  for (const [i, v] of views.entries())
+    steps = withClientSteps(steps, v.view, { name: v.name, source: clients[i]?.name ?? v.name });
   process.stdout.write(
     `\nTimeline of the failover of ${SHARE} on real nodes (seconds since the crash; run by manager ${lf.by ?? '?'}):\n${formatTimeline(steps)}\n\n`,
   );
@@ -131,7 +212,7 @@ async function demo(sys: RealSystem, adcSync: string): Promise<boolean> {
     newNode: after.node,
     ganeshaOverlaps: overlaps.length,
     ganeshaSeen: new Set(windows.map((w) => w.id)).size,
-    client: view,
+    clients: views,
   });
   const f = (x: number | undefined) => (x === undefined ? '?' : x.toFixed(2));
   const detect = steps.find((s) => s.step === 'stale lease detected')?.seconds;
@@ -139,8 +220,7 @@ async function demo(sys: RealSystem, adcSync: string): Promise<boolean> {
     `node ${before.node} crashed: ${SHARE} detected stale after ${f(detect)} s, served from ${after.node} after ${f(
       (after.servingWall - crashAt.getTime()) / 1000,
     )} s`,
-    `NFS client (on ${clientNode}): writes stalled at ${f(view.stalledS)} s, resumed at ${f(view.resumedS)} s (write gap ${f(view.gapS)} s); ${view.acked} acknowledged writes, ${view.lost} lost (read back from the volume), ${view.duplicates} duplicates, ${view.staleHandles} stale handles`,
-    `NFS client's failed calls after the crash: ${clientErrorsLine(client.writer.events, crashMono, crashMono + (view.resumedS ?? 600) * 1000)}`,
+    ...lines,
     `${windows.length} ganesha processes seen (${windows.map((w) => w.id).join(', ')}), ${overlaps.length} overlapping`,
   ];
   process.stdout.write(
@@ -167,13 +247,19 @@ export async function runRealDemo(args: DemoArgs): Promise<number> {
       keepDirs,
     });
     if (keepDirs) say(`keeping logs: cluster ${sys.cluster.dir}`);
-    code = (await demo(sys, args.adcSync)) ? 0 : 1;
+    code = (await demo(sys, args.adcSync, args.kernels)) ? 0 : 1;
   } catch (err) {
     process.stderr.write(`demo failed: ${err instanceof Error ? err.message : String(err)}\n`);
     code = 1;
   } finally {
-    say('tearing down (NFS client, real nodes with their leftover checks, CSI controller, control plane)');
-    await client?.stop().catch(() => {});
+    say('tearing down (NFS clients, real nodes with their leftover checks, CSI controller, control plane)');
+    for (const kc of clients)
+      await kc.stop().catch((err) => {
+        process.stderr.write(
+          `teardown of ${kc.name} failed: ${err instanceof Error ? err.message : String(err)}\n`,
+        );
+        code = 1;
+      });
     await ganesha?.stop().catch(() => {});
     try {
       await sys?.stop();

@@ -52,7 +52,8 @@ function buildDist(): void {
     [join(REPO_ROOT, 'server/nfs-ganesha/native/build.sh'), join(REPO_ROOT, 'dist/server/nfs-ganesha')],
     { stdio: 'inherit' },
   );
-  if (native.status !== 0) throw new Error(`server/nfs-ganesha/native/build.sh failed (exit ${native.status})`);
+  if (native.status !== 0)
+    throw new Error(`server/nfs-ganesha/native/build.sh failed (exit ${native.status})`);
 }
 
 async function waitFor<T>(what: string, timeoutMs: number, check: () => Promise<T | undefined>): Promise<T> {

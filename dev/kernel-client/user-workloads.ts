@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { builtParts } from './kernels.ts';
 import type { KernelClient } from './machine.ts';
+import { type Stall, stallOf } from './workload-analysis.ts';
 import { parseWorkloadLine, type WorkloadEvent } from './workload-lines.ts';
 
 /** Where the guest mounts the share. */
@@ -133,4 +134,60 @@ export function eventsOf(kc: KernelClient, tag: string, fromIndex = 0): Workload
     if (event?.tag === tag) events.push(event);
   }
   return events;
+}
+
+/**
+ * True once every user workload of `kc` has succeeded after `sinceMs`. NB: pass the time
+ * the replacement served, not the fault's: a call in flight at the fault may still
+ * complete just after it (seen: an ack 10 ms after a crash), which is no resumption.
+ */
+export function allResumed(kc: KernelClient, sinceMs: number): boolean {
+  return USER_WORKLOADS.every((w) => stallOf(eventsOf(kc, tagOf(kc.name, w)), sinceMs).outcome === 'resumed');
+}
+
+/** Each user workload's stall around `atMs` (stallOf), by workload. */
+export function stallsOf(kc: KernelClient, atMs: number): Record<UserWorkload, Stall> {
+  return Object.fromEntries(
+    USER_WORKLOADS.map((w) => [w, stallOf(eventsOf(kc, tagOf(kc.name, w)), atMs)]),
+  ) as Record<UserWorkload, Stall>;
+}
+
+/**
+ * One line per workload: its first success after `sinceMs` (the replacement serving) in
+ * seconds since `faultMs`, and its errors after the fault.
+ */
+export function stallLines(kc: KernelClient, faultMs: number, sinceMs: number): string[] {
+  const fromFault = stallsOf(kc, faultMs);
+  const fromServing = stallsOf(kc, sinceMs);
+  return USER_WORKLOADS.map((w) => {
+    const first = fromServing[w].firstSuccessAfter;
+    const at = first === undefined ? 'never' : `+${((first.atMs - faultMs) / 1000).toFixed(2)} s`;
+    const errors =
+      fromFault[w].errorsAfter.map((g) => `${g.errno} x${g.count} (${g.ops.join('/')})`).join(', ') || 'none';
+    return `${kc.name} (Linux ${kc.kernel.name}) ${w}: resumed ${at} after the fault; errors after it: ${errors}`;
+  });
+}
+
+/**
+ * `kc`'s console since `faultMs` without the workloads' success lines, in seconds since
+ * it; a run of one repeated line (an error every interval) is one line with its count.
+ */
+export function consoleSince(kc: KernelClient, faultMs: number): string {
+  const out: Array<{ from: number; to: number; text: string; n: number }> = [];
+  for (const l of kc.lines) {
+    if (l.atMs <= faultMs || / (ack|read|lockio|denied|created) \d+$/.test(l.text)) continue;
+    const t = (l.atMs - faultMs) / 1000;
+    const last = out.at(-1);
+    if (last && last.text === l.text) {
+      last.to = t;
+      last.n++;
+    } else out.push({ from: t, to: t, text: l.text, n: 1 });
+  }
+  return out
+    .map((r) =>
+      r.n === 1
+        ? `  +${r.from.toFixed(2)} s ${r.text}`
+        : `  +${r.from.toFixed(2)}..${r.to.toFixed(2)} s ${r.text} x${r.n}`,
+    )
+    .join('\n');
 }

@@ -8,16 +8,33 @@ import { test } from 'node:test';
 import { parseDemoArgs } from '../../dev/demo/args.ts';
 
 test('no arguments: the demo on 2 real nodes, ADC sync 1m', () => {
-  assert.deepEqual(parseDemoArgs([]), { mode: 'real', nodes: 2, adcSync: '1m' });
+  assert.deepEqual(parseDemoArgs([]), { mode: 'real', nodes: 2, adcSync: '1m', kernels: ['6.1', '6.1'] });
 });
 
 test('--sim: the simulated demo (3 nodes); --nodes and --adc-sync for the real one', () => {
-  assert.deepEqual(parseDemoArgs(['--sim']), { mode: 'sim', nodes: 3, adcSync: '1m' });
-  assert.deepEqual(parseDemoArgs(['--sim', '--adc-sync', '2s']), { mode: 'sim', nodes: 3, adcSync: '2s' });
+  assert.deepEqual(parseDemoArgs(['--sim']), {
+    mode: 'sim',
+    nodes: 3,
+    adcSync: '1m',
+    kernels: ['6.1', '6.1'],
+  });
+  assert.deepEqual(parseDemoArgs(['--sim', '--adc-sync', '2s']), {
+    mode: 'sim',
+    nodes: 3,
+    adcSync: '2s',
+    kernels: ['6.1', '6.1'],
+  });
   assert.deepEqual(parseDemoArgs(['--nodes', '3', '--adc-sync=2s']), {
     mode: 'real',
     nodes: 3,
     adcSync: '2s',
+    kernels: ['6.1', '6.1'],
+  });
+  assert.deepEqual(parseDemoArgs(['--kernels', '6.1,6.12']), {
+    mode: 'real',
+    nodes: 2,
+    adcSync: '1m',
+    kernels: ['6.1', '6.12'],
   });
 });
 
@@ -35,4 +52,10 @@ test('bad input: each rejected naming the option and the rule', () => {
   assert.match(problem(['--adc-sync', '0s']), /--adc-sync=0s/);
   assert.match(problem(['--real']), /--real/);
   assert.match(problem(['extra']), /extra/);
+  assert.match(problem(['--kernels', '6.1']), /--kernels=6\.1: must be two of 6\.1, 6\.12/);
+  assert.match(problem(['--kernels', '6.1,5.10']), /--kernels=6\.1,5\.10/);
+  assert.match(
+    problem(['--sim', '--kernels', '6.1,6.1']),
+    /--kernels=6\.1,6\.1: only for the real-node demo/,
+  );
 });

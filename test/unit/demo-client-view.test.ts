@@ -13,8 +13,10 @@ import {
   clientErrorsLine,
   clientViewOf,
   demoVerdict,
+  kernelClientViewOf,
   withClientSteps,
 } from '../../dev/demo/client-view.ts';
+import { checkReadBack, expectedRecord, stallOf } from '../../dev/kernel-client/workload-analysis.ts';
 import type { WriteRunReport } from '../../dev/nfs-client/write-analysis.ts';
 
 const CRASH = 1_000_000;
@@ -93,14 +95,19 @@ test('withClientSteps: the stall before the detection, the resume after the serv
 const good = { crashedNode: 'real-1', newNode: 'real-2', ganeshaOverlaps: 0, ganeshaSeen: 2 };
 
 test('demoVerdict: ok for a safe failover', () => {
-  assert.deepEqual(demoVerdict({ ...good, client: clientViewOf(report(), CRASH) }), {
-    ok: true,
-    problems: [],
-  });
+  assert.deepEqual(
+    demoVerdict({ ...good, clients: [{ name: 'NFS client', view: clientViewOf(report(), CRASH) }] }),
+    {
+      ok: true,
+      problems: [],
+    },
+  );
 });
 
 test('demoVerdict: each broken guarantee fails the demo, named', () => {
-  const client = clientViewOf(report(), CRASH);
+  const view = clientViewOf(report(), CRASH);
+  const client = [{ name: 'NFS client', view }];
+  const one = (v: typeof view) => [{ name: 'NFS client', view: v }];
   const fails = (f: Parameters<typeof demoVerdict>[0], re: RegExp) => {
     const v = demoVerdict(f);
     assert.equal(v.ok, false, JSON.stringify(f));
@@ -109,22 +116,26 @@ test('demoVerdict: each broken guarantee fails the demo, named', () => {
       `${re} in ${JSON.stringify(v.problems)}`,
     );
   };
-  fails({ ...good, ganeshaOverlaps: 1, client }, /two servers at once/);
-  fails({ ...good, ganeshaSeen: 1, client }, /tracker missed a server/);
-  fails({ ...good, newNode: 'real-1', client }, /still on the crashed node real-1/);
-  fails({ ...good, client: { ...client, resumedS: undefined } }, /never resumed/);
-  fails({ ...good, client: { ...client, lost: 3 } }, /3 acknowledged writes lost/);
-  fails({ ...good, client: { ...client, duplicates: 2 } }, /2 records written twice/);
-  fails({ ...good, client: { ...client, staleHandles: 1 } }, /1 stale file handles/);
+  fails({ ...good, ganeshaOverlaps: 1, clients: client }, /two servers at once/);
+  fails({ ...good, ganeshaSeen: 1, clients: client }, /tracker missed a server/);
+  fails({ ...good, newNode: 'real-1', clients: client }, /still on the crashed node real-1/);
+  fails({ ...good, clients: one({ ...view, resumedS: undefined }) }, /never resumed/);
+  fails({ ...good, clients: one({ ...view, lost: 3 }) }, /3 acknowledged writes lost/);
+  fails({ ...good, clients: one({ ...view, duplicates: 2 }) }, /2 records written twice/);
+  fails({ ...good, clients: one({ ...view, staleHandles: 1 }) }, /1 stale file handles/);
   fails(
     {
       ...good,
-      client: clientViewOf(
-        report({ ackedWritesLost: 1, violations: ['1 acknowledged records lost'] }),
-        CRASH,
+      clients: one(
+        clientViewOf(report({ ackedWritesLost: 1, violations: ['1 acknowledged records lost'] }), CRASH),
       ),
     },
     /NFS client: 1 acknowledged records lost/,
+  );
+  fails({ ...good, clients: [] }, /no NFS client was watched/);
+  fails(
+    { ...good, clients: [...client, { name: 'kc2', view: { ...view, lost: 1 } }] },
+    /kc2: 1 acknowledged writes lost/,
   );
 });
 
@@ -145,4 +156,35 @@ test("clientErrorsLine: the client's failures from the crash to its resume, runs
     '2.01 s write timeout, 4.10..6.20 s mount timeout x2, 8.30 s mount connection',
   );
   assert.equal(clientErrorsLine([], CRASH, CRASH + 1), 'none');
+});
+
+test('kernelClientViewOf: the kernel writer stalled and resumed in seconds since the crash; ESTALE counts as stale handles', () => {
+  const events = [
+    { kind: 'ack', tag: 'kc1-write', seq: 7, atMs: CRASH - 40 },
+    { kind: 'err', tag: 'kc1-write', n: 8, errno: 'ESTALE', op: 'write', atMs: CRASH + 900 },
+    { kind: 'ack', tag: 'kc1-write', seq: 8, atMs: CRASH + 10 },
+    { kind: 'ack', tag: 'kc1-write', seq: 9, atMs: CRASH + 18_330 },
+  ] as const;
+  // The ack 10 ms after the crash was in flight: no resumption (the replacement served at +7 s).
+  const readBack = checkReadBack(
+    [
+      { kind: 'ack', tag: 'kc1-write', seq: 1, atMs: 0 },
+      { kind: 'ack', tag: 'kc1-write', seq: 2, atMs: 0 },
+    ],
+    Buffer.concat([expectedRecord(1, 64), Buffer.alloc(64)]),
+    64,
+  );
+  const view = kernelClientViewOf(stallOf(events, CRASH), stallOf(events, CRASH + 7_000), readBack, CRASH, [
+    'lock granted to kc2',
+  ]);
+  assert.deepEqual(view, {
+    acked: 2,
+    lost: 1,
+    duplicates: 0,
+    staleHandles: 1,
+    violations: ['lock granted to kc2'],
+    stalledS: -0.04,
+    resumedS: 18.33,
+    gapS: 18.37,
+  });
 });

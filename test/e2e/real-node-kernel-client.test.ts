@@ -1,0 +1,178 @@
+/**
+ * A node crash as the Linux kernel's NFS client sees it (issue 25): the whole system on
+ * two real nodes (dev/system/real-system.ts), one share on the shipped NFS server with
+ * its default versions (NFSv4.1 and 4.2), and two kernel NFS clients on the node that
+ * does not serve it (dev/kernel-client: User-Mode Linux, Debian's 6.1 kernel; each
+ * client a machine of its own whose `eth0` is a TAP in that node's
+ * network namespace, so their traffic to the Service's ClusterIP passes the node's
+ * kube-proxy as the node's own mount would). Each mounts the share with the options
+ * leasehold publishes (status.export.mountOptions) and runs a user's workloads
+ * (user-workloads.ts): a writer (numbered 4 KiB records, each acknowledged after fsync),
+ * an O_DIRECT reader, an fcntl lock holder doing I/O through the locked fd, a creator of
+ * new files; the second client also probes the first one's lock (F_SETLK) throughout.
+ * Then the serving node crashes (RealNode.crash) and the share fails over onto the
+ * clients' node.
+ *
+ * That move is the hard case for the clients' state: kube-proxy masquerades the
+ * clients' traffic to the address of the interface towards the pod, the node's address
+ * before the crash (the pod on the other node) and the pod bridge's after it (the pod on
+ * their own node). ganesha names a client's recovery record after that address too, so
+ * without the recovery-tag shim (server/nfs-ganesha/native/recovery-tag.c) the clients'
+ * reclaims are refused, their locks lost, and new opens wait out the grace period.
+ *
+ * Asserted, for each client and workload: it succeeded after the crash (each one's gap
+ * printed: crash to its first success), no ESTALE anywhere; every acknowledged record
+ * read back from the volume byte for byte, in place (on the host, after the run) and
+ * read by the *other* client through its own mount (a second client sees the first
+ * one's data); the lock holder's I/O through its locked fd works after the failover
+ * (the lock was reclaimed, not lost: a lost lock's fd returns EIO) and the probe was
+ * denied throughout, never granted (lockExclusion, unit-tested to fail on a grant);
+ * each kernel client's leftover check passes at its stop. Not asserted: the prober's
+ * client may log `lost 1 locks` at its reclaim (its denied F_SETLK's lock owner, not a
+ * lock it held: its own lock holder's fd keeps working, asserted).
+ * Cost: one two-node system start (25-40 s), the clients' boots (about 2 s each), one
+ * failover and the clients' resumption (about 25 s): 70 s for the file (2026-12-04).
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { KernelName } from '../../dev/kernel-client/kernels.ts';
+import { type KernelClient, startKernelClient } from '../../dev/kernel-client/machine.ts';
+import {
+  allResumed,
+  consoleSince,
+  eventsOf,
+  filesOf,
+  mountShare,
+  RECORD_SIZE,
+  stallLines,
+  stallsOf,
+  startLockProbe,
+  startUserWorkloads,
+  tagOf,
+  verifyFromOtherClient,
+} from '../../dev/kernel-client/user-workloads.ts';
+import { checkReadBack, lockExclusion } from '../../dev/kernel-client/workload-analysis.ts';
+import { createRealNfsShare, podLog, readRealShareFile } from '../../dev/system/real-share.ts';
+import { shareStatus } from '../../dev/system/shares.ts';
+import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { eventually } from '../support/cluster.ts';
+import { servingRealPod, useRealSystem } from './e2e-support.ts';
+
+const system = useRealSystem({ nodes: 2, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
+const SHARE = 'kshare';
+/**
+ * Two Linux 6.1 clients. NB: not 6.12 yet: with it the crash's failover breaks an
+ * O_DIRECT reader's fd for good (EIO on every read after the reconnect at +10.3 s, two
+ * runs of two, 2026-12-04; its writer, lock and creator resumed): the open part of issue
+ * 25 (docs/testing.md, "The kernel NFS client"); `npm run demo -- --kernels 6.1,6.12`
+ * shows it.
+ */
+const KERNELS_RUN: readonly KernelName[] = ['6.1', '6.1'];
+/** How long after the crash every workload of both clients must have succeeded again. */
+const RESUME_WITHIN_MS = 120_000;
+
+test('a node crash as the Linux kernel NFS client sees it: writes, reads, locks and creates resume, nothing lost', {
+  timeout: 600_000,
+}, async (t) => {
+  const sys = system();
+  await createRealNfsShare(sys, SHARE);
+  const before = await servingRealPod(sys, SHARE);
+  const clientNode = sys.nodes.find((n) => n.name !== before.node)?.name;
+  assert.ok(clientNode, 'a node other than the serving one for the clients');
+  const exported = await eventually(
+    `${SHARE}: status.export`,
+    async () => {
+      const e = (await shareStatus(sys, SHARE)).export;
+      return e?.source && e.mountOptions ? { source: e.source, options: e.mountOptions } : undefined;
+    },
+    30_000,
+    200,
+  );
+
+  const clients: KernelClient[] = [];
+  t.after(async () => {
+    for (const kc of clients) await kc.stop();
+  });
+  for (const [i, kernel] of KERNELS_RUN.entries()) {
+    const t0 = performance.now();
+    const kc = await startKernelClient(sys.node(clientNode), {
+      name: `kc${i + 1}`,
+      index: i + 1,
+      kernel,
+    });
+    clients.push(kc);
+    t.diagnostic(
+      `${kc.name}: Linux ${kc.kernel.release} booted on ${clientNode} in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+    );
+    await mountShare(kc, exported.source, exported.options);
+  }
+  const [holder, second] = clients as [KernelClient, KernelClient];
+  for (const kc of clients) await startUserWorkloads(kc);
+  const probeTag = await startLockProbe(second, holder.name);
+  // A few records each before the fault.
+  for (const kc of clients)
+    await kc.waitForLine((l) => l.startsWith(`${tagOf(kc.name, 'write')} ack 10`), 30_000);
+
+  const crashMs = monotonicMs();
+  const crashWall = Date.now();
+  await sys.node(before.node).crash();
+  const after = await servingRealPod(sys, SHARE, { notPod: before.pod });
+  const servedS = (after.servingWall - crashWall) / 1000;
+  // The replacement's serving on this clock: a success after it went to the new server.
+  const servedMs = crashMs + (after.servingWall - crashWall);
+  assert.equal(after.node, clientNode, 'the replacement serves on the clients’ node, the only one left');
+
+  await eventually(
+    'every workload of both kernel clients succeeded after the crash',
+    async () => (clients.every((kc) => allResumed(kc, servedMs)) ? true : undefined),
+    RESUME_WITHIN_MS,
+    250,
+  ).catch((err) => {
+    for (const kc of clients)
+      t.diagnostic(`${kc.name} console since the crash:\n${consoleSince(kc, crashMs)}`);
+    t.diagnostic(`${after.pod}'s server log:\n${podLog(sys.node(after.node), after.object, 'server')}`);
+    throw err;
+  });
+  await sleep(2_000); // the probe keeps asking while the holder holds
+
+  const report: string[] = [
+    `crash of ${before.node}: ${SHARE} served again from ${after.node} at +${servedS.toFixed(2)} s`,
+  ];
+  for (const kc of clients) {
+    const other = kc === holder ? second : holder;
+    for (const [w, stall] of Object.entries(stallsOf(kc, crashMs)))
+      assert.equal(stall.staleSeen, false, `${kc.name} ${w}: no ESTALE`);
+    report.push(...stallLines(kc, crashMs, servedMs));
+    const acks = eventsOf(kc, tagOf(kc.name, 'write')).filter((e) => e.kind === 'ack');
+    const readBack = checkReadBack(acks, readRealShareFile(sys, SHARE, filesOf(kc.name).write), RECORD_SIZE);
+    assert.equal(
+      readBack.outcome,
+      'intact',
+      `${kc.name}: acknowledged records lost: ${JSON.stringify(readBack.lost)}`,
+    );
+    const seen = await verifyFromOtherClient(other, kc.name, readBack.acked);
+    assert.deepEqual(
+      seen.kind === 'verified' ? seen.count : seen,
+      readBack.acked,
+      `${other.name} reads ${kc.name}'s ${readBack.acked} acknowledged records through its own mount`,
+    );
+    report.push(
+      `${kc.name}: ${readBack.acked} acknowledged records, 0 lost (volume), all read by ${other.name}`,
+    );
+  }
+  const exclusion = lockExclusion(eventsOf(second, probeTag));
+  assert.equal(
+    exclusion.outcome,
+    'exclusive',
+    `${second.name} never got ${holder.name}'s lock: ${JSON.stringify(exclusion)}`,
+  );
+  const lockIo = eventsOf(holder, tagOf(holder.name, 'lock'));
+  assert.ok(
+    lockIo.some((e) => e.kind === 'lockio' && e.atMs > servedMs),
+    `${holder.name}'s locked fd works after the failover (its lock reclaimed)`,
+  );
+  report.push(
+    `${holder.name}'s lock: held across the failover, ${second.name}'s probe denied ${exclusion.denied} times, granted 0`,
+  );
+  t.diagnostic(report.join('\n'));
+});
