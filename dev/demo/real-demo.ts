@@ -33,18 +33,17 @@ import type { KernelName } from '../kernel-client/kernels.ts';
 import { type KernelClient, startKernelClient } from '../kernel-client/machine.ts';
 import {
   allResumed,
+  checkRecords,
   eventsOf,
   filesOf,
   mountShare,
-  RECORD_SIZE,
   stallLines,
   stallsOf,
   startLockProbe,
   startUserWorkloads,
   tagOf,
-  verifyFromOtherClient,
 } from '../kernel-client/user-workloads.ts';
-import { checkReadBack, lockExclusion } from '../kernel-client/workload-analysis.ts';
+import { lockExclusion } from '../kernel-client/workload-analysis.ts';
 import { overlappingWindows } from '../share-server/serving-window-log.ts';
 import { formatTimeline, PodTracker, timelineOf } from '../system/failover-facts.ts';
 import {
@@ -137,9 +136,11 @@ async function demo(sys: RealSystem, adcSync: string, kernels: readonly KernelNa
   const lines: string[] = [];
   for (const kc of clients) {
     const other = kc === holder ? prober : holder;
-    const acks = eventsOf(kc, tagOf(kc.name, 'write')).filter((e) => e.kind === 'ack');
-    const readBack = checkReadBack(acks, readRealShareFile(sys, SHARE, filesOf(kc.name).write), RECORD_SIZE);
-    const seen = await verifyFromOtherClient(other, kc.name, readBack.acked);
+    const { readBack, seen } = await checkRecords(
+      kc,
+      other,
+      readRealShareFile(sys, SHARE, filesOf(kc.name).write),
+    );
     const violations = [
       ...(seen.kind === 'verified'
         ? []

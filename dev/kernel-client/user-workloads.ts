@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { builtParts } from './kernels.ts';
 import type { KernelClient } from './machine.ts';
-import { type Stall, stallOf } from './workload-analysis.ts';
+import { checkReadBack, type ReadBack, type Stall, stallOf } from './workload-analysis.ts';
 import { parseWorkloadLine, type WorkloadEvent } from './workload-lines.ts';
 
 /** Where the guest mounts the share. */
@@ -190,4 +190,19 @@ export function consoleSince(kc: KernelClient, faultMs: number): string {
         : `  +${r.from.toFixed(2)}..${r.to.toFixed(2)} s ${r.text} x${r.n}`,
     )
     .join('\n');
+}
+
+/**
+ * `kc`'s acknowledged records against `content` (its write file read back from the
+ * volume on the host) and through `other`'s own mount: the read-back (checkReadBack) and
+ * the other client's verify event (verified, or bad naming the first bad record).
+ */
+export async function checkRecords(
+  kc: KernelClient,
+  other: KernelClient,
+  content: Buffer,
+): Promise<{ readBack: ReadBack; seen: WorkloadEvent }> {
+  const acks = eventsOf(kc, tagOf(kc.name, 'write')).filter((e) => e.kind === 'ack');
+  const readBack = checkReadBack(acks, content, RECORD_SIZE);
+  return { readBack, seen: await verifyFromOtherClient(other, kc.name, readBack.acked) };
 }

@@ -23,7 +23,9 @@
  *    during grace. With a fresh recovery directory the replacement would know no client,
  *    end grace at once, and refuse every reclaim (NFS4ERR_NO_GRACE): the opens and locks
  *    applications held would be lost. A crash during grace keeps `v4old`, which the next
- *    start reads again. `Clustered = false` keeps the layout free of a node id.
+ *    start reads again. `Clustered = false` keeps the layout free of a node id. NB: a
+ *    record is named after the client's address too unless native/recovery-tag.c is
+ *    preloaded (ganesha-process.ts; why: its header).
  *  - NFSv4 over TCP only, no rpcbind needed: NFSv4 registration with rpcbind is optional
  *    (ganesha logs "Cannot register NFS V4 on TCP" and goes on), NLM, RQUOTA and UDP are
  *    off. NFSv3 (optional) needs an rpcbind in the pod: ganesha registers NFS and MOUNT

@@ -39,19 +39,18 @@ import type { KernelName } from '../../dev/kernel-client/kernels.ts';
 import { type KernelClient, startKernelClient } from '../../dev/kernel-client/machine.ts';
 import {
   allResumed,
+  checkRecords,
   consoleSince,
   eventsOf,
   filesOf,
   mountShare,
-  RECORD_SIZE,
   stallLines,
   stallsOf,
   startLockProbe,
   startUserWorkloads,
   tagOf,
-  verifyFromOtherClient,
 } from '../../dev/kernel-client/user-workloads.ts';
-import { checkReadBack, lockExclusion } from '../../dev/kernel-client/workload-analysis.ts';
+import { lockExclusion } from '../../dev/kernel-client/workload-analysis.ts';
 import { createRealNfsShare, podLog, readRealShareFile } from '../../dev/system/real-share.ts';
 import { shareStatus } from '../../dev/system/shares.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
@@ -143,14 +142,16 @@ test('a node crash as the Linux kernel NFS client sees it: writes, reads, locks 
     for (const [w, stall] of Object.entries(stallsOf(kc, crashMs)))
       assert.equal(stall.staleSeen, false, `${kc.name} ${w}: no ESTALE`);
     report.push(...stallLines(kc, crashMs, servedMs));
-    const acks = eventsOf(kc, tagOf(kc.name, 'write')).filter((e) => e.kind === 'ack');
-    const readBack = checkReadBack(acks, readRealShareFile(sys, SHARE, filesOf(kc.name).write), RECORD_SIZE);
+    const { readBack, seen } = await checkRecords(
+      kc,
+      other,
+      readRealShareFile(sys, SHARE, filesOf(kc.name).write),
+    );
     assert.equal(
       readBack.outcome,
       'intact',
       `${kc.name}: acknowledged records lost: ${JSON.stringify(readBack.lost)}`,
     );
-    const seen = await verifyFromOtherClient(other, kc.name, readBack.acked);
     assert.deepEqual(
       seen.kind === 'verified' ? seen.count : seen,
       readBack.acked,

@@ -46,18 +46,18 @@ static int put_tag(char *s, size_t maxlen, ...) {
   return n;
 }
 
+/* The record name from ganesha's own arguments (address, length, owner), the address left out. */
+static int put_tag_from(char *s, size_t maxlen, va_list ap) {
+  (void)va_arg(ap, const char *);
+  const char *len = va_arg(ap, const char *);
+  const char *owner = va_arg(ap, const char *);
+  return put_tag(s, maxlen, ADDRESS_STANDIN, len, owner);
+}
+
 int snprintf(char *s, size_t maxlen, const char *format, ...) {
   va_list ap;
   va_start(ap, format);
-  int n;
-  if (is_recov_tag(format)) {
-    (void)va_arg(ap, const char *);
-    const char *len = va_arg(ap, const char *);
-    const char *owner = va_arg(ap, const char *);
-    n = put_tag(s, maxlen, ADDRESS_STANDIN, len, owner);
-  } else {
-    n = vsnprintf(s, maxlen, format, ap);
-  }
+  int n = is_recov_tag(format) ? put_tag_from(s, maxlen, ap) : vsnprintf(s, maxlen, format, ap);
   va_end(ap);
   return n;
 }
@@ -65,15 +65,7 @@ int snprintf(char *s, size_t maxlen, const char *format, ...) {
 int __snprintf_chk(char *s, size_t maxlen, int flag, size_t slen, const char *format, ...) {
   va_list ap;
   va_start(ap, format);
-  int n;
-  if (is_recov_tag(format)) {
-    (void)va_arg(ap, const char *);
-    const char *len = va_arg(ap, const char *);
-    const char *owner = va_arg(ap, const char *);
-    n = put_tag(s, maxlen, ADDRESS_STANDIN, len, owner);
-  } else {
-    n = __vsnprintf_chk(s, maxlen, flag, slen, format, ap);
-  }
+  int n = is_recov_tag(format) ? put_tag_from(s, maxlen, ap) : __vsnprintf_chk(s, maxlen, flag, slen, format, ap);
   va_end(ap);
   return n;
 }
