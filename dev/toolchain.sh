@@ -11,9 +11,10 @@
 #     the fencing storage's volume view), exported as LEASEHOLD_FENCEFS_BIN (without it
 #     the simulator builds it on first use of a fencing volume); with --node, the real
 #     node's components (dev/node/build.sh: kubelet, containerd, runc, CNI plugins, the
-#     pause image), exported as LEASEHOLD_NODE_BIN, and the CSI parts the nodes' volumes use
+#     pause image), exported as LEASEHOLD_NODE_BIN, the CSI parts the nodes' volumes use
 #     (dev/csi/build.sh: external-attacher, the testbed's driver and registrar), exported as
-#     LEASEHOLD_CSI_BIN; with --image, the project's images
+#     LEASEHOLD_CSI_BIN, and the kernel NFS clients' parts (dev/kernel-client: build.sh
+#     and build-uml.sh, the 6.12 UML kernel); with --image, the project's images
 #     (dev/image/build.ts: leasehold and nfs-ganesha as OCI layout tarballs, built from
 #     Debian packages without a registry or a Docker daemon), exported as LEASEHOLD_IMAGE_DIR.
 #
@@ -80,6 +81,10 @@ if [ "$need_node" = 1 ]; then
   LEASEHOLD_NODE_BIN="$(bash "$root/dev/node/build.sh")"
   LEASEHOLD_CSI_BIN="$(bash "$root/dev/csi/build.sh")"
   export LEASEHOLD_NODE_BIN LEASEHOLD_CSI_BIN
+  # The kernel NFS clients' parts: lh-kload and the shim (gcc), the 6.12 UML kernel (first
+  # run: about 4 minutes; 6.1 is Debian's package).
+  bash "$root/dev/kernel-client/build.sh" >/dev/null
+  bash "$root/dev/kernel-client/build-uml.sh" >/dev/null
 fi
 
 if [ "$need_image" = 1 ]; then

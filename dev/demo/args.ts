@@ -9,7 +9,7 @@
  *   --nodes N  how many real nodes, 2 to 5 (default 2); not with --sim (always 3);
  *   --adc-sync kube-controller-manager's --attach-detach-reconcile-sync-period, like
  *              2s or 1m (default 1m, the Kubernetes default);
- *   --kernels  the two kernel NFS clients' kernels, each 6.1 or 6.12 (default 6.1,6.1;
+ *   --kernels  the two kernel NFS clients' kernels, each 6.1 or 6.12 (default 6.1,6.12;
  *              6.12 is built from Debian's source on first use, about 4 minutes);
  *              not with --sim.
  * Guarantees: an accepted result is in range; a rejected one names the option and the
@@ -61,7 +61,7 @@ export function parseDemoArgs(argv: readonly string[]): DemoArgs | { problem: st
     return {
       problem: `--kernels=${values.kernels}: only for the real-node demo (the --sim demo has no kernel client)`,
     };
-  const kernels = (values.kernels ?? '6.1,6.1').split(',');
+  const kernels = (values.kernels ?? '6.1,6.12').split(',');
   if (kernels.length !== 2 || !kernels.every((k) => (KERNELS as readonly string[]).includes(k)))
     return {
       problem: `--kernels=${values.kernels}: must be two of ${KERNELS.join(', ')}, comma-separated, like 6.1,6.12`,

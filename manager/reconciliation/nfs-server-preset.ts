@@ -102,8 +102,14 @@ export const NFS_TMP_SUBPATH = 'tmp';
 
 /**
  * Recommended Linux client mount options (nfs(5)); every choice is for a failover:
- *  - nfsvers=4.2: the server speaks 4.1/4.2 only (sessions: a request retried after a
- *    reconnect is answered from the session's reply cache, not executed twice).
+ *  - nfsvers=4.1, not 4.2, though the server speaks both: sessions (a request retried
+ *    after a reconnect is answered from the session's reply cache, not executed twice)
+ *    and reclaim with RECLAIM_COMPLETE are 4.1's. On 4.2, Linux clients from 6.4 on read
+ *    with READ_PLUS (CONFIG_NFS_V4_2_READ_PLUS, default y), and after a failover to
+ *    ganesha 4.3 every READ_PLUS read of the moved client failed with EIO for good
+ *    (measured with the kernel client, dev/kernel-client: Linux 6.12, three runs; the
+ *    same kernel built without READ_PLUS, or mounting 4.1, resumed). Users who want 4.2's
+ *    extras (sparse files, server-side copy) may mount 4.2 on their own.
  *  - proto=tcp: the only transport the server offers.
  *  - hard: a request is retried until the server answers, so a write in flight during a
  *    failover stalls and then completes. `soft` would return EIO to the application
@@ -121,19 +127,19 @@ export const NFS_TMP_SUBPATH = 'tmp';
  *    pod. AWS recommends it for EFS for the same reason (a new TCP
  *    source port on reconnection). ganesha accepts non-privileged ports by default.
  */
-export const NFS_MOUNT_OPTIONS = 'nfsvers=4.2,proto=tcp,hard,timeo=20,retrans=2,noresvport';
+export const NFS_MOUNT_OPTIONS = 'nfsvers=4.1,proto=tcp,hard,timeo=20,retrans=2,noresvport';
 
 /**
  * The mount options for the versions spec.nfs enables: the same failover choices, with
- * the highest version served. NFSv4.0 has no sessions (a retried non-idempotent request
+ * 4.1 when served (NFS_MOUNT_OPTIONS says why not 4.2), else the highest version served. NFSv4.0 has no sessions (a retried non-idempotent request
  * can run twice) and always waits out the whole grace period after a move; NFSv3 needs
  * `nolock` (the server runs no NLM) and the fixed ports, so no rpcbind is asked.
  */
 export function mountOptionsFor(nfs: NfsSettings = {}): string {
   const versions = nfs.versions ?? ['4.1', '4.2'];
   const failover = 'hard,timeo=20,retrans=2,noresvport';
-  if (versions.includes('4.2')) return NFS_MOUNT_OPTIONS;
-  if (versions.includes('4.1')) return `nfsvers=4.1,proto=tcp,${failover}`;
+  if (versions.includes('4.1')) return NFS_MOUNT_OPTIONS;
+  if (versions.includes('4.2')) return `nfsvers=4.2,proto=tcp,${failover}`;
   if (versions.includes('4.0')) return `nfsvers=4.0,proto=tcp,${failover}`;
   return `nfsvers=3,proto=tcp,mountproto=tcp,port=${NFS_PORT},mountport=${NFS_MOUNT_PORT},nolock,${failover}`;
 }

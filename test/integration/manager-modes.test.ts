@@ -257,7 +257,7 @@ describe('manager modes', () => {
         port: 2049,
         path: '/srv/share',
         source: `${clusterIP}:/srv/share`,
-        mountOptions: 'nfsvers=4.2,proto=tcp,hard,timeo=20,retrans=2,noresvport',
+        mountOptions: 'nfsvers=4.1,proto=tcp,hard,timeo=20,retrans=2,noresvport',
       });
       const table = await kubectl(cluster(), ['get', 'sm', '-n', 'nfs', 'vol-nfs', '-o', 'wide']);
       assert.equal(table.code, 0, table.stderr);
@@ -392,7 +392,7 @@ describe('manager modes', () => {
       assert.deepEqual(pv.spec?.accessModes, ['ReadWriteMany']);
       assert.equal(pv.spec?.persistentVolumeReclaimPolicy, 'Retain');
       assert.deepEqual(pv.spec?.mountOptions, [
-        'nfsvers=4.2',
+        'nfsvers=4.1',
         'proto=tcp',
         'hard',
         'timeo=20',
@@ -427,7 +427,7 @@ describe('manager modes', () => {
       await eventually('the PV repaired', async () => {
         const now = await core.readPersistentVolume({ name: pvName });
         return now.spec?.persistentVolumeReclaimPolicy === 'Retain' &&
-          now.spec.mountOptions?.[0] === 'nfsvers=4.2'
+          now.spec.mountOptions?.[0] === 'nfsvers=4.1'
           ? true
           : undefined;
       });

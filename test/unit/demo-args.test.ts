@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import { parseDemoArgs } from '../../dev/demo/args.ts';
 
 test('no arguments: the demo on 2 real nodes, ADC sync 1m', () => {
-  assert.deepEqual(parseDemoArgs([]), { mode: 'real', nodes: 2, adcSync: '1m', kernels: ['6.1', '6.1'] });
+  assert.deepEqual(parseDemoArgs([]), { mode: 'real', nodes: 2, adcSync: '1m', kernels: ['6.1', '6.12'] });
 });
 
 test('--sim: the simulated demo (3 nodes); --nodes and --adc-sync for the real one', () => {
@@ -16,25 +16,25 @@ test('--sim: the simulated demo (3 nodes); --nodes and --adc-sync for the real o
     mode: 'sim',
     nodes: 3,
     adcSync: '1m',
-    kernels: ['6.1', '6.1'],
+    kernels: ['6.1', '6.12'],
   });
   assert.deepEqual(parseDemoArgs(['--sim', '--adc-sync', '2s']), {
     mode: 'sim',
     nodes: 3,
     adcSync: '2s',
-    kernels: ['6.1', '6.1'],
+    kernels: ['6.1', '6.12'],
   });
   assert.deepEqual(parseDemoArgs(['--nodes', '3', '--adc-sync=2s']), {
     mode: 'real',
     nodes: 3,
     adcSync: '2s',
-    kernels: ['6.1', '6.1'],
+    kernels: ['6.1', '6.12'],
   });
-  assert.deepEqual(parseDemoArgs(['--kernels', '6.1,6.12']), {
+  assert.deepEqual(parseDemoArgs(['--kernels', '6.1,6.1']), {
     mode: 'real',
     nodes: 2,
     adcSync: '1m',
-    kernels: ['6.1', '6.12'],
+    kernels: ['6.1', '6.1'],
   });
 });
 

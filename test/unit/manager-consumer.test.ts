@@ -105,7 +105,7 @@ describe('consumer objects (builders)', () => {
     assert.equal(volume.spec?.storageClassName, '');
     assert.deepEqual(volume.spec?.capacity, { storage: '10Gi' });
     assert.deepEqual(volume.spec?.mountOptions, [
-      'nfsvers=4.2',
+      'nfsvers=4.1',
       'proto=tcp',
       'hard',
       'timeo=20',

@@ -102,6 +102,9 @@ test('NFSv3 adds the MOUNT port to the Service; the mount options follow the hig
     exportStatus('10.96.0.9', '/srv/share', { versions }).mountOptions;
   assert.equal(exportStatus('10.96.0.9', '/srv/share').mountOptions, NFS_MOUNT_OPTIONS);
   assert.match(opts(['3', '4.1']), /^nfsvers=4\.1,/);
+  // 4.1 also when 4.2 is served (READ_PLUS after a failover: nfs-server-preset.ts); 4.2 only alone.
+  assert.match(opts(['4.1', '4.2']), /^nfsvers=4\.1,/);
+  assert.match(opts(['4.2']), /^nfsvers=4\.2,/);
   assert.match(opts(['4.0']), /^nfsvers=4\.0,/);
   const v3 = new Set(opts(['3']).split(','));
   for (const o of ['nfsvers=3', 'nolock', 'port=2049', 'mountport=20048', 'hard', 'mountproto=tcp'])

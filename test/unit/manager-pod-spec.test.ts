@@ -442,14 +442,14 @@ describe('status.export and the mount options', () => {
       port: 2049,
       path: '/export',
       source: '10.96.0.20:/export',
-      mountOptions: 'nfsvers=4.2,proto=tcp,hard,timeo=20,retrans=2,noresvport',
+      mountOptions: 'nfsvers=4.1,proto=tcp,hard,timeo=20,retrans=2,noresvport',
     });
     assert.equal(exportStatus('fd00:10:96::1', '/srv/share').source, '[fd00:10:96::1]:/srv/share');
   });
 
   it('the options are hard mounts over NFSv4.2/TCP (a soft mount would fail writes during a failover)', () => {
     const options = new Set(NFS_MOUNT_OPTIONS.split(','));
-    for (const o of ['hard', 'nfsvers=4.2', 'proto=tcp', 'noresvport']) assert.ok(options.has(o), o);
+    for (const o of ['hard', 'nfsvers=4.1', 'proto=tcp', 'noresvport']) assert.ok(options.has(o), o);
     assert.ok(!options.has('soft'));
   });
 });

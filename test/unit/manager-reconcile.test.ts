@@ -262,7 +262,7 @@ test('the NFS default publishes status.export once the ClusterIP is known, and o
     port: 2049,
     path: '/data',
     source: '10.96.0.20:/data',
-    mountOptions: 'nfsvers=4.2,proto=tcp,hard,timeo=20,retrans=2,noresvport',
+    mountOptions: 'nfsvers=4.1,proto=tcp,hard,timeo=20,retrans=2,noresvport',
   });
   const published = { ...nfs, status: { ...running, export: write.status.export ?? undefined } };
   assert.deepEqual(decideShareManager(snap({ sm: published })), [], 'current: nothing to write');
