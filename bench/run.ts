@@ -3,6 +3,7 @@
  * process (the same toolchain: tsx, the control-plane binaries on PATH):
  *   failover        bench/failover/run.ts       node crashes: five modes side by side, from the NFS client's side
  *                   (with --real-nodes: bench/failover/real-nodes.ts, the leasehold and stock modes on real nodes)
+ *   kernel-client   bench/kernel-client/run.ts  node crashes on real nodes as Linux 6.1 and 6.12 NFS clients see them
  *   agent           bench/agent/run.ts          one agent's memory, CPU, requests per renewal
  *   manager-scale   bench/manager-scale/run.ts  manager CPU/RSS and detection lag at N leases
  *   all             each of the above in turn (args go to every one)
@@ -16,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 const here = fileURLToPath(new URL('.', import.meta.url));
 const BENCHMARKS = {
   failover: 'failover/run.ts',
+  'kernel-client': 'kernel-client/run.ts',
   agent: 'agent/run.ts',
   'manager-scale': 'manager-scale/run.ts',
 } as const;
@@ -49,7 +51,7 @@ if (name === 'all') {
 } else {
   process.stderr.write(
     `bench: unknown benchmark ${JSON.stringify(name ?? '')}: expected one of ${[...names, 'all'].join(', ')}\n` +
-      'usage: npm run bench -- <failover|agent|manager-scale|all> [args]\n',
+      'usage: npm run bench -- <failover|kernel-client|agent|manager-scale|all> [args]\n',
   );
   process.exitCode = 2;
 }

@@ -264,7 +264,7 @@ describe('manager modes', () => {
       assert.match(table.stdout, /EXPORT\s+OPTIONS/);
       assert.match(
         table.stdout,
-        new RegExp(`${clusterIP.replaceAll('.', '\\.')}:/srv/share\\s+nfsvers=4\\.2,`),
+        new RegExp(`${clusterIP.replaceAll('.', '\\.')}:/srv/share\\s+nfsvers=4\\.1,`),
       );
 
       // A user's own server: exactly as written, and no status.export (we do not know its protocol).
