@@ -13,7 +13,7 @@
  * resumed (or the budget); each lane's records read back from the volume; the clients
  * stopped; the node healed (a reboot) and its manager running again before the next.
  * Per lane and crash, in seconds since the crash: the first acknowledged write, the
- * first created file and the first I/O through the locked fd after the replacement
+ * first O_DIRECT read, the first created file and the first I/O through the locked fd after the replacement
  * served (before it, a call in flight at the crash may still complete); over the run:
  * acknowledged writes lost, ESTALE seen. Prints one table and writes
  * bench/results/failover-real-nodes-kernel-clients-adc-<adc>-nmg-<grace>.json.
@@ -43,7 +43,7 @@ import {
 import { checkReadBack } from '../../dev/kernel-client/workload-analysis.ts';
 import { createRealNfsShare, readRealShareFile } from '../../dev/system/real-share.ts';
 import { startRealSystem } from '../../dev/system/real-system.ts';
-import { managerPodsByNode, waitForManagers } from '../../dev/system/system.ts';
+import { managerPodsByNode, SHARES_NAMESPACE, waitForManagers } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { managerRestarts, waitManagerRestarted } from '../failover/real-node-runs.ts';
 import { round, type Summary, summarize } from '../failover/stats.ts';
@@ -61,6 +61,7 @@ const say = (line: string) => process.stderr.write(`bench kernel-client: ${line}
 
 interface LaneCrash {
   writeS?: number;
+  readS?: number;
   createS?: number;
   lockS?: number;
   acked: number;
@@ -116,7 +117,8 @@ async function main(): Promise<number> {
     [];
   try {
     await createRealNfsShare(sys, SHARE, { nfs: { versions: ['3', '4.1', '4.2'] } });
-    const svc = await sys.core.readNamespacedService({ namespace: 'shares', name: SHARE });
+    await waitServingPod(sys, SHARE, 180_000);
+    const svc = await sys.core.readNamespacedService({ namespace: SHARES_NAMESPACE, name: SHARE });
     const source = `${svc.spec?.clusterIP}:/export`;
     for (let run = 1; run <= args.runs; run++) {
       const before = await waitServingPod(sys, SHARE, 180_000);
@@ -159,6 +161,7 @@ async function main(): Promise<number> {
           );
           return {
             writeS: sinceCrash(fromServing.write.firstSuccessAfter?.atMs),
+            readS: sinceCrash(fromServing.read.firstSuccessAfter?.atMs),
             createS: sinceCrash(fromServing.create.firstSuccessAfter?.atMs),
             lockS: sinceCrash(fromServing.lock.firstSuccessAfter?.atMs),
             acked: readBack.acked,
@@ -178,7 +181,7 @@ async function main(): Promise<number> {
         };
         crashes.push(crash);
         say(
-          `run ${run}: served +${crash.servedS} s; libnfs +${crash.libnfsS ?? 'never'} s; ${LANES.map((l, i) => `${l.name}: write +${lanes[i]?.writeS ?? 'never'} create +${lanes[i]?.createS ?? 'never'} lock +${lanes[i]?.lockS ?? 'never'}${lanes[i]?.errors ? ` (${lanes[i]?.errors})` : ''}`).join('; ')}`,
+          `run ${run}: served +${crash.servedS} s; libnfs +${crash.libnfsS ?? 'never'} s; ${LANES.map((l, i) => `${l.name}: write +${lanes[i]?.writeS ?? 'never'} read +${lanes[i]?.readS ?? 'never'} create +${lanes[i]?.createS ?? 'never'} lock +${lanes[i]?.lockS ?? 'never'}${lanes[i]?.errors ? ` (${lanes[i]?.errors})` : ''}`).join('; ')}`,
         );
       } finally {
         for (const kc of clients) await kc.stop().catch((err) => say(`stopping ${kc.name}: ${String(err)}`));
@@ -203,15 +206,18 @@ async function main(): Promise<number> {
           .map((c) => c.lanes[i])
           .flatMap((c) => (c && pick(c) !== undefined ? [pick(c) as number] : [])),
       );
-    const never = crashes.filter((c) => c.lanes[i]?.writeS === undefined).length;
+    const never = (pick: (c: LaneCrash) => number | undefined) =>
+      crashes.filter((c) => c.lanes[i] && pick(c.lanes[i] as LaneCrash) === undefined).length;
     return {
       lane: lane.name,
       kernel: lane.kernel,
       options: lane.options,
       firstWriteS: of((c) => c.writeS),
+      firstReadS: of((c) => c.readS),
       firstCreateS: of((c) => c.createS),
       firstLockedIoS: of((c) => c.lockS),
-      writesNeverResumed: never,
+      writesNeverResumed: never((c) => c.writeS),
+      readsNeverResumed: never((c) => c.readS),
       acked: crashes.reduce((n, c) => n + (c.lanes[i]?.acked ?? 0), 0),
       lost: crashes.reduce((n, c) => n + (c.lanes[i]?.lost ?? 0), 0),
       staleSeen: crashes.filter((c) => c.lanes[i]?.stale).length,
@@ -223,7 +229,7 @@ async function main(): Promise<number> {
     `crash to the first success after the replacement served (${crashes.length} crashes, ADC sync ${args.adcSync}, node-monitor grace ${args.grace}); served: ${f(summarize(crashes.map((c) => c.servedS)))}`,
     ...rows.map(
       (r) =>
-        `  ${r.lane.padEnd(18)} writes ${f(r.firstWriteS)}; creates ${f(r.firstCreateS)}; locked fd ${f(r.firstLockedIoS)}; never resumed ${r.writesNeverResumed}; ${r.lost} of ${r.acked} acked lost; ESTALE in ${r.staleSeen}`,
+        `  ${r.lane.padEnd(18)} writes ${f(r.firstWriteS)}; O_DIRECT reads ${f(r.firstReadS)}; creates ${f(r.firstCreateS)}; locked fd ${f(r.firstLockedIoS)}; never resumed: writes ${r.writesNeverResumed}, reads ${r.readsNeverResumed}; ${r.lost} of ${r.acked} acked lost; ESTALE in ${r.staleSeen}`,
     ),
     `  libnfs NFSv3       writes ${f(libnfs)}`,
   ].join('\n');
@@ -252,6 +258,7 @@ async function main(): Promise<number> {
     )}\n`,
   );
   say(`wrote ${file}`);
+  // A lost acknowledged write fails the run; a lane that never resumed is a figure.
   return rows.some((r) => r.lost > 0) ? 1 : 0;
 }
 

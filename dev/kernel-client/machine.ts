@@ -136,9 +136,19 @@ export async function startKernelClient(
     { mode: 0o755 },
   );
   const inNetns = (args: string[]) => exec('nsenter', [`--net=${netns}`, '--', 'ip', ...args]);
-  await inNetns(['tuntap', 'add', 'dev', tap, 'mode', 'tap']);
-  await inNetns(['addr', 'add', `${gatewayOf(opts.index)}/30`, 'dev', tap]);
-  await inNetns(['link', 'set', tap, 'up']);
+  try {
+    await inNetns(['tuntap', 'add', 'dev', tap, 'mode', 'tap']);
+    await inNetns(['addr', 'add', `${gatewayOf(opts.index)}/30`, 'dev', tap]);
+    await inNetns(['link', 'set', tap, 'up']);
+  } catch (err) {
+    await inNetns(['link', 'del', tap]).catch(() => {});
+    await rm(dir, { recursive: true, force: true });
+    throw new LeaseholdError(
+      'E_KCLIENT_TAP',
+      `kernel client ${opts.name}: setting up TAP ${tap} in ${host.name}'s network namespace failed (another client with index ${opts.index}?): ${(err as { stderr?: string }).stderr?.trim() ?? String(err)}`,
+      { cause: err },
+    );
+  }
 
   const lines: ConsoleLine[] = [];
   const waiters = new Set<() => void>();
@@ -335,8 +345,8 @@ export async function startKernelClient(
   };
 }
 
-/** Host processes whose command line names `dir` (the machine's UML processes all do). */
-function processesNaming(dir: string): string[] {
+/** Host processes whose command line names `dir` (the machine's UML processes all do): the leftover check. */
+export function processesNaming(dir: string): string[] {
   const found: string[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;

@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, describe, it } from 'node:test';
+import { processesNaming } from '../../dev/kernel-client/machine.ts';
 import {
   checkReadBack,
   expectedRecord,
@@ -426,5 +427,23 @@ describe('kernel-client lh-kload on the host', () => {
       assert.match(r.stderr, rule);
       assert.match(r.stderr, /usage: lh-kload/);
     }
+  });
+});
+
+describe("the kernel client's leftover check", () => {
+  it('finds a process whose command line names the machine directory, and none once it is gone', async () => {
+    const machineDir = mkdtempSync(join(tmpdir(), 'leasehold-kc-leftover-'));
+    const child = spawn('sh', ['-c', 'sleep 30', machineDir], { stdio: 'ignore' });
+    children.add(child);
+    await sleep(100);
+    const found = processesNaming(machineDir);
+    assert.ok(
+      found.some((p) => p.startsWith(`process ${child.pid} `)),
+      JSON.stringify(found),
+    );
+    child.kill('SIGKILL');
+    await new Promise((resolve) => child.once('exit', resolve));
+    assert.deepEqual(processesNaming(machineDir), []);
+    rmSync(machineDir, { recursive: true, force: true });
   });
 });
