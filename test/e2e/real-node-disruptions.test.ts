@@ -397,6 +397,11 @@ test('drain (cordon + eviction) on real nodes: the agent releases, the new pod o
       withDeadline(5_000),
     );
     const next = await servingPod(sys, MOVED, before.pod);
+    // The old agent's last line may reach its log file after the new pod serves (a CI run
+    // read the log without it): keep reading it up to 10 s for the release or the fence.
+    const ended = (log: string) =>
+      entriesOf(log, 'lease released').length > 0 || log.includes('"fenced: readiness dropped');
+    for (let i = 0; i < 100 && !ended(kept.record.agentLog); i++) await sleep(100);
     const oldAgentLog = (await kept.stop()).agentLog;
     const tookS = (next.servingWall - evictedAt) / 1000;
     assert.notEqual(next.node, before.node, 'the new pod avoids the cordoned node');
