@@ -17,7 +17,8 @@
 #   fencing storage's block kind, an ext4 image per volume (dev/sim/storage/block-image.ts);
 #   user-mode-linux (Linux 6.1 as a process, its NFS client as modules: the kernel NFS
 #   client of dev/kernel-client), nfs-common (mount.nfs, which the guest runs from the
-#   host's root) and kmod (modprobe, for the guest's NFS modules).
+#   host's root) and kmod (modprobe, for the guest's NFS modules); conntrack (the bench's
+#   --flush-conntrack lever: bench/kernel-client/run.ts).
 # Needs root for apt-get; without it, prints the command to run and exits 1.
 set -euo pipefail
 say() { echo "leasehold: $*" >&2; }
@@ -50,6 +51,7 @@ dpkg -s mount >/dev/null 2>&1 || missing+=(mount)
 dpkg -s user-mode-linux >/dev/null 2>&1 || missing+=(user-mode-linux)
 dpkg -s nfs-common >/dev/null 2>&1 || missing+=(nfs-common)
 dpkg -s kmod >/dev/null 2>&1 || missing+=(kmod)
+dpkg -s conntrack >/dev/null 2>&1 || missing+=(conntrack)
 
 [ ${#missing[@]} -eq 0 ] && [ ${#lean[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then

@@ -1,26 +1,34 @@
 /**
- * `npm run bench -- kernel-client [--runs N] [--adc-sync D] [--node-monitor-grace D]
- * [--budget S]`: node crashes on real nodes as the Linux kernel's NFS client sees them
- * (issue 25 item 5), several clients side by side in every crash, with Kubernetes'
- * default timings (ADC sync 1m, node-monitor grace 40s) unless told otherwise.
+ * `npm run bench -- kernel-client [--runs N] [--lanes L,...] [--nfs-lease S] [--nfs-grace S]
+ * [--flush-conntrack] [--adc-sync D] [--node-monitor-grace D] [--budget S]`: node crashes
+ * on real nodes as the Linux kernel's NFS client sees them (issue 25 items 5 and 6),
+ * several clients side by side in every crash, with Kubernetes' default timings (ADC
+ * sync 1m, node-monitor grace 40s) unless told otherwise.
  *
- * One share on the shipped NFS server (versions 3, 4.1 and 4.2, so the libnfs writer can
- * run beside), on two real nodes (dev/system/real-system.ts). Per crash: on the node that
- * does not serve, one kernel client per lane (dev/kernel-client: the lane's kernel,
- * mounted with the lane's options, running the writer, the O_DIRECT reader, the lock
- * holder and the creator) and dev/nfs-client's libnfs NFSv3 writer; a random pause of up
- * to 2 s; the serving node crashed; the wait until the replacement served and every lane
- * resumed (or the budget); each lane's records read back from the volume; the clients
- * stopped; the node healed (a reboot) and its manager running again before the next.
+ * One share on the shipped NFS server (versions 3, 4.1 and 4.2, so the libnfs writer and
+ * the NFSv3 lanes can run; lease and grace from --nfs-lease/--nfs-grace, default the
+ * server's 10 s / 15 s), on two real nodes (dev/system/real-system.ts). Per crash: on the
+ * node that does not serve, one kernel client per lane (dev/kernel-client: the lane's
+ * kernel, mounted with the lane's options, running the writer, the O_DIRECT reader, the
+ * lock holder and the creator, whose every new file is also write-locked) and
+ * dev/nfs-client's libnfs NFSv3 writer; a random pause of up to 2 s; the serving node
+ * crashed; the wait until the replacement served and every lane resumed (or the
+ * budget); each lane's records read back from the volume; the clients stopped; the node
+ * healed (a reboot) and its manager running again before the next.
  * Per lane and crash, in seconds since the crash: the first acknowledged write, the
- * first O_DIRECT read, the first created file and the first I/O through the locked fd after the replacement
- * served (before it, a call in flight at the crash may still complete); over the run:
- * acknowledged writes lost, ESTALE seen. Prints one table and writes
- * bench/results/failover-real-nodes-kernel-clients-adc-<adc>-nmg-<grace>.json.
- * Lanes: the published options (nfsvers=4.1, ...) and Linux's defaults with 4.2
- * (`nfsvers=4.2` only), each on 6.1 and 6.12. Not measured: a kernel NFSv3 client (the
- * issue's run saw it never resume within 240 s: its reconnects reuse the source port and
- * the stale conntrack entry).
+ * first O_DIRECT read, the first created-and-locked file and the first I/O through the
+ * locked fd after the replacement served (before it, a call in flight at the crash may
+ * still complete); over the run: acknowledged writes lost, ESTALE seen. Prints one table
+ * and writes bench/results/failover-real-nodes-kernel-clients-adc-<adc>-nmg-<grace>
+ * [-lease-<s>s-grace-<s>s][-flush-conntrack].json.
+ * Lanes (--lanes, by key): 6.1 and 6.12 with the published options (nfsvers=4.1, ...),
+ * 6.1-4.2 and 6.12-4.2 with Linux's defaults but the version (`nfsvers=4.2`), 6.1-v3 and
+ * 6.12-v3 with what the manager publishes for an NFSv3-only share (`nolock`: their locks
+ * are the client's own, not the server's). Default: the four v4 lanes.
+ * --flush-conntrack is a lever measured, not what leasehold does: once the replacement
+ * served (and again 1 s later) the client node's TCP conntrack entries still translated
+ * to the old pod are deleted, so the client's next segment is translated anew and reset
+ * by the replacement's node.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
@@ -41,21 +49,28 @@ import {
   tagOf,
 } from '../../dev/kernel-client/user-workloads.ts';
 import { checkReadBack } from '../../dev/kernel-client/workload-analysis.ts';
+import type { RealNode } from '../../dev/node/node.ts';
 import { createRealNfsShare, readRealShareFile } from '../../dev/system/real-share.ts';
 import { startRealSystem } from '../../dev/system/real-system.ts';
 import { managerPodsByNode, SHARES_NAMESPACE, waitForManagers } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { mountOptionsFor, NFS_MOUNT_OPTIONS } from '../../manager/reconciliation/nfs-server-preset.ts';
 import { managerRestarts, waitManagerRestarted } from '../failover/real-node-runs.ts';
 import { round, type Summary, summarize } from '../failover/stats.ts';
 
 const SHARE = 'benchkc';
-const PUBLISHED = 'nfsvers=4.1,proto=tcp,hard,timeo=20,retrans=2,noresvport';
-const LANES: ReadonlyArray<{ name: string; kernel: KernelName; options: string }> = [
-  { name: '6.1 published', kernel: '6.1', options: PUBLISHED },
-  { name: '6.12 published', kernel: '6.12', options: PUBLISHED },
-  { name: '6.1 defaults 4.2', kernel: '6.1', options: 'nfsvers=4.2' },
-  { name: '6.12 defaults 4.2', kernel: '6.12', options: 'nfsvers=4.2' },
+const PUBLISHED = NFS_MOUNT_OPTIONS;
+const V3 = mountOptionsFor({ versions: ['3'] });
+/** Every lane this bench knows; --lanes picks some (default: all but the NFSv3 ones). */
+const ALL_LANES: ReadonlyArray<{ key: string; name: string; kernel: KernelName; options: string }> = [
+  { key: '6.1', name: '6.1 published', kernel: '6.1', options: PUBLISHED },
+  { key: '6.12', name: '6.12 published', kernel: '6.12', options: PUBLISHED },
+  { key: '6.1-4.2', name: '6.1 defaults 4.2', kernel: '6.1', options: 'nfsvers=4.2' },
+  { key: '6.12-4.2', name: '6.12 defaults 4.2', kernel: '6.12', options: 'nfsvers=4.2' },
+  { key: '6.1-v3', name: '6.1 NFSv3', kernel: '6.1', options: V3 },
+  { key: '6.12-v3', name: '6.12 NFSv3', kernel: '6.12', options: V3 },
 ];
+const DEFAULT_LANES = '6.1,6.12,6.1-4.2,6.12-4.2';
 
 const say = (line: string) => process.stderr.write(`bench kernel-client: ${line}\n`);
 
@@ -78,6 +93,10 @@ function parse(argv: string[]) {
       'adc-sync': { type: 'string', default: '1m' },
       'node-monitor-grace': { type: 'string', default: '40s' },
       budget: { type: 'string', default: '90' },
+      lanes: { type: 'string', default: DEFAULT_LANES },
+      'nfs-lease': { type: 'string', default: '10' },
+      'nfs-grace': { type: 'string', default: '15' },
+      'flush-conntrack': { type: 'boolean', default: false },
     },
     strict: true,
     allowPositionals: false,
@@ -91,12 +110,54 @@ function parse(argv: string[]) {
   for (const k of ['adc-sync', 'node-monitor-grace'] as const)
     if (!/^[1-9]\d*(s|m)$/.test(values[k] ?? ''))
       throw new Error(`--${k}=${values[k]}: a whole number of seconds or minutes, like 40s or 1m`);
+  const lanes = (values.lanes ?? '').split(',').map((key) => {
+    const lane = ALL_LANES.find((l) => l.key === key);
+    if (!lane)
+      throw new Error(
+        `--lanes=${values.lanes}: "${key}" is none of ${ALL_LANES.map((l) => l.key).join(', ')}`,
+      );
+    return lane;
+  });
+  const leaseS = Number(values['nfs-lease']);
+  const graceS = Number(values['nfs-grace']);
+  // The server's own rule (server/nfs-ganesha/config.ts), said here before a cluster starts.
+  if (!Number.isInteger(leaseS) || leaseS < 1 || leaseS > 180)
+    throw new Error(`--nfs-lease=${values['nfs-lease']}: whole seconds, 1 to 180`);
+  if (!Number.isInteger(graceS) || graceS < leaseS || graceS > 270)
+    throw new Error(
+      `--nfs-grace=${values['nfs-grace']}: whole seconds, at least --nfs-lease and at most 270`,
+    );
   return {
     runs,
+    lanes,
+    flushConntrack: values['flush-conntrack'] === true,
+    leaseS,
+    graceS,
     budgetMs: budgetS * 1000,
     adcSync: values['adc-sync'] as string,
     grace: values['node-monitor-grace'] as string,
   };
+}
+
+/**
+ * --flush-conntrack, a lever measured, not something leasehold does: deletes the client
+ * node's TCP conntrack entries still translated to the old pod, so the client's next
+ * segment is translated anew, to the replacement, whose kernel answers it with a reset.
+ */
+async function flushConntrackTo(node: RealNode, podIp: string): Promise<string> {
+  const child = node.spawnInNetwork(['conntrack', '-D', '-p', 'tcp', '--reply-src', podIp], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout?.on('data', (d) => (out += d));
+  child.stderr?.on('data', (d) => (out += d));
+  const code = await new Promise<number | null>((resolve, reject) => {
+    child.on('error', reject);
+    child.on('exit', resolve);
+  });
+  // conntrack exits 1 when nothing matched: that is a result, not an error.
+  if (code !== 0 && code !== 1) throw new Error(`conntrack -D on ${node.name} exited ${code}: ${out.trim()}`);
+  return `conntrack -D --reply-src ${podIp} on ${node.name}: ${out.trim().split('\n').at(-1)}`;
 }
 
 async function main(): Promise<number> {
@@ -116,7 +177,13 @@ async function main(): Promise<number> {
   const crashes: Array<{ run: number; node: string; servedS: number; libnfsS?: number; lanes: LaneCrash[] }> =
     [];
   try {
-    await createRealNfsShare(sys, SHARE, { nfs: { versions: ['3', '4.1', '4.2'] } });
+    await createRealNfsShare(sys, SHARE, {
+      nfs: {
+        versions: ['3', '4.1', '4.2'],
+        leaseLifetime: `${args.leaseS}s`,
+        gracePeriod: `${args.graceS}s`,
+      },
+    });
     await waitServingPod(sys, SHARE, 180_000);
     const svc = await sys.core.readNamespacedService({ namespace: SHARES_NAMESPACE, name: SHARE });
     const source = `${svc.spec?.clusterIP}:/export`;
@@ -127,7 +194,7 @@ async function main(): Promise<number> {
       const clients: KernelClient[] = [];
       const libnfs = await startNodeNfsClient(sys, SHARE, clientNode.name, { file: `libnfs-${run}.bin` });
       try {
-        for (const [i, lane] of LANES.entries()) {
+        for (const [i, lane] of args.lanes.entries()) {
           const kc = await startKernelClient(clientNode, {
             name: `r${run}-k${i + 1}`,
             index: i + 1,
@@ -144,6 +211,14 @@ async function main(): Promise<number> {
         await sys.node(before.node).crash();
         const after = await waitServingPod(sys, SHARE, args.budgetMs, before.pod);
         const servedMs = crashMs + (after.servingWall - crashWall);
+        if (args.flushConntrack) {
+          const oldIp = before.object.status?.podIP;
+          if (!oldIp) throw new Error(`pod ${before.pod} has no IP to flush`);
+          // Twice: a retransmit between the flush and kube-proxy's update may make one anew.
+          say(`run ${run}: ${await flushConntrackTo(clientNode, oldIp)}`);
+          await sleep(1_000);
+          say(`run ${run}: ${await flushConntrackTo(clientNode, oldIp)}`);
+        }
         const until = performance.now() + args.budgetMs;
         const libnfsAck = () => libnfs.writer.events.find((e) => e.event === 'ack' && e.ms > servedMs);
         while (performance.now() < until && !(clients.every((kc) => allResumed(kc, servedMs)) && libnfsAck()))
@@ -181,7 +256,7 @@ async function main(): Promise<number> {
         };
         crashes.push(crash);
         say(
-          `run ${run}: served +${crash.servedS} s; libnfs +${crash.libnfsS ?? 'never'} s; ${LANES.map((l, i) => `${l.name}: write +${lanes[i]?.writeS ?? 'never'} read +${lanes[i]?.readS ?? 'never'} create +${lanes[i]?.createS ?? 'never'} lock +${lanes[i]?.lockS ?? 'never'}${lanes[i]?.errors ? ` (${lanes[i]?.errors})` : ''}`).join('; ')}`,
+          `run ${run}: served +${crash.servedS} s; libnfs +${crash.libnfsS ?? 'never'} s; ${args.lanes.map((l, i) => `${l.name}: write +${lanes[i]?.writeS ?? 'never'} read +${lanes[i]?.readS ?? 'never'} create +${lanes[i]?.createS ?? 'never'} lock +${lanes[i]?.lockS ?? 'never'}${lanes[i]?.errors ? ` (${lanes[i]?.errors})` : ''}`).join('; ')}`,
         );
       } finally {
         for (const kc of clients) await kc.stop().catch((err) => say(`stopping ${kc.name}: ${String(err)}`));
@@ -199,7 +274,7 @@ async function main(): Promise<number> {
   } finally {
     await sys.stop();
   }
-  const rows = LANES.map((lane, i) => {
+  const rows = args.lanes.map((lane, i) => {
     const of = (pick: (c: LaneCrash) => number | undefined) =>
       summarize(
         crashes
@@ -236,14 +311,20 @@ async function main(): Promise<number> {
   process.stdout.write(`${table}\n`);
   const dir = join(import.meta.dirname, '..', 'results');
   mkdirSync(dir, { recursive: true });
-  const file = join(dir, `failover-real-nodes-kernel-clients-adc-${args.adcSync}-nmg-${args.grace}.json`);
+  const timings =
+    args.leaseS === 10 && args.graceS === 15 ? '' : `-lease-${args.leaseS}s-grace-${args.graceS}s`;
+  const flush = args.flushConntrack ? '-flush-conntrack' : '';
+  const file = join(
+    dir,
+    `failover-real-nodes-kernel-clients-adc-${args.adcSync}-nmg-${args.grace}${timings}${flush}.json`,
+  );
   writeFileSync(
     file,
     `${JSON.stringify(
       {
         benchmark: 'kernel-client',
         date: new Date().toISOString(),
-        settings: `2 real nodes; share versions 3, 4.1, 4.2 (grace 15 s, lease 10 s); per lane a UML kernel client on the surviving node through its kube-proxy: writer (4 KiB pwrite+fsync every 50 ms), O_DIRECT reader, fcntl lock holder, creator; libnfs NFSv3 writer beside; each crash healed by a reboot`,
+        settings: `2 real nodes; share versions 3, 4.1, 4.2 (grace ${args.graceS} s, lease ${args.leaseS} s); per lane a UML kernel client on the surviving node through its kube-proxy: writer (4 KiB pwrite+fsync every 50 ms), O_DIRECT reader, fcntl lock holder, creator; libnfs NFSv3 writer beside; each crash healed by a reboot${args.flushConntrack ? "; after the replacement served (and 1 s later) the client node's conntrack entries to the old pod deleted (a lever, not leasehold's behaviour)" : ''}`,
         machine: {
           cores: availableParallelism(),
           loadAtStart: loadStart,

@@ -3,7 +3,8 @@
  * NFS mount: lh-kload's writer (numbered records, each acknowledged after fsync), reader
  * (O_DIRECT, so every read is the server's), lock holder (an fcntl write lock taken
  * before any fault, I/O through the locked fd every interval) and creator (a new file
- * per interval: an OPEN with create, which a server in grace refuses), each under its own
+ * per interval, write-locked before it is written: an OPEN with create and a new LOCK,
+ * both of which a server in grace refuses), each under its own
  * tag; a second client's lock prober (F_SETLK on the holder's file: must always be
  * denied). Events are read from the client's console lines, stamped by the host as they
  * arrived (workload-lines.ts parses, workload-analysis.ts judges).

@@ -28,7 +28,8 @@
  *        F_SETLK write lock on byte 0 each interval (attempt n); EAGAIN/EACCES = denied;
  *        granted is unlocked at once.
  *      create <tag> <dir> <intervalMs>                 created <n> | err <n> <E> <op>
- *        dir/f-<n> (n = 1, 2, ...) created with O_EXCL, 16 bytes written, closed.
+ *        dir/f-<n> (n = 1, 2, ...) created with O_EXCL, write-locked (F_SETLK, a new
+ *        lock), 16 bytes written, closed (which releases the lock).
  *      verify <tag> <path> <count> <recordSize>        verified <count> | bad <seq> <reason>
  *        records 1..count read back and compared; exit 0, or 1 at the first bad one
  *        (reason short-read, mismatch or the read's ERRNAME; an open that fails is
@@ -285,13 +286,25 @@ static int run_probe(const char *path, long interval_ms) {
   return finish();
 }
 
-/* One attempt at dir/f-<n>. 0, or -1 with errno. */
-static int create_file(const char *file, unsigned n, int retry) {
+/*
+ * One attempt at dir/f-<n>: create, lock, write, close. 0, or -1 with errno and *op the
+ * call that failed. The lock is a new one (a LOCK the server refuses during grace, like
+ * the OPEN); close releases it.
+ */
+static int create_file(const char *file, unsigned n, int retry, const char **op) {
   char body[17];
   snprintf(body, sizeof body, "f-%013u\n", n);
+  *op = "create";
   int fd = open(file, O_CREAT | O_EXCL | O_WRONLY, 0644);
   if (fd < 0 && errno == EEXIST && retry) fd = open(file, O_WRONLY | O_TRUNC);
   if (fd < 0) return -1;
+  if (set_lock(fd, F_SETLK, F_WRLCK) < 0) {
+    int e = errno;
+    *op = "lock";
+    close(fd);
+    errno = e;
+    return -1;
+  }
   int rc = pwrite_all(fd, body, 16, 0);
   int e = errno;
   /* close flushes to the server (close-to-open): its error is the create's. */
@@ -310,8 +323,9 @@ static int run_create(const char *dir, long interval_ms) {
   int retry = 0;
   while (!stop_requested) {
     snprintf(file, sizeof file, "%s/f-%u", dir, n);
-    if (create_file(file, n, retry) < 0) {
-      emit_err(n, errno, "create");
+    const char *op;
+    if (create_file(file, n, retry, &op) < 0) {
+      emit_err(n, errno, op);
       retry = 1;
     } else {
       emit("created %u", n);
