@@ -31,6 +31,7 @@ import { SHARES_NAMESPACE, type System } from '../../dev/system/system.ts';
 import { monotonicMs } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
+import { stopOpenKernelClients } from './kernel-client-support.ts';
 
 /** Cordons (true) or uncordons (false) the nodes: spec.unschedulable, by merge patch. */
 export async function setUnschedulable(
@@ -75,14 +76,16 @@ export async function leaseOf(sys: Pick<System, 'kc'>, share: string): Promise<k
 // ---- The NFS client's view ----
 
 /**
- * spec.nfs of the e2e tier's NFS shares: NFSv3 only (the pod gets its rpcbind). v3
- * WRITE and COMMIT never wait for ganesha's grace period, so the client's gap is the
- * failover itself and the server's grace and lease defaults (15 s / 10 s) cost these
- * files nothing; an NFSv4.0 client waits out the whole grace after every start
+ * spec.nfs of the e2e tier's NFS shares: NFSv3 for the libnfs writer (RealNfsClient) and
+ * NFSv4.1, which the share then publishes in status.export.mountOptions, for the kernel
+ * clients (kernel-client-support.ts). v3 WRITE and COMMIT never wait for ganesha's grace
+ * period, so the libnfs writer's gap is the failover itself; the v4.1 kernel client
+ * reclaims its state and ends grace early (every recorded client sent RECLAIM_COMPLETE;
+ * NLM is off). An NFSv4.0 client waits out the whole grace after every start
  * (real-node-failover.test.ts runs one across its crash with a 5 s grace; bench/failover
  * measures both).
  */
-export const E2E_NFS = { versions: ['3'] };
+export const E2E_NFS = { versions: ['3', '4.1'] };
 /**
  * One committed record every 100 ms (the writer's default is 20 ms): a tenth of a
  * second is resolution enough for these checks (bench/failover measures the gap at
@@ -118,6 +121,7 @@ export function useRealSystem(opts: RealSystemOptions): () => RealSystem {
   after(async () => {
     // No writer left retrying against a stopped system (also when a scenario failed half-way).
     for (const c of [...openRealClients]) await c.stop();
+    await stopOpenKernelClients();
     if (process.env.LEASEHOLD_KEEP_CLUSTER === '1' && sys)
       process.stderr.write(`kept: cluster ${sys.cluster.dir}\n`);
     await sys?.stop();

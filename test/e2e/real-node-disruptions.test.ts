@@ -134,6 +134,7 @@ import {
   useRealSystem,
   waitPodProcessesGone,
 } from './e2e-support.ts';
+import { RealKernelClient } from './kernel-client-support.ts';
 
 // The agent 10 min behind must accept the API server's certificate: made 1 h early.
 const certClock = backdateClusterCerts('-1h');
@@ -323,7 +324,9 @@ test('agent sidecar killed on a real kubelet: no failover, no delinquent mark, t
   assert.ok(other, 'a second node');
   const client = await RealNfsClient.start(sys, MOVED, other.name, { file: 'agent-kill.bin' });
   let kept: ReturnType<typeof keepPodRecord> | undefined;
+  let kernel: RealKernelClient | undefined;
   try {
+    kernel = await RealKernelClient.start(sys, MOVED, other.name, { name: 'kc-agentkill', index: 1 });
     await client.waitResumed(60_000);
     const pod0 = await readPod(sys, before.pod);
     const uid = pod0.metadata?.uid ?? '';
@@ -335,11 +338,14 @@ test('agent sidecar killed on a real kubelet: no failover, no delinquent mark, t
     kept = keepPodRecord(sys, pod0);
     const killedAt = Date.now();
     client.markFault();
+    kernel.markFault();
     for (const pid of pids) process.kill(pid, 'SIGKILL');
     await sleep(D_MS + 2_000); // past D since the kill, a 2 s margin
     const { agentLog, serverLog, last: pod1 } = await kept.stop();
     const after = await servingPod(sys, MOVED);
-    await client.waitResumed(REAL_SERVING_WITHIN_MS, monotonicMs() - (Date.now() - after.servingWall));
+    const servedMono = monotonicMs() - (Date.now() - after.servingWall);
+    await client.waitResumed(REAL_SERVING_WITHIN_MS, servedMono);
+    await kernel.waitResumed(REAL_SERVING_WITHIN_MS, servedMono);
     // Where the time after the kill went, printed before the verdicts.
     const agent1 = agentStatus(pod1);
     const since = (ms: number | undefined) =>
@@ -367,10 +373,14 @@ test('agent sidecar killed on a real kubelet: no failover, no delinquent mark, t
     // The old pod's ganesha ran once; a replacement's started after it stopped (above: never two).
     assert.equal(mine.length, 1, `one ganesha of ${before.pod}: ${windows.map(fmt)}`);
     const [gapS] = client.assertClientView(`${MOVED} agent kill`);
-    t.diagnostic(`agent kill: clientWriteGap ${gapS?.toFixed(2)} s`);
+    const kernelS = kernel.assertClientView(`${MOVED} agent kill`, servedMono);
+    t.diagnostic(
+      `agent kill: clientWriteGap ${gapS?.toFixed(2)} s; ${kernel.label}: first write ${kernelS.toFixed(2)} s after the kill`,
+    );
   } finally {
     await kept?.stop();
     await client.stop();
+    await kernel?.stop();
   }
 });
 
@@ -380,9 +390,14 @@ test('drain (cordon + eviction) on real nodes: the agent releases, the new pod o
   const sys = system();
   const before = await servingPod(sys, MOVED, undefined, 10_000);
   const pod0 = await readPod(sys, before.pod);
+  const other = sys.nodes.find((n) => n.name !== before.node);
+  assert.ok(other, 'a second node');
+  // On the node the share moves onto: its traffic goes from the old pod's node to its own.
+  const kernel = await RealKernelClient.start(sys, MOVED, other.name, { name: 'kc-drain', index: 2 });
   await setUnschedulable(sys, before.node, true);
   const kept = keepPodRecord(sys, pod0);
   try {
+    kernel.markFault();
     const evictedAt = Date.now();
     await sys.core.createNamespacedPodEviction(
       {
@@ -446,10 +461,14 @@ test('drain (cordon + eviction) on real nodes: the agent releases, the new pod o
     const releasedMs = entriesOf(oldAgentLog, 'lease released')[0]?.ms;
     const since = (ms: number | undefined) =>
       ms === undefined ? '?' : `${((ms - evictedAt) / 1000).toFixed(2)} s`;
-    const line = `drain: eviction -> old lease released ${since(releasedMs)}, new pod's lease acquired (free) ${since(acquired?.ms)}, serving on ${next.node} ${tookS.toFixed(2)} s; the old ganesha gone ${((fresh.startMonoMs - old.stopMonoMs) / 1000).toFixed(2)} s before the new one started`;
+    const servedMono = monotonicMs() - (Date.now() - next.servingWall);
+    await kernel.waitResumed(REAL_SERVING_WITHIN_MS, servedMono);
+    const kernelS = kernel.assertClientView(`${MOVED} drain`, servedMono);
+    const line = `drain: eviction -> old lease released ${since(releasedMs)}, new pod's lease acquired (free) ${since(acquired?.ms)}, serving on ${next.node} ${tookS.toFixed(2)} s; the old ganesha gone ${((fresh.startMonoMs - old.stopMonoMs) / 1000).toFixed(2)} s before the new one started; ${kernel.label}'s first write ${kernelS.toFixed(2)} s after the eviction`;
     process.stderr.write(`${line}\n`);
     t.diagnostic(line);
   } finally {
+    await kernel.stop();
     await kept.stop();
     await setUnschedulable(sys, before.node, false);
   }
@@ -483,12 +502,17 @@ test('clock skew on real nodes: agents 10 min ahead and behind renew without a f
 
 const OUTAGE_MS = 12_000;
 
-test('API server down for 12 s with real nodes: no failover of a running server, none on a verdict within D of the API returning, every share served again, never two ganesha', {
+test('API server down for 12 s with real nodes: no failover of a running server, none on a verdict within D of the API returning, every share served again, never two ganesha, the kernel client loses nothing', {
   timeout: 240_000,
-}, async () => {
+}, async (t) => {
   const sys = system();
   const before = new Map<string, string>();
   for (const share of SHARES) before.set(share, (await servingPod(sys, share, undefined, 10_000)).pod);
+  const movedNode = (await servingPod(sys, MOVED, undefined, 10_000)).node;
+  const clientNode = sys.nodes.find((n) => n.name !== movedNode)?.name ?? movedNode;
+  const kernel = await RealKernelClient.start(sys, MOVED, clientNode, { name: 'kc-apiout', index: 3 });
+  t.after(() => kernel.stop());
+  kernel.markFault();
   const downAt = performance.now();
   await sys.cluster.stopApiServer();
   await sleep(Math.max(0, OUTAGE_MS - (performance.now() - downAt)));
@@ -503,6 +527,14 @@ test('API server down for 12 s with real nodes: no failover of a running server,
     back.push(`${share} ${((performance.now() - backAt) / 1000).toFixed(1)} s`);
   }
   process.stderr.write(`API outage (real nodes): served again after the API returned: ${back.join(', ')}\n`);
+  const movedServed = await servingPod(sys, MOVED);
+  const servedMono = monotonicMs() - (Date.now() - movedServed.servingWall);
+  await kernel.waitResumed(REAL_SERVING_WITHIN_MS, servedMono);
+  const kernelS = kernel.assertClientView(`${MOVED} API outage`, servedMono);
+  process.stderr.write(
+    `API outage (real nodes): ${kernel.label} on ${clientNode}: first write ${kernelS.toFixed(2)} s after the API server's stop began\n`,
+  );
+  await kernel.stop();
   await sleep(8_000); // past D after the managers see the API again
   const after = new Map<string, string>();
   for (const share of SHARES) after.set(share, (await servingPod(sys, share, undefined, 30_000)).pod);
@@ -610,13 +642,16 @@ test('one frozen share manager among many on a healthy real node (its pod cgroup
   const uid = before.object.metadata?.uid ?? '';
   let cgroup: string | undefined;
   let pids: number[] = [];
+  let kernel: RealKernelClient | undefined;
   try {
+    kernel = await RealKernelClient.start(sys, MOVED, other.name, { name: 'kc-freeze', index: 4 });
     await client.waitResumed(60_000);
     pids = podProcesses(uid);
     cgroup = podFreezerCgroup(uid, pids);
     assert.ok(cgroup, `${before.pod}: its pod cgroup in the freezer hierarchy (${pids.length} processes)`);
     const frozenAt = Date.now();
     client.markFault();
+    kernel.markFault();
     freezeCgroup(cgroup);
     pids = podProcesses(uid); // frozen now: none forks or exits until the thaw
     // The failover of the frozen pod: stale verdict, delinquent mark, force delete.
@@ -664,6 +699,18 @@ test('one frozen share manager among many on a healthy real node (its pod cgroup
     );
     const byCheck = handoff.includes('after the force-delete');
     const windowsFrozen = assertNeverTwo(MOVED, 'frozen pod, before the thaw');
+    // The kernel client while the old pod stays frozen on its live node: that node's
+    // kernel still acknowledges the client's segments into the frozen ganesha's socket,
+    // and a v4 client never retransmits an RPC on a connection TCP calls alive. Given
+    // 10 s past the replacement's serving; what it did is printed (docs/testing.md).
+    const servedMono = monotonicMs() - (Date.now() - next.servingWall);
+    const frozenWait = performance.now();
+    while (!kernel.resumedSince(servedMono) && performance.now() - frozenWait < 10_000) await sleep(250);
+    const whileFrozen = kernel.firstWriteAfterMs(servedMono);
+    const kernelWhileFrozen =
+      whileFrozen === undefined
+        ? `no write within ${((monotonicMs() - servedMono) / 1000).toFixed(1)} s of the replacement serving while ${before.pod} stayed frozen`
+        : `writing again ${((whileFrozen - servedMono) / 1000).toFixed(2)} s after the replacement served, ${before.pod} still frozen`;
     // Then the machine's operator ends the hung pod: SIGKILLed, then thawed, so none of
     // its processes runs again (SIGKILL is taken on the way out of the freezer).
     for (const pid of pids)
@@ -672,7 +719,8 @@ test('one frozen share manager among many on a healthy real node (its pod cgroup
       } catch {}
     thawNode(cgroup);
     const thawedAt = Date.now();
-    await client.waitResumed(REAL_SERVING_WITHIN_MS, monotonicMs() - (Date.now() - next.servingWall));
+    await client.waitResumed(REAL_SERVING_WITHIN_MS, servedMono);
+    await kernel.waitResumed(REAL_SERVING_WITHIN_MS, servedMono);
     assert.notEqual(next.node, before.node, 'the replacement avoids the lost pod node');
     assert.ok(
       windowsFrozen.some((w) => w.id === next.pod),
@@ -733,13 +781,15 @@ test('one frozen share manager among many on a healthy real node (its pod cgroup
     assert.deepEqual(await eventsOf(sys, 'StormGuardActive'), [], 'the storm guard stayed quiet');
     assertNeverTwo(MOVED, 'frozen pod');
     const [gapS] = client.assertClientView(`${MOVED} pod frozen among many`);
+    const kernelS = kernel.assertClientView(`${MOVED} pod frozen among many`, servedMono);
     const since = (ms: number | undefined) =>
       ms === undefined ? '?' : `${((ms - frozenAt) / 1000).toFixed(2)} s`;
-    const line = `many shares: ${before.pod}'s pod cgroup frozen on ${before.node} (${pids.length} processes): lease stale ${since(Date.parse(failover.detectedAt ?? ''))}, ${next.pod} serving on ${next.node} ${since(next.servingWall)}, clientWriteGap ${gapS?.toFixed(2)} s; force-deleted ${since(Date.parse(failover.podDeletedAt ?? ''))}, the kubelet's stop signal pending on ${pendingOn} of ${pids.length} when it served, released ${byCheck ? 'by the unmount check' : 'by the handoff at once'}, thawed ${since(thawedAt)}; ${all.length - 1} others kept their pods`;
+    const line = `many shares: ${before.pod}'s pod cgroup frozen on ${before.node} (${pids.length} processes): lease stale ${since(Date.parse(failover.detectedAt ?? ''))}, ${next.pod} serving on ${next.node} ${since(next.servingWall)}, clientWriteGap ${gapS?.toFixed(2)} s, ${kernel.label}'s first write ${kernelS.toFixed(2)} s (${kernelWhileFrozen}); force-deleted ${since(Date.parse(failover.podDeletedAt ?? ''))}, the kubelet's stop signal pending on ${pendingOn} of ${pids.length} when it served, released ${byCheck ? 'by the unmount check' : 'by the handoff at once'}, thawed ${since(thawedAt)}; ${all.length - 1} others kept their pods`;
     process.stderr.write(`${line}\n`);
     t.diagnostic(line);
   } finally {
     await client.stop();
+    await kernel?.stop();
     // Also when a check failed while frozen: killed first, then thawed (see above).
     for (const pid of pids)
       try {

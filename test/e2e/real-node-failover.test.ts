@@ -133,12 +133,15 @@ import {
   useRealSystem,
   waitPodProcessesGone,
 } from './e2e-support.ts';
+import { RealKernelClient } from './kernel-client-support.ts';
 
 const system = useRealSystem({ nodes: 2, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
 const SHARE = 'realshare';
-// NFSv3 and NFSv4.0 (what libnfs speaks); grace and lease 5 s (defaults 15 s / 10 s,
-// which bench/failover measures) so that the v4.0 writer's wait costs the file little.
-const SHARE_NFS = { versions: ['3', '4.0'], gracePeriod: '5s', leaseLifetime: '5s' };
+// NFSv3 and NFSv4.0 (what libnfs speaks) and NFSv4.1, which the share then publishes
+// for the kernel client (kernel-client-support.ts); grace and lease 5 s (defaults 15 s /
+// 10 s, which bench/failover measures) so that the v4.0 writer's wait (and with a v4.0
+// client recorded, every grace runs its whole length) costs the file little.
+const SHARE_NFS = { versions: ['3', '4.0', '4.1'], gracePeriod: '5s', leaseLifetime: '5s' };
 // Crash to the NFSv3 client writing again: ~9-16 s here; generous for a loaded 2-core machine.
 const V3_RESUMED_WITHIN_S = 60;
 // Generous for a loaded 2-core machine: D 6 s + the replacement's start is ~10-15 s.
@@ -172,18 +175,25 @@ interface Failover {
   faultAt: Date;
   faultMono: number;
   client: RealNfsClient;
+  /** A Linux 6.12 kernel client beside `client`, mounted as published; the scenario stops it. */
+  kernel: RealKernelClient;
+  /** When the replacement served, on the clients' clock (CLOCK_MONOTONIC). */
+  servedMono: number;
   toServingS: number;
 }
 
 /**
  * The share's serving pod's node suffers `fault`; a client on the other node writes
- * throughout (on its own `file`). Resolves when the replacement serves and the client writes again, having
- * checked the timeline, lastFailover and the Lease; the client keeps writing.
+ * throughout (on its own `file`), and a kernel client beside it. Resolves when the
+ * replacement serves and the client writes again (and the kernel client's workloads
+ * all succeeded again, unless `kernelWaits` is false), having checked the timeline,
+ * lastFailover and the Lease; the clients keep running.
  */
 async function failOver(
   label: keyof typeof FAULTED,
   fault: (node: string) => Promise<void> | void,
   file = `${label}.bin`,
+  kernelWaits = true,
 ): Promise<Failover> {
   const sys = system();
   const before = await servingRealPod(sys, SHARE);
@@ -196,16 +206,31 @@ async function failOver(
   // fault its writes cross the fabric to the server on the other node.
   const client = await RealNfsClient.start(sys, SHARE, other.name, { file });
   serviceClients.push(client);
+  const kernel = await RealKernelClient.start(sys, SHARE, other.name, { name: `kc-${label}`, index: 1 });
   await client.waitResumed(60_000);
   const pods = new PodTracker(sys, SHARE);
   const faultAt = new Date();
   const faultMono = client.markFault();
+  kernel.markFault();
   let after: Failover['after'];
+  let servedMono: number;
   try {
     await fault(before.node);
     after = await servingRealPod(sys, SHARE, { notPod: before.pod });
     // Acks after the replacement served (a partitioned old server acks until its fence).
-    await client.waitResumed(REAL_SERVING_WITHIN_MS, monotonicMs() - (Date.now() - after.servingWall));
+    servedMono = monotonicMs() - (Date.now() - after.servingWall);
+    await client.waitResumed(REAL_SERVING_WITHIN_MS, servedMono);
+    if (kernelWaits) await kernel.waitResumed(REAL_SERVING_WITHIN_MS, servedMono);
+  } catch (err) {
+    await kernel.stop();
+    // The next scenario needs the node: a fault left in place would fail it too.
+    await sys
+      .node(before.node)
+      .heal()
+      .catch((e: unknown) =>
+        process.stderr.write(`healing ${before.node} after a failed failover: ${String(e)}\n`),
+      );
+    throw err;
   } finally {
     await pods.stop();
   }
@@ -291,7 +316,7 @@ async function failOver(
     .makeApiClient(k8s.CoordinationV1Api)
     .readNamespacedLease({ namespace: SHARES_NAMESPACE, name: SHARE }, withDeadline(5_000));
   assert.equal(lease.spec?.holderIdentity, after.pod, "the Lease's holder is the new pod");
-  return { before, after, faultAt, faultMono, client, toServingS };
+  return { before, after, faultAt, faultMono, client, kernel, servedMono, toServingS };
 }
 
 /** The freeze's thawed windows of the old pod (bounded there), left out of every later check. */
@@ -382,6 +407,8 @@ test('node crash on real nodes: the manager of the other node fails the share ov
     throw new Error(`${String(err)}; endpoints now: ${JSON.stringify(now)}`, { cause: err });
   });
   const [gapS] = f.client.assertClientView(`${SHARE} crash`);
+  const kernelS = f.kernel.assertClientView(`${SHARE} crash`, f.servedMono);
+  await f.kernel.stop();
   const v3ResumedS = f.client.resumed()?.afterS ?? Number.NaN;
   assert.ok(
     v3ResumedS < V3_RESUMED_WITHIN_S,
@@ -404,7 +431,7 @@ test('node crash on real nodes: the manager of the other node fails the share ov
     `crash: NFSv4.0 writes resumed ${v4ResumedS.toFixed(2)} s after the crash (${afterStart(v4ResumedS)} after the replacement's ganesha started, grace ${SHARE_NFS.gracePeriod}; ${graceErrors} NFS4ERR_GRACE answers), NFSv3 ${v3ResumedS.toFixed(2)} s (${afterStart(v3ResumedS)})\n`,
   );
   t.diagnostic(
-    `crash -> serving ${f.toServingS.toFixed(2)} s, clientWriteGap NFSv3 ${gapS?.toFixed(2)} s, NFSv4.0 ${v4GapS?.toFixed(2)} s`,
+    `crash -> serving ${f.toServingS.toFixed(2)} s, clientWriteGap NFSv3 ${gapS?.toFixed(2)} s, NFSv4.0 ${v4GapS?.toFixed(2)} s; ${f.kernel.label}'s first write ${kernelS.toFixed(2)} s after the crash`,
   );
   process.stderr.write(`crash: old ganesha gone ${marginMs.toFixed(0)} ms before the new one started\n`);
   await v4.stop();
@@ -455,12 +482,14 @@ async function partitionAndHeal(t: TestContext, mode: 'stall' | 'close'): Promis
       'the replacement still serves after the heal',
     );
     const [gapS] = f.client.assertClientView(`${SHARE} partition ${mode}`);
+    const kernelS = f.kernel.assertClientView(`${SHARE} partition ${mode}`, f.servedMono);
     t.diagnostic(
-      `partition ${mode} -> serving ${f.toServingS.toFixed(2)} s, clientWriteGap ${gapS?.toFixed(2)} s`,
+      `partition ${mode} -> serving ${f.toServingS.toFixed(2)} s, clientWriteGap ${gapS?.toFixed(2)} s; ${f.kernel.label}'s first write ${kernelS.toFixed(2)} s after the partition`,
     );
   } finally {
     if (!healed) await sys.node(f.before.node).heal(); // the next scenario needs the node
     await f.client.stop();
+    await f.kernel.stop();
   }
 }
 
@@ -484,17 +513,28 @@ test('freeze (cgroup freezer) on real nodes: failed over while frozen; after the
   const pinnedNode = sys.nodes.find((n) => n.name !== old.node)?.name ?? '';
   const pinned = await RealNfsClient.start(sys, SHARE, pinnedNode, { file: 'freeze-pinned.bin', podIP });
   await pinned.waitResumed(60_000);
-  const f = await failOver('freeze', (node) => sys.node(node).freeze());
+  // NB: the kernel client is waited for after the thaw, not before (see below).
+  const f = await failOver('freeze', (node) => sys.node(node).freeze(), undefined, false);
   let healed = false;
   try {
     // While frozen: the old ganesha ran no instruction since the first sample that saw it frozen.
     const { marginMs } = handover(f, assertNeverTwo('freeze'));
     process.stderr.write(`freeze: old ganesha frozen ${marginMs.toFixed(0)} ms before the new one started\n`);
+    // The kernel client is still stuck: the freezer stops the node's processes, not its
+    // kernel, which goes on acknowledging the client's segments into the frozen ganesha's
+    // socket; a v4 client never retransmits an RPC on a connection TCP calls alive, so it
+    // waits for that reply until the old pod's socket closes (its death, after the thaw).
+    const stuck = !f.kernel.resumedSince(f.servedMono);
     const thawMono = monotonicMs();
     await sys.node(f.before.node).heal();
     healed = true;
     await waitPodProcessesGone(f.before, 60_000);
     const goneMs = monotonicMs() - thawMono;
+    await f.kernel.waitResumed(REAL_SERVING_WITHIN_MS, f.servedMono);
+    const kernelFirst = f.kernel.firstWriteAfterMs(f.servedMono);
+    process.stderr.write(
+      `freeze: ${f.kernel.label} ${stuck ? 'had not resumed when the thaw began' : 'had resumed before the thaw'} (${((thawMono - f.faultMono) / 1000).toFixed(2)} s after the freeze; the replacement served at ${((f.servedMono - f.faultMono) / 1000).toFixed(2)} s); its first write ${kernelFirst === undefined ? 'never' : `${((kernelFirst - f.faultMono) / 1000).toFixed(2)} s after the freeze, ${((kernelFirst - thawMono) / 1000).toFixed(2)} s after the thaw began`}\n`,
+    );
     await sleep(1_000); // the client writes on past the thaw
     const windows = ganesha?.windows() ?? [];
     // What the old pod ran after the thaw, beside the replacement: bounded, then gone.
@@ -593,10 +633,15 @@ test('freeze (cgroup freezer) on real nodes: failed over while frozen; after the
     // Through the client: every write acknowledged across the freeze and the thaw is on
     // the volume once, in order; none lost to a thawed server.
     const [gapS] = f.client.assertClientView(`${SHARE} freeze`);
-    t.diagnostic(`freeze -> serving ${f.toServingS.toFixed(2)} s, clientWriteGap ${gapS?.toFixed(2)} s`);
+    // The kernel client kept running across the thaw (its writes reach the replacement only).
+    const kernelS = f.kernel.assertClientView(`${SHARE} freeze`, f.servedMono);
+    t.diagnostic(
+      `freeze -> serving ${f.toServingS.toFixed(2)} s, clientWriteGap ${gapS?.toFixed(2)} s; ${f.kernel.label}'s first write ${kernelS.toFixed(2)} s after the freeze`,
+    );
   } finally {
     if (!healed) await sys.node(f.before.node).heal(); // thaw before stop (a frozen task ignores SIGKILL)
     await f.client.stop();
+    await f.kernel.stop();
     await pinned.stop();
   }
 });

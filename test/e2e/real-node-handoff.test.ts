@@ -129,6 +129,7 @@ import {
   useRealSystem,
   waitPodProcessesGone,
 } from './e2e-support.ts';
+import { RealKernelClient } from './kernel-client-support.ts';
 
 // ADC sync: the cluster's default, 1m; the attach-less driver for scenario 4.
 const system = useRealSystem({ nodes: 2, noAttachDriver: true });
@@ -577,15 +578,22 @@ test('partition (close) then heal on the default ADC sync: the lone share moves 
   assert.equal(before.node, OTHER, `${NFS} serves on ${OTHER}`);
   const client = await RealNfsClient.start(sys, NFS, LOST, { file: 'partition.bin' });
   let healed = false;
+  let kernel: RealKernelClient | undefined;
   try {
+    // On the node that stays: the share moves onto it (kernel-client-support.ts).
+    kernel = await RealKernelClient.start(sys, NFS, LOST, { name: 'kc-partition', index: 1 });
     await client.waitResumed(60_000);
     const sinceSeq = vaLog().events.length;
     const faultWall = Date.now();
     client.markFault();
+    kernel.markFault();
     await sys.node(OTHER).partition('close');
     const afterPod = await servingRealPod(sys, NFS, { notPod: before.pod });
     // Acks after the replacement served (the partitioned old server acks until its fence).
-    await client.waitResumed(REAL_SERVING_WITHIN_MS, monotonicMs() - (Date.now() - afterPod.servingWall));
+    const servedMono = monotonicMs() - (Date.now() - afterPod.servingWall);
+    await client.waitResumed(REAL_SERVING_WITHIN_MS, servedMono);
+    await kernel.waitResumed(REAL_SERVING_WITHIN_MS, servedMono);
+    const kernelS = kernel.assertClientView('real-node handoff: partition', servedMono);
     assert.equal(afterPod.node, LOST, 'the replacement runs on the other node');
     const lf = await assertFailoverRecord(sys, NFS, { before, after: afterPod, faultWall });
     assertHandedOver(NFS, OTHER, sinceSeq);
@@ -599,7 +607,7 @@ test('partition (close) then heal on the default ADC sync: the lone share moves 
       `partition to the client writing again ${resumedS.toFixed(2)} s < ${BOUND_S} s`,
     );
     process.stderr.write(
-      `real-node handoff: partition: ${NFS} detected ${sinceS(lf.detectedAt, faultWall).toFixed(2)} s, serving ${loneS.toFixed(2)} s, client resumed ${resumedS.toFixed(2)} s; ${lf.volumeHandoff}\n`,
+      `real-node handoff: partition: ${NFS} detected ${sinceS(lf.detectedAt, faultWall).toFixed(2)} s, serving ${loneS.toFixed(2)} s, client resumed ${resumedS.toFixed(2)} s, ${kernel.label}'s first write ${kernelS.toFixed(2)} s; ${lf.volumeHandoff}\n`,
     );
     // node-loss's claim: each share of the crashed node failed over about as fast as a
     // lone one (the manager's part, to the replacement's creation).
@@ -654,6 +662,7 @@ test('partition (close) then heal on the default ADC sync: the lone share moves 
   } finally {
     if (!healed) await sys.node(OTHER).heal();
     await client.stop();
+    await kernel?.stop();
   }
 });
 
