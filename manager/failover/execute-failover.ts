@@ -9,7 +9,9 @@
  *    Lease as read plus the manager's own annotations (delinquent, failover-by).
  *  - forceDeletePod: grace period 0 with a UID precondition (only that incarnation);
  *    404 or a UID mismatch (409) mean it is gone; a holder that is not a pod name (an
- *    edited Lease) names no pod, so there is nothing to delete.
+ *    edited Lease) names no pod, so there is nothing to delete; a pod that is not the
+ *    share's own (its share label and controller reference: an edited holder naming
+ *    another share's pod) is never deleted (`foreign`).
  *  - readStorageGate: what the storage-fencing gate needs (storage-fencing.ts): the PVC,
  *    its PV, the PV's CSIDriver (get only) and the lost Node. A 404 is an answer (gone,
  *    missing), a 403 on the CSIDriver too (`unreadable`: the RBAC lacks it, which no
@@ -29,7 +31,7 @@ import { fromWire, LABEL_SHARE_MANAGER, type LeaseRecord } from '../../lib/lease
 import type { LeaseStore } from '../../lib/lease-store.ts';
 import type { ManagerConfig } from '../config.ts';
 import { isLive } from '../reconciliation/decide-reconcile.ts';
-import { type NodeAvoidances, sharePodFor } from '../reconciliation/pod-spec.ts';
+import { isPodOfShare, type NodeAvoidances, sharePodFor } from '../reconciliation/pod-spec.ts';
 import type { ShareManager } from '../reconciliation/share-manager-spec.ts';
 import type { StatusWriter } from '../reconciliation/status-writer.ts';
 import {
@@ -106,25 +108,36 @@ export class FailoverExecutor {
     return this.leases.get(namespace, name, this.config.requestTimeoutMs);
   }
 
-  /** Force-deletes the lost incarnation. Returns what happened for the log. */
+  /**
+   * Force-deletes the lost incarnation of share `share`'s pod `name` (`known`: the pod as
+   * the cache has it, else it is read). Returns what happened for the log: `foreign` when
+   * the pod is not the share's own (isPodOfShare), which is never deleted.
+   */
   async forceDeletePod(
     namespace: string,
     name: string,
-    knownUid: string | undefined,
-  ): Promise<'deleted' | 'absent'> {
+    share: { name: string; uid?: string },
+    known: V1Pod | undefined,
+  ): Promise<'deleted' | 'absent' | 'foreign'> {
     if (!isObjectName(name)) return 'absent';
-    let uid = knownUid;
-    if (!uid) {
+    let pod = known;
+    if (!pod) {
       try {
-        uid = (await this.core.readNamespacedPod({ namespace, name }, this.deadline)).metadata?.uid;
+        pod = await this.core.readNamespacedPod({ namespace, name }, this.deadline);
       } catch (err) {
         if (statusOf(err) === 404) return 'absent';
         throw failed(`reading pod ${namespace}/${name}`, err);
       }
     }
+    if (!isPodOfShare(pod, share.name, share.uid)) return 'foreign';
     try {
       await this.core.deleteNamespacedPod(
-        { namespace, name, gracePeriodSeconds: 0, body: { gracePeriodSeconds: 0, preconditions: { uid } } },
+        {
+          namespace,
+          name,
+          gracePeriodSeconds: 0,
+          body: { gracePeriodSeconds: 0, preconditions: { uid: pod.metadata?.uid } },
+        },
         this.deadline,
       );
       return 'deleted';

@@ -148,10 +148,24 @@ export function runStep(
       return {
         what: 'force-deleting the lost pod',
         run: async () => {
-          const uid = view.pod(namespace, m.lostPod)?.metadata?.uid;
-          const result = await executor.forceDeletePod(namespace, m.lostPod, uid);
+          // The Lease and its ShareManager share the key (namespace/name).
+          const share = {
+            name: m.key.slice(namespace.length + 1),
+            uid: view.shareManager(m.key)?.metadata.uid,
+          };
+          const result = await executor.forceDeletePod(
+            namespace,
+            m.lostPod,
+            share,
+            view.pod(namespace, m.lostPod),
+          );
           m.times.podDeleted = now();
-          log.info({ lease: m.key, pod: m.lostPod, result }, 'lost pod force-deleted');
+          if (result === 'foreign')
+            log.warn(
+              { lease: m.key, pod: m.lostPod, result },
+              `the lease's holder ${m.lostPod} is not a pod of share ${share.name} (its share label or controller reference differs): not deleted`,
+            );
+          else log.info({ lease: m.key, pod: m.lostPod, result }, 'lost pod force-deleted');
           return 'podGone';
         },
       };

@@ -139,6 +139,24 @@ export type PodSettings = Pick<
 >;
 
 /**
+ * Whether `pod` is one of share `share`'s own pods, as buildSharePod makes them: its
+ * share label names the share and a controller reference names the ShareManager (and its
+ * uid, when `uid` is known). The failover deletes only such a pod: a Lease's holder is
+ * just a name any writer of the Lease can set, and may name another share's pod.
+ */
+export function isPodOfShare(pod: V1Pod, share: string, uid?: string): boolean {
+  if (pod.metadata?.labels?.[LABEL_SHARE_MANAGER] !== share) return false;
+  return (pod.metadata?.ownerReferences ?? []).some(
+    (o) =>
+      o.controller === true &&
+      o.kind === SM_KIND &&
+      o.apiVersion?.split('/')[0] === SM_GROUP &&
+      o.name === share &&
+      (uid === undefined || uid === '' || o.uid === uid),
+  );
+}
+
+/**
  * The pod for `sm` from the manager's settings, or the spec problem when its timings are
  * invalid (such a ShareManager gets status Error, never a pod).
  */

@@ -8,6 +8,8 @@
  *    after the holder's last renewal;
  *  - holderIdentity and holder-node garbage: judged as held, failed over, no pod deleted
  *    by that name, the manager alive;
+ *  - holderIdentity naming another share's healthy pod: failed over, that pod not deleted
+ *    (the delete step says `foreign`: its share label and controller reference differ);
  *  - delinquent garbage with no failover-by: taken over at once, not after 30 s;
  *  - the share-manager label removed: said once, and put back by the reconciler (a Lease
  *    nobody watches would never be judged), so it is judged again.
@@ -214,6 +216,53 @@ describe('hostile Lease contents', () => {
     assert.equal(
       (await oddLines(manager, 'vol-odd', 'metadata.annotations[leasehold.dev/holder-node]')).length,
       1,
+    );
+    assert.equal(manager.child.exitCode, null, 'the manager is alive');
+  });
+
+  it("holderIdentity naming another share's healthy pod: failed over, that pod never deleted", async () => {
+    const kc = cluster().kubeConfig;
+    const victim = await runningShare(
+      kc,
+      { namespace: NS, name: 'vol-victim', node: NODE, lease: FAST_LEASE },
+      holders,
+    );
+    const edited = await runningShare(
+      kc,
+      { namespace: NS, name: 'vol-named', node: NODE, lease: FAST_LEASE },
+      holders,
+    );
+    const victimPod = victim.pod.metadata?.name ?? '';
+    // Any writer of the Lease can name any pod; this one names the other share's.
+    await patchLease(kc, 'vol-named', { spec: { holderIdentity: victimPod } });
+    await edited.holder.stop(); // it lost the lease anyway
+    await eventually(
+      "vol-named's delete step refused the other share's pod",
+      async () =>
+        (await manager.lines()).some(
+          (l) => l.lease === `${NS}/vol-named` && l.pod === victimPod && l.result === 'foreign',
+        )
+          ? true
+          : undefined,
+      20_000,
+    );
+    await eventually(
+      "a replacement of vol-named's pod",
+      async () =>
+        (await podsOf(kc, NS, 'vol-named')).some((p) => p.metadata?.name !== edited.pod.metadata?.name)
+          ? true
+          : undefined,
+      15_000,
+    );
+    const victimPods = await podsOf(kc, NS, 'vol-victim');
+    assert.ok(
+      victimPods.some((p) => p.metadata?.name === victimPod && !p.metadata?.deletionTimestamp),
+      `${victimPod} (vol-victim's, healthy) was not deleted by vol-named's failover`,
+    );
+    assert.equal(
+      (await readLease(kc, NS, 'vol-victim')).holder,
+      victimPod,
+      'vol-victim still held by its pod',
     );
     assert.equal(manager.child.exitCode, null, 'the manager is alive');
   });

@@ -4,7 +4,12 @@ import { describe, it, test } from 'node:test';
 import { avoidanceFor, nodeHealth } from '../../manager/detection/node-health.ts';
 import { exportStatus, NFS_MOUNT_OPTIONS } from '../../manager/reconciliation/nfs-server-preset.ts';
 import type { NodeAvoidance, NodeAvoidances } from '../../manager/reconciliation/pod-spec.ts';
-import { AGENT_RUNTIME_ENV, buildSharePod, sharePodFor } from '../../manager/reconciliation/pod-spec.ts';
+import {
+  AGENT_RUNTIME_ENV,
+  buildSharePod,
+  isPodOfShare,
+  sharePodFor,
+} from '../../manager/reconciliation/pod-spec.ts';
 import type { ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
 import { resolveSpec } from '../../manager/reconciliation/share-manager-spec.ts';
 
@@ -40,6 +45,40 @@ function build(avoid?: NodeAvoidance | NodeAvoidances) {
     annotations: { 'leasehold.dev/pod-request': 'r1' },
   });
 }
+
+test("isPodOfShare: only the share's own pod (its label and its controller reference), so a failover deletes no other", () => {
+  const pod = build();
+  assert.equal(isPodOfShare(pod, 'vol-a', 'uid-1'), true);
+  assert.equal(
+    isPodOfShare(pod, 'vol-a'),
+    true,
+    'the ShareManager uid not known: label and owner name decide',
+  );
+  assert.equal(isPodOfShare(pod, 'vol-b'), false, "another share's pod");
+  assert.equal(isPodOfShare(pod, 'vol-a', 'uid-2'), false, 'an earlier ShareManager of the same name');
+  const relabelled = structuredClone(pod);
+  relabelled.metadata = { ...relabelled.metadata, labels: { 'leasehold.dev/share-manager': 'vol-b' } };
+  assert.equal(isPodOfShare(relabelled, 'vol-a'), false, 'label names another share');
+  const orphan = structuredClone(pod);
+  orphan.metadata = { ...orphan.metadata, ownerReferences: [] };
+  assert.equal(isPodOfShare(orphan, 'vol-a'), false, 'no controller reference');
+  const notController = structuredClone(pod);
+  notController.metadata = {
+    ...notController.metadata,
+    ownerReferences: (pod.metadata?.ownerReferences ?? []).map((o) => ({ ...o, controller: false })),
+  };
+  assert.equal(isPodOfShare(notController, 'vol-a'), false, 'a reference that does not control it');
+  const otherKind = structuredClone(pod);
+  otherKind.metadata = {
+    ...otherKind.metadata,
+    ownerReferences: (pod.metadata?.ownerReferences ?? []).map((o) => ({
+      ...o,
+      kind: 'ReplicaSet',
+      apiVersion: 'apps/v1',
+    })),
+  };
+  assert.equal(isPodOfShare(otherKind, 'vol-a'), false, 'owned by something else of that name');
+});
 
 test('the pod: generateName, labels, owner, restartPolicy Never, agent as native sidecar', () => {
   const pod = build();
@@ -447,7 +486,7 @@ describe('status.export and the mount options', () => {
     assert.equal(exportStatus('fd00:10:96::1', '/srv/share').source, '[fd00:10:96::1]:/srv/share');
   });
 
-  it('the options are hard mounts over NFSv4.2/TCP (a soft mount would fail writes during a failover)', () => {
+  it('the options are hard mounts over NFSv4.1/TCP (a soft mount would fail writes during a failover)', () => {
     const options = new Set(NFS_MOUNT_OPTIONS.split(','));
     for (const o of ['hard', 'nfsvers=4.1', 'proto=tcp', 'noresvport']) assert.ok(options.has(o), o);
     assert.ok(!options.has('soft'));
