@@ -95,9 +95,24 @@ export function acquiredRecord(
     durationSeconds: Math.ceil(leaseDurationMs / 1000),
     acquireTime: changesHolder || lease.acquireTime === undefined ? wallNow : lease.acquireTime,
     renewTime: wallNow,
-    transitions: changesHolder ? lease.transitions + 1 : lease.transitions,
+    transitions: changesHolder ? nextTransitions(lease.transitions) : lease.transitions,
     delinquentSince: undefined,
   };
+}
+
+/** The largest leaseTransitions the API server takes (an int32 field). */
+export const MAX_TRANSITIONS = 2 ** 31 - 1;
+
+/**
+ * leaseTransitions after a change of holder: one more, or 1 again past the int32
+ * maximum (the API server refuses 2^31, which would block every acquisition for good).
+ * Wrapping is safe: nothing orders transitions, a manager compares them only for
+ * equality (detection/staleness.ts), and 1 differs from the maximum.
+ */
+export function nextTransitions(transitions: number): number {
+  return Number.isSafeInteger(transitions) && transitions >= 0 && transitions < MAX_TRANSITIONS
+    ? transitions + 1
+    : 1;
 }
 
 /** The renewal write: only renewTime changes; the cached resourceVersion makes it a CAS. */

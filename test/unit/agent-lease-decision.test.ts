@@ -4,6 +4,7 @@ import {
   acquiredRecord,
   decideAcquire,
   decideAfterConflict,
+  MAX_TRANSITIONS,
   nextRenewalAt,
   nextRetryAt,
   type Observation,
@@ -139,6 +140,16 @@ describe('records written', () => {
   });
   it('taking a free lease is a change of holder', () => {
     assert.equal(acquiredRecord(lease({ holder: '', transitions: 3 }), ME, D, wall).transitions, 4);
+  });
+  it('transitions at the int32 maximum wrap to 1 (the API server refuses 2^31: no acquisition would ever succeed)', () => {
+    const full = acquiredRecord(lease({ holder: 'old-pod', transitions: MAX_TRANSITIONS }), ME, D, wall);
+    assert.equal(full.transitions, 1);
+    assert.notEqual(full.transitions, MAX_TRANSITIONS, 'still a visible change for a manager comparing them');
+    assert.equal(
+      acquiredRecord(lease({ holder: 'old-pod', transitions: MAX_TRANSITIONS - 1 }), ME, D, wall).transitions,
+      MAX_TRANSITIONS,
+    );
+    assert.equal(acquiredRecord(lease({ holder: 'old-pod', transitions: -5 }), ME, D, wall).transitions, 1);
   });
   it('renewal changes only renewTime and keeps the resourceVersion for the CAS', () => {
     const own = lease({ holder: ME.podName, transitions: 2 });
