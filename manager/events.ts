@@ -34,6 +34,8 @@ export type EventReason =
   | 'ConsumerDeleted'
   | 'ClaimTaken'
   | 'VolumeTaken'
+  // A Service of the share's name that this ShareManager did not create (execute-reconcile.ts).
+  | 'ServiceTaken'
   | 'ImmutableFieldChanged';
 
 /** The object an event is about. */

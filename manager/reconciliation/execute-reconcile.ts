@@ -23,6 +23,18 @@ import { ANNOTATION_POD_REQUEST, sharePodFor } from './pod-spec.ts';
 import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
 import type { StatusWriter } from './status-writer.ts';
 
+/** The condition a Service of the share's name that is not its own sets (ServiceTaken). */
+export const SERVICE_CONDITION = 'Service';
+/** How often a share whose Service name is taken looks again. */
+const SERVICE_TAKEN_RETRY_MS = 10_000;
+
+/** Whether `service` is the one this manager made for `sm`: its controller reference names `sm`'s uid. */
+export function isOwnService(service: k8s.V1Service, sm: ShareManager): boolean {
+  return (service.metadata?.ownerReferences ?? []).some(
+    (o) => o.controller === true && o.kind === SM_KIND && o.uid !== undefined && o.uid === sm.metadata.uid,
+  );
+}
+
 export function newRequestId(): string {
   return randomBytes(6).toString('hex');
 }
@@ -31,6 +43,8 @@ export class ReconcileExecutor {
   private readonly core: k8s.CoreV1Api;
   /** ShareManager UID -> its Service's spec.clusterIP ('None' when headless), once known to exist. */
   readonly servicesKnown = new Map<string, string>();
+  /** ShareManager UID -> when (performance.now) its Service name was last found taken: looked at again only after SERVICE_TAKEN_RETRY_MS. */
+  private readonly servicesTaken = new Map<string, number>();
 
   constructor(
     kc: k8s.KubeConfig,
@@ -42,6 +56,12 @@ export class ReconcileExecutor {
     private readonly consumer: ConsumerExecutor,
   ) {
     this.core = kc.makeApiClient(k8s.CoreV1Api);
+  }
+
+  /** Drops what it remembers of a deleted ShareManager (its Service's ClusterIP, a taken name). */
+  forget(uid: string): void {
+    this.servicesKnown.delete(uid);
+    this.servicesTaken.delete(uid);
   }
 
   /** Runs `actions` in order; returns the smallest requested requeue delay, if any. */
@@ -87,7 +107,7 @@ export class ReconcileExecutor {
         return undefined;
       }
       case 'ensureService':
-        return this.ensureService(sm);
+        return this.ensureService(sm, conditions);
       case 'deletePod':
         try {
           await this.core.deleteNamespacedPod(
@@ -127,13 +147,24 @@ export class ReconcileExecutor {
   /**
    * Creates the Service (or finds it: 409) and records its ClusterIP. Returns a requeue
    * so that the next pass publishes status.export: no watch reports the Service.
+   * A Service of that name this ShareManager does not control (isOwnService) is never
+   * used: its ClusterIP is not recorded, so neither status.export nor the consumer PV
+   * point at it; condition Service=False (ServiceTaken) and a Warning event say so, and
+   * the manager looks again every SERVICE_TAKEN_RETRY_MS (the user may delete it).
    */
-  private async ensureService(sm: ShareManager): Promise<number | undefined> {
+  private async ensureService(
+    sm: ShareManager,
+    conditions: { list: NonNullable<NonNullable<ShareManager['status']>['conditions']> },
+  ): Promise<number | undefined> {
     const namespace = sm.metadata.namespace ?? '';
     const name = sm.metadata.name ?? '';
-    let clusterIP: string | undefined;
+    const uid = sm.metadata.uid ?? '';
+    const takenAt = this.servicesTaken.get(uid);
+    if (takenAt !== undefined && performance.now() - takenAt < SERVICE_TAKEN_RETRY_MS)
+      return Math.ceil(SERVICE_TAKEN_RETRY_MS - (performance.now() - takenAt));
+    let service: k8s.V1Service;
     try {
-      const created = await this.core.createNamespacedService(
+      service = await this.core.createNamespacedService(
         {
           namespace,
           body: {
@@ -148,18 +179,16 @@ export class ReconcileExecutor {
         },
         withDeadline(this.config.requestTimeoutMs),
       );
-      clusterIP = created.spec?.clusterIP;
     } catch (err) {
       if (statusOf(err) !== 409)
         throw new KubeApiError(`creating the service of share manager ${namespace}/${name}`, statusOf(err), {
           cause: err,
         });
       try {
-        const existing = await this.core.readNamespacedService(
+        service = await this.core.readNamespacedService(
           { namespace, name },
           withDeadline(this.config.requestTimeoutMs),
         );
-        clusterIP = existing.spec?.clusterIP;
       } catch (readErr) {
         throw new KubeApiError(
           `reading the service of share manager ${namespace}/${name}`,
@@ -170,7 +199,34 @@ export class ReconcileExecutor {
         );
       }
     }
-    this.servicesKnown.set(sm.metadata.uid ?? '', clusterIP ?? '');
+    const current = conditions.list.find((c) => c.type === SERVICE_CONDITION);
+    if (!isOwnService(service, sm)) {
+      const message = `Service ${namespace}/${name} exists and was not created by this ShareManager: not used (no status.export, no consumer volume); delete or rename it and the manager creates its own`;
+      if (current?.reason !== 'ServiceTaken' || current.message !== message) {
+        const others = conditions.list.filter((c) => c.type !== SERVICE_CONDITION);
+        conditions.list = [
+          ...others,
+          {
+            type: SERVICE_CONDITION,
+            status: 'False',
+            reason: 'ServiceTaken',
+            message,
+            lastTransitionTime: new Date().toISOString(),
+          },
+        ];
+        await this.status.patch(namespace, name, { conditions: conditions.list });
+        await this.events.record(sm, 'Warning', 'ServiceTaken', message);
+        this.log.warn({ sm: `${namespace}/${name}`, service: `${namespace}/${name}` }, message);
+      }
+      this.servicesTaken.set(uid, performance.now());
+      return SERVICE_TAKEN_RETRY_MS;
+    }
+    this.servicesTaken.delete(uid);
+    if (current) {
+      conditions.list = conditions.list.filter((c) => c.type !== SERVICE_CONDITION);
+      await this.status.patch(namespace, name, { conditions: conditions.list });
+    }
+    this.servicesKnown.set(uid, service.spec?.clusterIP ?? '');
     return 1;
   }
 

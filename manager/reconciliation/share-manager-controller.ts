@@ -78,7 +78,10 @@ export class ShareManagerController {
     if (!sm) {
       this.requestSeen.delete(key);
       const uid = this.uids.get(key);
-      if (uid) this.consumer.forget(uid);
+      if (uid) {
+        this.consumer.forget(uid);
+        this.executor.forget(uid);
+      }
       this.uids.delete(key);
       return undefined;
     }

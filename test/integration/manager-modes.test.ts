@@ -298,6 +298,67 @@ describe('manager modes', () => {
         (await getShareManager(kc, 'nfs', 'vol-nfs')).status?.export === undefined ? true : undefined,
       );
 
+      // A Service of the share's name made by someone else: never used (no status.export
+      // pointing at it), not adopted, a condition and a Warning event saying so; once it
+      // is deleted the manager makes its own and publishes that.
+      const core = kc.makeApiClient(k8s.CoreV1Api);
+      await core.createNamespacedService({
+        namespace: 'nfs',
+        body: {
+          metadata: { name: 'vol-squat' },
+          spec: { selector: { app: 'someone-else' }, ports: [{ name: 'web', port: 80 }] },
+        },
+      });
+      await create('vol-squat', { pvc: 'data-squat' });
+      const takenBy = await eventually('Service=False ServiceTaken', async () => {
+        const c = (await getShareManager(kc, 'nfs', 'vol-squat')).status?.conditions?.find(
+          (x) => x.type === 'Service',
+        );
+        return c?.reason === 'ServiceTaken' ? c : undefined;
+      });
+      assert.equal(takenBy.status, 'False');
+      assert.match(
+        takenBy.message ?? '',
+        /Service nfs\/vol-squat exists and was not created by this ShareManager/,
+      );
+      await eventually('a ServiceTaken Warning event', async () =>
+        (await eventsFor(kc, 'nfs', 'vol-squat')).find(
+          (e) => e.reason === 'ServiceTaken' && e.type === 'Warning',
+        ),
+      );
+      await sleep(1_000);
+      assert.equal(
+        (await getShareManager(kc, 'nfs', 'vol-squat')).status?.export,
+        undefined,
+        'no status.export at a Service that is not its own',
+      );
+      const squat = await core.readNamespacedService({ namespace: 'nfs', name: 'vol-squat' });
+      assert.equal(squat.metadata?.ownerReferences, undefined, 'not adopted');
+      assert.deepEqual(squat.spec?.selector, { app: 'someone-else' }, 'left as its owner made it');
+      await core.deleteNamespacedService({ namespace: 'nfs', name: 'vol-squat' });
+      const mine = await eventually(
+        "vol-squat's own Service, published",
+        async () => {
+          const s = await getShareManager(kc, 'nfs', 'vol-squat');
+          const svc = await core
+            .readNamespacedService({ namespace: 'nfs', name: 'vol-squat' })
+            .catch(() => undefined);
+          return s.status?.export && svc?.metadata?.ownerReferences?.[0]?.uid === s.metadata.uid
+            ? { s, svc }
+            : undefined;
+        },
+        30_000,
+      );
+      assert.equal(
+        (mine.s.status?.export as { clusterIP?: string } | undefined)?.clusterIP,
+        mine.svc?.spec?.clusterIP,
+      );
+      assert.equal(
+        mine.s.status?.conditions?.find((c) => c.type === 'Service'),
+        undefined,
+        'the condition removed',
+      );
+
       // A mount path the shipped server refuses is a spec error naming the field; no pod.
       await create('vol-root', { pvc: 'data-root', mountPath: '/' });
       const refused = await eventually('status Error for mountPath /', async () => {
