@@ -138,8 +138,10 @@ export type ConsumerAction =
  *  3. claims of ours under another name (spec.consumer.claimName changed) -> delete.
  *  4. no ClusterIP yet -> wait (AwaitingClusterIP); the backing claim's size not read
  *     -> read it (AwaitingVolumeSize while it is missing).
- *  5. the claim: taken -> ClaimTaken; missing -> create; ours but being deleted -> wait;
- *     ours -> repair its metadata; an immutable field changed -> ImmutableFieldChanged.
+ *  5. the claim: taken -> ClaimTaken; the PV's name taken -> VolumeTaken, no claim (one
+ *     of ours deleted: it names that PV, which the PV controller would bind it to);
+ *     missing -> create; ours but being deleted -> wait; ours -> repair its metadata; an
+ *     immutable field changed -> ImmutableFieldChanged.
  *  6. the PV (only once our claim's UID is known): taken -> VolumeTaken; missing ->
  *     create; being deleted -> wait; an old source no longer bound to our claim ->
  *     delete it (re-created next pass); an old source still bound -> ImmutableFieldChanged;
@@ -228,6 +230,26 @@ export function decideConsumer(s: ConsumerSnapshot): ConsumerAction[] {
       waiting,
     );
   }
+  // A PV of our name that is not ours must never meet our claim: the claim names it
+  // (spec.volumeName), so the PV controller would bind the two and workloads would mount
+  // someone else's storage. No claim while it is there; one of ours is deleted (bound to
+  // it or not: a claim bound to a PV that is not ours is wrong either way).
+  const volumeName = consumerVolumeName(sm);
+  const squatter = objects.volume && !isOurs(sm, objects.volume) ? objects.volume : undefined;
+  if (squatter) {
+    if (claim && !claim.metadata?.deletionTimestamp)
+      actions.push({
+        kind: 'deleteConsumerClaim',
+        namespace,
+        name: claimName,
+        uid: claim.metadata?.uid ?? '',
+        reason: `PersistentVolume ${volumeName}, which it names, is not this ShareManager's`,
+      });
+    return takenCondition(
+      { kind: 'PersistentVolume', object: volumeName, why: notOursBecause(squatter), retryAt: 0 },
+      waiting,
+    );
+  }
   if (!claim) {
     actions.push({ kind: 'createConsumerClaim', claim: consumerClaim(sm, claimName, storage) });
     return actions;
@@ -250,7 +272,6 @@ export function decideConsumer(s: ConsumerSnapshot): ConsumerAction[] {
 
   // 6. The PV, pre-bound to exactly our claim.
   const desired = consumerVolume(sm, s.export, storage, { name: claimName, uid: claim.metadata?.uid ?? '' });
-  const volumeName = consumerVolumeName(sm);
   const volumeTaken = stillTaken('PersistentVolume', volumeName);
   if (volumeTaken) return volumeTaken;
   const volume = objects.volume;

@@ -265,6 +265,34 @@ describe('decideConsumer', () => {
     }
   });
 
+  it("someone else's PV of that name that would fit: no claim is made to meet it, and one of ours is deleted", () => {
+    const sm = shareManager();
+    const squatter: V1PersistentVolume = {
+      metadata: { name: PV, uid: 'pv-squat' },
+      spec: {
+        nfs: { server: '192.0.2.9', path: '/theirs' },
+        accessModes: ['ReadWriteMany'],
+        capacity: { storage: '10Gi' },
+        storageClassName: '',
+      },
+      status: { phase: 'Available' },
+    };
+    const before = decideConsumer(snap(sm, { volume: squatter }));
+    assert.ok(
+      !kinds(before).includes('createConsumerClaim'),
+      `no claim to bind to it: ${JSON.stringify(before)}`,
+    );
+    assert.equal(conditionOf(before)?.condition?.reason, 'VolumeTaken');
+    for (const phase of ['Pending', 'Bound']) {
+      const claim = { ...ourClaim(sm), status: { phase } };
+      const actions = decideConsumer(snap(sm, { claims: [claim], volume: squatter }));
+      const deleted = actions.find((a) => a.kind === 'deleteConsumerClaim');
+      assert.ok(deleted, `our ${phase} claim deleted: ${JSON.stringify(actions)}`);
+      assert.equal(conditionOf(actions)?.condition?.reason, 'VolumeTaken');
+      assert.ok(!actions.some((a) => a.kind.includes('Volume') && a.kind !== 'readVolumeSize'));
+    }
+  });
+
   it('repairs drift of the PV fields we own, keeping the resourceVersion and what we do not own', () => {
     const sm = shareManager();
     const claim = ourClaim(sm);
