@@ -67,7 +67,8 @@ async function stopTargets(
 ): Promise<FenceResult> {
   const startedAt = clock.now();
   const scan = (): ProcessRef[] =>
-    fenceTargets(rule, listProcesses(procDir), process.pid).map((p) => ({
+    // NB: argv only for `signal`'s name rule: the pod fence never reads a process's memory.
+    fenceTargets(rule, listProcesses(procDir, { argv: rule.action === 'signal' }), process.pid).map((p) => ({
       pid: p.pid,
       startTime: p.startTime,
     }));

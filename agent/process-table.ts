@@ -23,6 +23,7 @@ export interface ProcessInfo {
   /** Clock ticks since boot at which the process started (stat field 22). */
   startTime: number;
   comm: string;
+  /** Empty unless read (listProcesses' `argv`): only the `signal` fence's name rule needs it. */
   argv: string[];
 }
 
@@ -61,20 +62,27 @@ function read(path: string): string | undefined {
   }
 }
 
-export function readProcess(pid: number, procDir = '/proc'): ProcessInfo | undefined {
+/**
+ * What /proc says of `pid`. argv (/proc/PID/cmdline) only when `withArgv`: reading it
+ * takes the target's memory-map lock, so it blocks (and with it the agent's event loop
+ * and its /readyz) behind a process stuck in I/O holding that lock; stat and comm do
+ * not. Without it `argv` is empty.
+ */
+export function readProcess(pid: number, procDir = '/proc', withArgv = false): ProcessInfo | undefined {
   const stat = read(`${procDir}/${pid}/stat`);
   const parsed = stat === undefined ? undefined : parseStat(stat);
   if (!parsed) return undefined;
   const comm = read(`${procDir}/${pid}/comm`)?.trimEnd() ?? '';
-  const argv = (read(`${procDir}/${pid}/cmdline`) ?? '').split('\0').filter((a) => a !== '');
+  const argv = withArgv ? (read(`${procDir}/${pid}/cmdline`) ?? '').split('\0').filter((a) => a !== '') : [];
   return { ...parsed, comm, argv };
 }
 
-export function listProcesses(procDir = '/proc'): ProcessInfo[] {
+/** Every process in /proc; `argv` read only when asked (see readProcess). */
+export function listProcesses(procDir = '/proc', opts: { argv?: boolean } = {}): ProcessInfo[] {
   const all: ProcessInfo[] = [];
   for (const entry of readdirSync(procDir)) {
     if (!/^\d+$/.test(entry)) continue;
-    const info = readProcess(Number(entry), procDir);
+    const info = readProcess(Number(entry), procDir, opts.argv === true);
     if (info) all.push(info);
   }
   return all;

@@ -3,6 +3,10 @@
  * lease it could not fence (pure: process tables and credentials are given).
  */
 import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { ancestorsOf, CAP_KILL, fencePreflightProblem, fenceTargets } from '../../agent/fence-targets.ts';
 import { type ProcessInfo, parseStat } from '../../agent/process-table.ts';
@@ -110,5 +114,72 @@ describe('/proc/PID/stat parsing', () => {
       startTime: 987654,
     });
     assert.equal(parseStat('garbage'), undefined);
+  });
+});
+
+/**
+ * The pod fence never reads a process's memory (issue 27 item 13): /proc/PID/cmdline
+ * blocks behind a process stuck in I/O that holds its memory-map lock, and a read there
+ * would stall the agent's event loop. Stood in for by a FIFO no one writes: opening it
+ * blocks. Run in a child process (a blocked synchronous read cannot be timed out from
+ * inside), with a fake /proc whose one process has a PID no process has (ESRCH).
+ */
+describe('the pod fence and /proc/PID/cmdline', () => {
+  const PID = 2_147_483_000; // above any pid_max: signals to it fail with ESRCH
+  function fakeProc(): string {
+    const dir = mkdtempSync(join(tmpdir(), 'lh-fakeproc-'));
+    mkdirSync(join(dir, String(PID)));
+    writeFileSync(
+      join(dir, String(PID), 'stat'),
+      `${PID} (ganesha.nfsd) S 0 ${PID} ${PID} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 12345 0 0\n`,
+    );
+    writeFileSync(join(dir, String(PID), 'comm'), 'ganesha.nfsd\n');
+    execFileSync('mkfifo', [join(dir, String(PID), 'cmdline')]);
+    return dir;
+  }
+  const run = (dir: string, code: string, timeoutMs: number) =>
+    spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
+      cwd: join(import.meta.dirname, '..', '..'),
+      env: { ...process.env, FAKE_PROC: dir },
+      encoding: 'utf8',
+      timeout: timeoutMs,
+    });
+
+  it('pod: the fence scans, signals and gives up on the stuck process without opening its cmdline', () => {
+    const dir = fakeProc();
+    try {
+      const r = run(
+        dir,
+        `import { runFence } from './agent/fence.ts';
+import { systemClock } from './lib/clock.ts';
+const r = await runFence({ action: 'pod', signal: 'SIGTERM', graceMs: 20, timeoutMs: 100 }, systemClock, process.env.FAKE_PROC);
+console.log(JSON.stringify(r));`,
+        30_000,
+      );
+      assert.equal(r.signal, null, `the fence returned (not killed by the 30 s timeout): ${r.stderr}`);
+      const result = JSON.parse(r.stdout.trim()) as { kind: string; pids?: number[] };
+      assert.equal(result.kind, 'incomplete', r.stdout);
+      assert.deepEqual(result.pids, [PID]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('the check can fail: a scan that reads argv blocks on that cmdline', () => {
+    const dir = fakeProc();
+    try {
+      const r = run(
+        dir,
+        `import { listProcesses } from './agent/process-table.ts';
+console.log('scanning');
+console.log('listed', listProcesses(process.env.FAKE_PROC, { argv: true }).length);`,
+        8_000,
+      );
+      assert.match(r.stdout, /scanning/, `the child got as far as the scan: ${r.stderr}`);
+      assert.doesNotMatch(r.stdout, /listed/, 'it never finished the scan');
+      assert.equal(r.signal, 'SIGTERM', 'killed by the timeout, blocked in the read');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
