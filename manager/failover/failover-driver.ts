@@ -248,7 +248,11 @@ export class FailoverDriver {
     const m = this.machines.get(key);
     if (lease.delinquentSince) {
       if (lease.failoverBy === this.config.identity) {
-        if (!m) this.start(key, lease);
+        const machine = m ?? this.start(key, lease);
+        // Ours whatever the mark request answered (its answer may have been lost).
+        machine.owner = this.config.identity;
+        if (!machine.times.marked && lease.delinquentSince)
+          machine.times.marked = { mono: this.clock.now(), wall: new Date(lease.delinquentSince) };
         this.dispatch(key, 'markedByMe');
       } else if (!m || m.owner !== lease.failoverBy) {
         const machine = m ?? this.start(key, lease);

@@ -266,7 +266,10 @@ export const TRANSITIONS: Readonly<Record<Phase, Readonly<Record<FailoverEvent, 
     markConflict: to('idle', 'reobserve'),
     renewed: to('idle'),
     markedByOther: to('following', 'startTakeoverTimer'),
-    markedByMe: to('marking'),
+    // Our mark, seen on the watch while its request is still out: it landed, whatever its
+    // answer says later (a lost answer fails the step after the watch showed the write).
+    // Waiting here for the answer would leave the share delinquent with nobody at work.
+    markedByMe: to('deletingPod', 'announce', 'deletePod'),
     podGone: to('marking'),
     detached: to('marking'),
     replacementCreated: to('marking'),

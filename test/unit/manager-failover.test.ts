@@ -114,6 +114,22 @@ test('an acquisition by a new holder ends every failover; only the owner complet
   }
 });
 
+test('our mark seen on the watch while its request is out: the failover goes on (its answer may be lost)', () => {
+  assert.deepEqual(transition('marking', 'markedByMe'), {
+    next: 'deletingPod',
+    actions: ['announce', 'deletePod'],
+  });
+  // Then the lost answer (stepFailed), or a late one, changes nothing but a retried step.
+  assert.deepEqual(transition('deletingPod', 'stepFailed'), {
+    next: 'deletingPod',
+    actions: ['retryStepLater'],
+  });
+  assert.deepEqual(transition('deletingPod', 'markWon'), { next: 'deletingPod', actions: [] });
+  // The other order: the failed answer first, our mark on the watch after it: resumed.
+  assert.deepEqual(transition('marking', 'stepFailed'), { next: 'idle', actions: ['rejudgeLater'] });
+  assert.deepEqual(transition('idle', 'markedByMe'), { next: 'deletingPod', actions: ['deletePod'] });
+});
+
 test('a failed step is retried in place by the owner; an unanswered mark is judged again', () => {
   for (const phase of OWNING)
     assert.deepEqual(transition(phase, 'stepFailed'), { next: phase, actions: ['retryStepLater'] });
