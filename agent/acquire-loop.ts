@@ -9,6 +9,9 @@
  * period, so a holder that stops renewing is taken over D after this agent last saw its
  * resourceVersion change (never by comparing remote timestamps).
  * Logs one line per state change (waiting for a holder, reads failing, acquired).
+ * The first time another pod holds it, onOtherHolder may stop this pod's own server: an
+ * agent restarted in place (OOM-killed, crashed) can find its server still running while
+ * another pod holds the lease, and nothing may prove that server's right to serve.
  */
 import type { Clock } from '../lib/clock.ts';
 import { sleep } from '../lib/clock.ts';
@@ -28,6 +31,8 @@ export type AcquireOutcome =
   | { kind: 'refused'; reason: 'self-delinquent'; lease: LeaseRecord }
   /** LEASEHOLD_ACQUIRE_TIMEOUT passed; `holder` is the last other holder seen ('' if none). */
   | { kind: 'timed-out'; holder: string }
+  /** onOtherHolder stopped a server of this pod that ran while another pod held the lease. */
+  | { kind: 'fenced'; holder: string }
   | { kind: 'stopped' };
 
 export interface AcquireDeps {
@@ -37,6 +42,11 @@ export interface AcquireDeps {
   log: Logger;
   /** Aborted on SIGTERM/SIGINT. */
   stop: AbortSignal;
+  /**
+   * Called once, the first time another pod is found holding the lease; true when it
+   * stopped a server of this pod that was running (acquisition ends: `fenced`).
+   */
+  onOtherHolder?: (holder: string) => Promise<boolean>;
 }
 
 export async function acquireLease(deps: AcquireDeps): Promise<AcquireOutcome> {
@@ -47,6 +57,7 @@ export async function acquireLease(deps: AcquireDeps): Promise<AcquireOutcome> {
   const startedAtMs = clock.now();
   let observation: Observation | undefined;
   let waitingFor = '';
+  let askedOtherHolder = false;
   let failing = false;
 
   const pause = async (): Promise<boolean> => {
@@ -78,7 +89,12 @@ export async function acquireLease(deps: AcquireDeps): Promise<AcquireOutcome> {
             { holder: action.holder },
             'lease held by another pod; waiting until it is free, delinquent or silent',
           );
+          const first = waitingFor === '' && !askedOtherHolder;
           waitingFor = action.holder;
+          if (first && deps.onOtherHolder) {
+            askedOtherHolder = true;
+            if (await deps.onOtherHolder(action.holder)) return { kind: 'fenced', holder: action.holder };
+          }
         }
         if (config.acquireTimeoutMs > 0 && nowMs - startedAtMs >= config.acquireTimeoutMs) {
           return { kind: 'timed-out', holder: action.holder };

@@ -108,8 +108,27 @@ async function main(): Promise<number> {
   }
 
   health.enter('acquiring');
-  const acquired = await acquireLease(deps);
+  const acquired = await acquireLease({
+    ...deps,
+    // A server of this pod running while another pod holds the lease has no proof: this
+    // agent was restarted in place (no exit handler ran) after losing the lease, or after
+    // a fence that found nothing while a late server started. Stop it now, not after the
+    // liveness probe's delay. NB: not for `command` (it cannot tell whether a server of
+    // this pod runs, and a replacement waiting for the old holder is the normal case).
+    onOtherHolder: async (holder) => {
+      if (config.fence.action !== 'pod' && config.fence.action !== 'signal') return false;
+      const result = await runFence(config.fence, clock);
+      if (result.kind === 'no-process') return false;
+      health.enter('fenced');
+      log.error(
+        { holder, fence: result },
+        'fenced at start: a server of this pod was running while another pod holds the lease',
+      );
+      return true;
+    },
+  });
   if (acquired.kind === 'stopped') return finish(log, endpoints, EXIT_RELEASED, 'stopped before acquiring');
+  if (acquired.kind === 'fenced') return finish(log, endpoints, EXIT_FENCED);
   if (acquired.kind === 'timed-out') {
     log.error(
       { holder: acquired.holder, after: config.acquireTimeoutMs },

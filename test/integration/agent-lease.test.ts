@@ -132,6 +132,55 @@ describe('agent acquisition', () => {
     }
   });
 
+  it("a restarted agent that finds another holder stops its pod's running server at once (exit 1), and only then", async () => {
+    const api = leaseApi(cluster());
+    let lease = await createLease(api, 'held-elsewhere', { holder: 'other-pod', durationSeconds: 4 });
+    const renewing = setInterval(() => {
+      lease = { ...lease, renewTime: new Date() };
+      api
+        .replaceNamespacedLease({ namespace: 'default', name: 'held-elsewhere', body: toWire(lease) })
+        .then((wire) => {
+          lease = { ...lease, resourceVersion: wire.metadata?.resourceVersion ?? '' };
+        })
+        .catch(() => {});
+    }, 1_000);
+    const targetName = `lhrs-${process.pid}`;
+    const fenceEnv = { LEASEHOLD_FENCE_ACTION: 'signal', LEASEHOLD_FENCE_PROCESS: targetName };
+    try {
+      // No server of its pod running (a replacement waiting for the old holder): it waits.
+      const waiting = spawnAgent(
+        envFor('held-elsewhere', 'pod-restarted', { ...fenceEnv, LEASEHOLD_ACQUIRE_TIMEOUT: '3s' }),
+      );
+      await waiting.waitForLog('lease held by another pod; waiting until it is free, delinquent or silent');
+      assert.equal((await waiting.exited).code, 3, 'timed out waiting, never fenced');
+      assert.ok(!waiting.lines.some((l) => String(l.msg).startsWith('fenced')));
+      // Its pod's server still running (the agent restarted in place): stopped at once.
+      const target = spawn('bash', ['-c', `exec -a ${targetName} sleep 300`], { stdio: 'ignore' });
+      const targetExit = new Promise<NodeJS.Signals | null>((resolve) =>
+        target.once('exit', (_code, signal) => resolve(signal)),
+      );
+      after(() => target.kill('SIGKILL'));
+      const spawnedAt = performance.now();
+      const agent = spawnAgent(envFor('held-elsewhere', 'pod-restarted', fenceEnv));
+      const exit = await agent.exited;
+      assert.equal(exit.code, 1, 'exit 1 (fenced)');
+      assert.ok(
+        exit.atMs - spawnedAt < 10_000,
+        `fenced ${Math.round(exit.atMs - spawnedAt)} ms after its start`,
+      );
+      const fenced = agent.lines.find(
+        (l) =>
+          l.msg === 'fenced at start: a server of this pod was running while another pod holds the lease',
+      );
+      assert.equal(fenced?.holder, 'other-pod');
+      assert.equal((fenced?.fence as { kind?: string })?.kind, 'stopped');
+      assert.equal(await targetExit, 'SIGTERM');
+      assert.equal((await readLease(api, 'held-elsewhere'))?.holder, 'other-pod', 'the lease untouched');
+    } finally {
+      clearInterval(renewing);
+    }
+  });
+
   it('takes over a lease unchanged for the lease duration by its own observation', async () => {
     const api = leaseApi(cluster());
     // The ghost's renewTime is "now": only the agent's own observation can show it is dead.
