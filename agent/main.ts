@@ -28,6 +28,7 @@ import { HttpLeaseStore } from './lease-http-store.ts';
 import { listProcesses, readOwnCredentials } from './process-table.ts';
 import { releaseLease } from './release.ts';
 import { renewLoop } from './renew-loop.ts';
+import { checkServer } from './server-check.ts';
 
 async function main(): Promise<number> {
   let config: AgentConfig;
@@ -117,6 +118,14 @@ async function main(): Promise<number> {
     // this pod runs, and a replacement waiting for the old holder is the normal case).
     onOtherHolder: async (holder) => {
       if (config.fence.action !== 'pod' && config.fence.action !== 'signal') return false;
+      // With a server check, only a server that answers it serves: the shipped NFS
+      // server's entrypoint waits at its own lease gate in every fresh pod (a replacement
+      // waiting for a holder to let go), and must be left waiting.
+      if (
+        config.serverCheck &&
+        !(await checkServer(config.serverCheck.target, config.serverCheck.timeoutMs)).ok
+      )
+        return false;
       const result = await runFence(config.fence, clock);
       if (result.kind === 'no-process') return false;
       health.enter('fenced');

@@ -132,7 +132,7 @@ describe('agent acquisition', () => {
     }
   });
 
-  it("a restarted agent that finds another holder stops its pod's running server at once (exit 1), and only then", async () => {
+  it("a restarted agent that finds another holder stops its pod's server at once if that server answers its check (exit 1), and only then", async () => {
     const api = leaseApi(cluster());
     let lease = await createLease(api, 'held-elsewhere', { holder: 'other-pod', durationSeconds: 4 });
     const renewing = setInterval(() => {
@@ -145,21 +145,38 @@ describe('agent acquisition', () => {
         .catch(() => {});
     }, 1_000);
     const targetName = `lhrs-${process.pid}`;
-    const fenceEnv = { LEASEHOLD_FENCE_ACTION: 'signal', LEASEHOLD_FENCE_PROCESS: targetName };
+    const target = spawn('bash', ['-c', `exec -a ${targetName} sleep 300`], { stdio: 'ignore' });
+    const targetExit = new Promise<NodeJS.Signals | null>((resolve) =>
+      target.once('exit', (_code, signal) => resolve(signal)),
+    );
+    after(() => target.kill('SIGKILL'));
+    // The server's port: closed first (a server waiting at its own lease gate, as the
+    // shipped NFS server's entrypoint does in every fresh pod), then answering.
+    const server = createServer((socket) => socket.end());
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as { port: number }).port;
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    const fenceEnv = {
+      LEASEHOLD_FENCE_ACTION: 'signal',
+      LEASEHOLD_FENCE_PROCESS: targetName,
+      LEASEHOLD_SERVER_CHECK: `tcp://127.0.0.1:${port}`,
+      LEASEHOLD_SERVER_CHECK_TIMEOUT: '500ms',
+    };
     try {
-      // No server of its pod running (a replacement waiting for the old holder): it waits.
       const waiting = spawnAgent(
         envFor('held-elsewhere', 'pod-restarted', { ...fenceEnv, LEASEHOLD_ACQUIRE_TIMEOUT: '3s' }),
       );
       await waiting.waitForLog('lease held by another pod; waiting until it is free, delinquent or silent');
-      assert.equal((await waiting.exited).code, 3, 'timed out waiting, never fenced');
-      assert.ok(!waiting.lines.some((l) => String(l.msg).startsWith('fenced')));
-      // Its pod's server still running (the agent restarted in place): stopped at once.
-      const target = spawn('bash', ['-c', `exec -a ${targetName} sleep 300`], { stdio: 'ignore' });
-      const targetExit = new Promise<NodeJS.Signals | null>((resolve) =>
-        target.once('exit', (_code, signal) => resolve(signal)),
+      assert.equal(
+        (await waiting.exited).code,
+        3,
+        'timed out waiting: a server that does not answer is left alone',
       );
-      after(() => target.kill('SIGKILL'));
+      assert.ok(!waiting.lines.some((l) => String(l.msg).startsWith('fenced')));
+      assert.equal(target.exitCode, null, 'the waiting server still runs');
+      assert.equal(target.signalCode, null);
+
+      await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
       const spawnedAt = performance.now();
       const agent = spawnAgent(envFor('held-elsewhere', 'pod-restarted', fenceEnv));
       const exit = await agent.exited;
@@ -178,6 +195,7 @@ describe('agent acquisition', () => {
       assert.equal((await readLease(api, 'held-elsewhere'))?.holder, 'other-pod', 'the lease untouched');
     } finally {
       clearInterval(renewing);
+      server.close();
     }
   });
 
