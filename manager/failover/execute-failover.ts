@@ -270,7 +270,7 @@ export class FailoverExecutor {
           }
         }
       }
-      if (decision.kind !== 'nothing' && decision.waitDetached && pv) await this.waitDetached(pv, node);
+      if (decision.waitDetached && pv) await this.waitDetached(pv, node);
       return { decision, pv, attachments: snapshot.attachments };
     }
   }

@@ -31,7 +31,9 @@
  *    node's access is revoked before the new node gets any, enforced by the ADC itself.
  *  - For a PV whose access modes allow multi-attach (RWX/ROX) the ADC does not order
  *    detach before attach: the executor then waits for the old VolumeAttachment to be
- *    gone before the replacement is created (`waitDetached`).
+ *    gone before the replacement is created (`waitDetached`), also when this step does
+ *    nothing itself (mode `none`, the lost Node object already gone): such storage
+ *    fences only once the old attachment is gone.
  *
  * What it touches: one entry of one Node's status. Nothing else of the node: its other
  * volumes stay in volumesInUse (the patch removes one index after testing its value),
@@ -124,7 +126,8 @@ export interface HandoffInput {
 }
 
 export type HandoffDecision =
-  | { kind: 'nothing'; reason: string }
+  /** `waitDetached`: a multi-attach PV still attached there: the replacement waits for that attachment to go. */
+  | { kind: 'nothing'; reason: string; waitDetached?: boolean }
   /** `kubeletAlive`: left because the node's heartbeat proved its kubelet alive (the unmount check then watches it). */
   | { kind: 'leaveToKubelet'; reason: string; waitDetached: boolean; kubeletAlive: boolean }
   | { kind: 'releaseInUse'; uniqueName: string; index: number; waitDetached: boolean }
@@ -137,7 +140,17 @@ export function csiUniqueVolumeName(driver: string, volumeHandle: string): strin
 
 export function decideHandoff(input: HandoffInput): HandoffDecision {
   const { mode, pv, attachments } = input;
-  if (mode === 'none') return { kind: 'nothing', reason: 'volume handoff disabled (mode none)' };
+  // A PV that allows multi-attach (RWX/ROX): the controller attaches it elsewhere without
+  // detaching it first, so whatever this step does or leaves, nothing revokes the lost
+  // node before the replacement serves unless the replacement waits for that attachment
+  // to go. Counted as fencing only then (the gate's StorageFences trusts the detach).
+  const multiAttached = pv?.multiAttach === true && attachments.length > 0;
+  const awaitOld =
+    ' (the PV allows multi-attach and is attached there: the replacement waits for that attachment to go)';
+  if (mode === 'none')
+    return multiAttached
+      ? { kind: 'nothing', reason: `volume handoff disabled (mode none)${awaitOld}`, waitDetached: true }
+      : { kind: 'nothing', reason: 'volume handoff disabled (mode none)' };
   if (input.lostNode === '') return { kind: 'nothing', reason: 'the lost pod had no node' };
   // NB: a newer pod of this share manager on that node (e.g. the node came back) may be
   // using the attachment: then it is not ours to release.
@@ -176,7 +189,10 @@ export function decideHandoff(input: HandoffInput): HandoffDecision {
       waitDetached,
       kubeletAlive: true,
     };
-  if (input.volumesInUse === undefined) return { kind: 'nothing', reason: `node ${input.lostNode} is gone` };
+  if (input.volumesInUse === undefined)
+    return multiAttached
+      ? { kind: 'nothing', reason: `node ${input.lostNode} is gone${awaitOld}`, waitDetached: true }
+      : { kind: 'nothing', reason: `node ${input.lostNode} is gone` };
   const uniqueName = csiUniqueVolumeName(pv.csi.driver, pv.csi.volumeHandle);
   const index = input.volumesInUse.indexOf(uniqueName);
   if (index < 0) {

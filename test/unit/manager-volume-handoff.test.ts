@@ -137,6 +137,28 @@ describe('decideHandoff: volumes-in-use (the default)', () => {
     });
   });
 
+  it('a multi-attach PV still attached there is waited for even when the step does nothing itself (mode none, the Node gone)', () => {
+    const pv = {
+      name: 'pv-a',
+      csi: { driver: 'csi.leasehold.dev', volumeHandle: 'pv-a' },
+      multiAttach: true,
+    };
+    for (const over of [{ mode: 'none' as const }, { volumesInUse: undefined }]) {
+      const d = decideHandoff(input({ pv, ...over }));
+      assert.equal(d.kind, 'nothing', JSON.stringify(over));
+      assert.equal(
+        d.waitDetached,
+        true,
+        `the replacement waits for the old attachment: ${JSON.stringify(over)}`,
+      );
+      assert.match(d.kind === 'nothing' ? d.reason : '', /allows multi-attach/);
+      // Nothing attached there any more: nothing to wait for.
+      assert.notEqual(decideHandoff(input({ pv, attachments: [], ...over })).waitDetached, true);
+    }
+    // A single-attach PV: the controller orders detach before attach itself.
+    assert.notEqual(decideHandoff(input({ mode: 'none' })).waitDetached, true);
+  });
+
   it('not in use there but attached: the controller detaches it by itself', () => {
     assert.equal(decideHandoff(input({ volumesInUse: [OTHER] })).kind, 'leaveToKubelet');
   });
