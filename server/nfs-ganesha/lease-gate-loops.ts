@@ -17,6 +17,7 @@ import {
   decideGate,
   decideWatch,
   GATE_POLL_MS,
+  leaseHeld,
   REQUEST_TIMEOUT_MS,
   WATCH_TOLERANCE_MS,
   type WaitReason,
@@ -101,8 +102,11 @@ export async function waitForLease(deps: GateDeps & { timeoutMs: number }): Prom
 }
 
 /**
- * While ganesha runs: asks every watchCadence(toleranceMs).pollMs and resolves with the stop message once
- * decideWatch says stop; resolves undefined when `stop` is aborted (ganesha ended).
+ * While ganesha runs: asks every watchCadence(toleranceMs).pollMs and resolves with the
+ * stop message once the proof has been missing for the tolerance; resolves undefined
+ * when `stop` is aborted (ganesha ended). NB: decided on elapsed time: the deadline is
+ * the send time of the last `lease held` request plus the tolerance, and a request still
+ * out then (a hung agent) is not waited for.
  */
 export async function watchLease(
   deps: GateDeps & { lastHeldMs: number; toleranceMs?: number },
@@ -112,13 +116,34 @@ export async function watchLease(
   const cadence = watchCadence(toleranceMs);
   const ask = deps.ask ?? ((p: number) => askAgent(p, cadence.requestTimeoutMs));
   let lastHeldMs = deps.lastHeldMs;
+  let lastAnswer: AgentAnswer = { kind: 'unreachable', detail: 'no answer since the last proof' };
   let missing = false;
+  const lapsed = () =>
+    decideWatch(leaseHeld(lastAnswer) ? NO_ANSWER : lastAnswer, {
+      port,
+      lastHeldMs,
+      nowMs: Math.max(clock.now(), lastHeldMs + toleranceMs),
+      toleranceMs,
+    });
   while (!stop.aborted) {
-    await sleepUnless(deps.pollMs ?? cadence.pollMs, stop);
+    const untilDeadline = lastHeldMs + toleranceMs - clock.now();
+    await sleepUnless(Math.min(deps.pollMs ?? cadence.pollMs, Math.max(0, untilDeadline)), stop);
     if (stop.aborted) break;
+    if (clock.now() >= lastHeldMs + toleranceMs) {
+      const d = lapsed();
+      if (d.kind === 'stop') return d.message;
+    }
     const askedAtMs = clock.now();
-    const answer = await ask(port);
+    const answer = await answerBy(ask(port), lastHeldMs + toleranceMs - askedAtMs, stop);
     if (stop.aborted) break;
+    if (answer === undefined) {
+      // The deadline came with the request still out: no answer is waited for.
+      lastAnswer = { kind: 'unreachable', detail: 'no answer before the deadline' };
+      const d = lapsed();
+      if (d.kind === 'stop') return d.message;
+      continue;
+    }
+    lastAnswer = answer;
     const decision = decideWatch(answer, {
       port,
       lastHeldMs,
@@ -139,6 +164,32 @@ export async function watchLease(
     } else return decision.message;
   }
   return undefined;
+}
+
+const NO_ANSWER: AgentAnswer = { kind: 'unreachable', detail: 'no answer before the deadline' };
+
+/** `answer`, or undefined once `ms` have passed first (real time) or `stop` is aborted. */
+async function answerBy(
+  answer: Promise<AgentAnswer>,
+  ms: number,
+  stop: AbortSignal,
+): Promise<AgentAnswer | undefined> {
+  if (ms <= 0) return undefined;
+  const timer = new AbortController();
+  const onStop = () => timer.abort();
+  stop.addEventListener('abort', onStop, { once: true });
+  try {
+    return await Promise.race([
+      answer,
+      sleep(ms, timer.signal).then(
+        () => undefined,
+        () => undefined,
+      ),
+    ]);
+  } finally {
+    timer.abort();
+    stop.removeEventListener('abort', onStop);
+  }
 }
 
 /** Sleeps `ms`, or less when `stop` is aborted; never rejects. */

@@ -35,7 +35,15 @@
  * manager; WATCH_TOLERANCE_MS = 2 s without it), about what the kubelet's liveness probe
  * allows (period 1 s, failures D - T in whole seconds, at least 1:
  * manager/reconciliation/pod-spec.ts), also later in the server's life.
+ * The bound (lease-gate-loops.ts watchLease, main.ts): the stop is decided on elapsed
+ * time, by a deadline at the send time of the last `lease held` request plus the
+ * tolerance, whatever request is still out (a hung agent's answer is not waited for);
+ * then SIGTERM, and SIGKILL lapseKillAfterMs later. With the defaults: SIGTERM at most
+ * 2 s (plus the timer's lateness) after the last proof was asked, SIGKILL 0.75 s after
+ * that.
  */
+
+import { defaultFenceTiming } from '../../lib/fence-timing.ts';
 
 /** What the agent's /readyz gave, as seen from the server container. */
 export type AgentAnswer =
@@ -58,6 +66,15 @@ export const WATCH_POLL_MS = 500;
 export const WATCH_TOLERANCE_MS = 2_000;
 /** Each request's own bound (the kubelet probe's timeoutSeconds: 1). */
 export const REQUEST_TIMEOUT_MS = 1_000;
+
+/**
+ * How long ganesha gets after the watch's SIGTERM before SIGKILL: the agent's own fence
+ * grace for a margin of `toleranceMs` (= D - T: lib/fence-timing.ts, 3/8 of it, 750 ms
+ * with the defaults), not the planned stop's LEASEHOLD_NFS_STOP_TIMEOUT (10 s).
+ */
+export function lapseKillAfterMs(toleranceMs: number): number {
+  return Math.max(1, defaultFenceTiming(toleranceMs, 0).graceMs);
+}
 
 /** True only for the agent's own "holding, renewal within T" answer. */
 export function leaseHeld(answer: AgentAnswer): boolean {

@@ -28,6 +28,7 @@ import { type NfsServerConfig, readNfsServerConfig } from './config.ts';
 import { EXIT_CONFIG, EXIT_ENDED, EXIT_START_FAILED, EXIT_STOPPED, ServerStartError } from './exit-codes.ts';
 import { renderGaneshaConfig } from './ganesha-conf.ts';
 import { describeExit, startGanesha, waitServing } from './ganesha-process.ts';
+import { lapseKillAfterMs } from './lease-gate.ts';
 import { waitForLease, watchLease } from './lease-gate-loops.ts';
 import {
   decideRpcbind,
@@ -178,8 +179,10 @@ async function runGanesha(
     }).then((message) => {
       if (message === undefined || stopRequested()) return;
       lapse = message;
-      log.error({ code: 'E_NFS_LEASE_LAPSED' }, message);
-      ganesha.stop(config.stopTimeoutMs);
+      const killAfterMs = lapseKillAfterMs(config.leaseProofToleranceMs);
+      log.error({ code: 'E_NFS_LEASE_LAPSED', killAfterMs }, message);
+      // SIGKILL within the fence's grace, not the planned stop's timeout (lease-gate.ts).
+      ganesha.stop(killAfterMs);
     });
     void ganesha.exited.then(() => watchEnd.abort());
   }

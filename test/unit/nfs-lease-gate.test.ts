@@ -1,11 +1,13 @@
 /**
  * The NFS entrypoint's lease gate: the pure decisions (start only on the agent's own
  * `lease held`, wait otherwise, give up at the timeout; the watch's 2 s rule), the loops
- * with an injected clock and answers, and askAgent against the agent's real endpoints
+ * with an injected clock and answers, the watch against a hung agent (its stop decided on
+ * elapsed time, not on an answer), and askAgent against the agent's real endpoints
  * (lib/http-endpoints.ts + agent/agent-health.ts), so the body the gate insists on is the
  * one the agent sends, and a fenced or stopped agent's answer never opens it.
  */
 import assert from 'node:assert/strict';
+import { createServer, type Socket } from 'node:net';
 import { describe, it } from 'node:test';
 import { AgentHealth, type Phase } from '../../agent/agent-health.ts';
 import { AgentMetrics } from '../../agent/agent-metrics.ts';
@@ -18,6 +20,7 @@ import {
   decideGate,
   decideWatch,
   LEASE_HELD_BODY,
+  lapseKillAfterMs,
   leaseHeld,
   watchCadence,
 } from '../../server/nfs-ganesha/lease-gate.ts';
@@ -202,6 +205,64 @@ describe('waitForLease and watchLease (injected answers and clock)', () => {
     assert.deepEqual(watchCadence(2_000), { pollMs: 500, requestTimeoutMs: 1_000 }, 'the defaults');
     assert.deepEqual(watchCadence(10_000), { pollMs: 500, requestTimeoutMs: 1_000 }, 'never slower');
     assert.deepEqual(watchCadence(700), { pollMs: 175, requestTimeoutMs: 350 });
+  });
+});
+
+describe('the watch against a hung agent: the stop decided on elapsed time', () => {
+  /** `p`, or 'still waiting' after `ms` (so a watch that never decides fails, not hangs). */
+  const within = <T>(p: Promise<T>, ms: number) =>
+    Promise.race([p, new Promise<'still waiting'>((r) => setTimeout(() => r('still waiting'), ms).unref())]);
+
+  it('a request that never returns: stopped at the deadline, not after an answer', async () => {
+    const t0 = systemClock.now();
+    const out = await within(
+      watchLease({
+        port: 8081,
+        clock: systemClock,
+        log: quietLog(),
+        stop: new AbortController().signal,
+        lastHeldMs: t0,
+        toleranceMs: 300,
+        ask: () => new Promise<AgentAnswer>(() => {}),
+      }),
+      5_000,
+    );
+    assert.notEqual(out, 'still waiting', 'the watch decided without an answer');
+    assert.match(
+      String(out),
+      /has not reported the lease held for \d+ms \(tolerance 300ms\).*no answer before the deadline/,
+    );
+  });
+
+  it("an agent whose HTTP port accepts and never answers (askAgent's own timeout is not waited for)", async () => {
+    const sockets: Socket[] = [];
+    const hung = createServer((socket) => sockets.push(socket));
+    await new Promise<void>((resolve) => hung.listen(0, '127.0.0.1', resolve));
+    try {
+      const t0 = systemClock.now();
+      const out = await within(
+        watchLease({
+          port: (hung.address() as { port: number }).port,
+          clock: systemClock,
+          log: quietLog(),
+          stop: new AbortController().signal,
+          lastHeldMs: t0,
+          toleranceMs: 400,
+        }),
+        5_000,
+      );
+      assert.notEqual(out, 'still waiting');
+      assert.match(String(out), /\(tolerance 400ms\)/);
+    } finally {
+      for (const s of sockets) s.destroy();
+      hung.close();
+    }
+  });
+
+  it("SIGKILL after the lapse comes within the agent's fence grace for that margin, not the 10 s planned stop", () => {
+    assert.equal(lapseKillAfterMs(2_000), 750, 'the defaults: D - T = 2 s');
+    assert.ok(lapseKillAfterMs(700) < 700);
+    assert.ok(lapseKillAfterMs(1) >= 1);
   });
 });
 
