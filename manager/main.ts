@@ -104,9 +104,11 @@ let outOfService: OutOfServiceReconciler | undefined;
 const shareManagers = informer<ShareManager>({
   resource: 'sharemanagers',
   path: `/apis/${SM_GROUP}/${SM_VERSION}${ns}/${SM_PLURAL}`,
-  onEvent: (_type, sm) => {
+  onEvent: (type, sm) => {
     controller?.enqueueFor(sm, false);
-    monitor?.floorChanged(`${sm.metadata?.namespace ?? ''}/${sm.metadata?.name ?? ''}`);
+    const key = `${sm.metadata?.namespace ?? ''}/${sm.metadata?.name ?? ''}`;
+    monitor?.floorChanged(key);
+    if (type !== 'deleted') driver?.shareManagerSeen(key);
   },
 });
 // A removed share-manager label looks like a deletion to the label-selected watch: say so.

@@ -121,6 +121,18 @@ interface Machine {
 export type { ClusterView };
 
 export class FailoverDriver {
+  /** Leases judged stale while their ShareManager was not in the cache (onStale). */
+  private readonly awaitingShareManager = new Set<string>();
+
+  /**
+   * The ShareManager `key` is in the cache now (added or changed): a stale verdict that
+   * came before it is judged again at once. NB: a set of keys only while they wait; a
+   * ShareManager deleted for good leaves its key until its Lease goes (onLeaseGone).
+   */
+  shareManagerSeen(key: string): void {
+    if (this.awaitingShareManager.delete(key)) this.monitor?.rejudge(key);
+  }
+
   private readonly machines = new Map<string, Machine>();
   private storm: StormGuardState = emptyStormGuard;
   private stormAnnounced = false;
@@ -192,9 +204,16 @@ export class FailoverDriver {
     }
     const sm = this.view.shareManager(key);
     if (!sm) {
-      this.log.debug({ lease: key }, 'stale lease without a ShareManager: nothing to fail over');
+      // Not cached yet (its watch may lag the Lease's), or gone: judged again when it
+      // arrives (shareManagerSeen), not at the next routine re-watch minutes later.
+      this.awaitingShareManager.add(key);
+      this.log.debug(
+        { lease: key },
+        'stale lease without a ShareManager in the cache: judged again once it is',
+      );
       return;
     }
+    this.awaitingShareManager.delete(key);
     const now = this.clock.now();
     const node = this.holderNodeOf(lease);
     const health = this.view.nodeHealth(node);
@@ -279,6 +298,7 @@ export class FailoverDriver {
 
   onLeaseGone(key: string): void {
     this.counted.delete(key);
+    this.awaitingShareManager.delete(key);
     this.storm = forgetLease(this.storm, key);
     if (this.machines.has(key)) this.dispatch(key, 'leaseGone');
   }

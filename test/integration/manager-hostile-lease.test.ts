@@ -10,6 +10,7 @@
  *    by that name, the manager alive;
  *  - holderIdentity naming another share's healthy pod: failed over, that pod not deleted
  *    (the delete step says `foreign`: its share label and controller reference differ);
+ *  - a stale verdict that came before its ShareManager was cached: judged again once it is;
  *  - delinquent garbage with no failover-by: taken over at once, not after 30 s;
  *  - the share-manager label removed: said once, and put back by the reconciler (a Lease
  *    nobody watches would never be judged), so it is judged again.
@@ -265,6 +266,38 @@ describe('hostile Lease contents', () => {
       'vol-victim still held by its pod',
     );
     assert.equal(manager.child.exitCode, null, 'the manager is alive');
+  });
+
+  it('a stale verdict before its ShareManager is in the cache: judged again as soon as it is', async () => {
+    const kc = cluster().kubeConfig;
+    // A Lease whose ShareManager does not exist yet (its watch may lag the Lease's).
+    const ghost = new HolderLoop(kc, NS, 'vol-late', 'vol-late-ghost', NODE, 1000).start();
+    holders.push(ghost);
+    await eventually('the lease renewed twice', async () => (ghost.renewals >= 2 ? true : undefined));
+    await ghost.stop();
+    await eventually(
+      'the first verdict (no ShareManager: nothing done)',
+      async () => ((await verdictLines(manager, 'vol-late')).length > 0 ? true : undefined),
+      FAST_LEASE_D_MS * 3,
+    );
+    const first = (await verdictLines(manager, 'vol-late')).length;
+    assert.equal((await readLease(kc, NS, 'vol-late')).delinquentSince, undefined, 'not marked without it');
+    const createdAt = Date.now();
+    await createShareManager(kc, { namespace: NS, name: 'vol-late', lease: FAST_LEASE });
+    await eventually(
+      'judged again once the ShareManager is cached',
+      async () => ((await verdictLines(manager, 'vol-late')).length > first ? true : undefined),
+      10_000,
+    );
+    const marked = await eventually(
+      'vol-late marked delinquent',
+      async () => (await readLease(kc, NS, 'vol-late')).delinquentSince,
+      10_000,
+    );
+    assert.ok(
+      Date.parse(marked) - createdAt < 10_000,
+      `marked ${Date.parse(marked) - createdAt} ms after the ShareManager was created`,
+    );
   });
 
   it('delinquent garbage with no failover-by: taken over at once (not after the 30 s takeover timeout)', async () => {
