@@ -48,7 +48,11 @@
  *    Lease_Lifetime (RFC 8881 §8.4.2.1; ganesha logs a warning otherwise): a live client
  *    notices the new server at its next renewal, within one lease, and must be able to
  *    reclaim then. Linux renews at 2/3 of the lease, so 15 s leaves a third of the lease
- *    plus 5 s for the reconnect after a 10 s lease.
+ *    plus 5 s for the reconnect after a 10 s lease. Measured (bench/kernel-client, grace
+ *    10 s, lease 5 s, 3 crashes): a Linux 6.1 client, which leaves a dead connection only
+ *    after 18 s whatever the lease, came back 18.3 s after the crash and found grace over
+ *    in 2 of 3: its reclaim refused, its locked fd failing with EIO. With 15 s it
+ *    reclaimed in every crash (the replacement serves at about 7.6 s).
  *  - Lease_Lifetime is how long a client that stops renewing keeps its state. Short means
  *    faster grace checks and faster expiry of dead clients' locks; too short and a client
  *    that cannot renew for a network hiccup loses its locks. 10 s is at the low end of
