@@ -72,8 +72,8 @@
  * Printed: fault -> serving (the replacement's `serving` line), the clientWriteGap (with
  * the writer's errors and reconnects after the fault) and the timeline.
  * NFSv4.0 and the checks of the sim's nfs-failover.test.ts (removed once they ran
- * here): the share serves NFSv3 and NFSv4.0 (spec.nfs; grace and lease 5 s instead of
- * 15 s / 10 s, to keep the wait short), and across the crash a libnfs NFSv4.0 writer
+ * here): the share serves NFSv3, NFSv4.0 and 4.1 (spec.nfs; the server's grace and lease,
+ * 15 s / 10 s: a 5 s grace lost the kernel client's lock once), and across the crash a libnfs NFSv4.0 writer
  * runs beside the NFSv3 one (same node, same ClusterIP, its own file) with the same
  * checks; the crash also asserts that the other node's manager ran the failover
  * (lastFailover.by, not the crashed node's), one LeaseExpired event, the EndpointSlices
@@ -138,10 +138,11 @@ import { RealKernelClient } from './kernel-client-support.ts';
 const system = useRealSystem({ nodes: 2, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
 const SHARE = 'realshare';
 // NFSv3 and NFSv4.0 (what libnfs speaks) and NFSv4.1, which the share then publishes
-// for the kernel client (kernel-client-support.ts); grace and lease 5 s (defaults 15 s /
-// 10 s, which bench/failover measures) so that the v4.0 writer's wait (and with a v4.0
-// client recorded, every grace runs its whole length) costs the file little.
-const SHARE_NFS = { versions: ['3', '4.0', '4.1'], gracePeriod: '5s', leaseLifetime: '5s' };
+// for the kernel client (kernel-client-support.ts). The server's grace and lease (15 s /
+// 10 s): with a v4.0 client recorded every grace runs its whole length, and a shorter
+// grace (this file had 5 s) ended before the kernel client, held by the frozen node until
+// the thaw, came back to reclaim its lock (`lost 1 locks`, then EIO: one CI run).
+const SHARE_NFS = { versions: ['3', '4.0', '4.1'] };
 // Crash to the NFSv3 client writing again: ~9-16 s here; generous for a loaded 2-core machine.
 const V3_RESUMED_WITHIN_S = 60;
 // Generous for a loaded 2-core machine: D 6 s + the replacement's start is ~10-15 s.
@@ -428,7 +429,7 @@ test('node crash on real nodes: the manager of the other node fails the share ov
       ? '?'
       : `${(s - (ganeshaStarted - f.faultAt.getTime()) / 1000).toFixed(2)} s`;
   process.stderr.write(
-    `crash: NFSv4.0 writes resumed ${v4ResumedS.toFixed(2)} s after the crash (${afterStart(v4ResumedS)} after the replacement's ganesha started, grace ${SHARE_NFS.gracePeriod}; ${graceErrors} NFS4ERR_GRACE answers), NFSv3 ${v3ResumedS.toFixed(2)} s (${afterStart(v3ResumedS)})\n`,
+    `crash: NFSv4.0 writes resumed ${v4ResumedS.toFixed(2)} s after the crash (${afterStart(v4ResumedS)} after the replacement's ganesha started, grace 15 s, the default; ${graceErrors} NFS4ERR_GRACE answers), NFSv3 ${v3ResumedS.toFixed(2)} s (${afterStart(v3ResumedS)})\n`,
   );
   t.diagnostic(
     `crash -> serving ${f.toServingS.toFixed(2)} s, clientWriteGap NFSv3 ${gapS?.toFixed(2)} s, NFSv4.0 ${v4GapS?.toFixed(2)} s; ${f.kernel.label}'s first write ${kernelS.toFixed(2)} s after the crash`,
@@ -530,11 +531,7 @@ test('freeze (cgroup freezer) on real nodes: failed over while frozen; after the
     healed = true;
     await waitPodProcessesGone(f.before, 60_000);
     const goneMs = monotonicMs() - thawMono;
-    await f.kernel.waitResumed(REAL_SERVING_WITHIN_MS, f.servedMono);
-    const kernelFirst = f.kernel.firstWriteAfterMs(f.servedMono);
-    process.stderr.write(
-      `freeze: ${f.kernel.label} ${stuck ? 'had not resumed when the thaw began' : 'had resumed before the thaw'} (${((thawMono - f.faultMono) / 1000).toFixed(2)} s after the freeze; the replacement served at ${((f.servedMono - f.faultMono) / 1000).toFixed(2)} s); its first write ${kernelFirst === undefined ? 'never' : `${((kernelFirst - f.faultMono) / 1000).toFixed(2)} s after the freeze, ${((kernelFirst - thawMono) / 1000).toFixed(2)} s after the thaw began`}\n`,
-    );
+
     await sleep(1_000); // the client writes on past the thaw
     const windows = ganesha?.windows() ?? [];
     // What the old pod ran after the thaw, beside the replacement: bounded, then gone.
@@ -629,6 +626,12 @@ test('freeze (cgroup freezer) on real nodes: failed over while frozen; after the
       (await readyRealPod(sys, SHARE))?.pod,
       f.after.pod,
       'the replacement still serves after the thaw',
+    );
+    // The kernel client, held by the frozen node until the thaw (above), after it.
+    await f.kernel.waitResumed(REAL_SERVING_WITHIN_MS, f.servedMono);
+    const kernelFirst = f.kernel.firstWriteAfterMs(f.servedMono);
+    process.stderr.write(
+      `freeze: ${f.kernel.label} ${stuck ? 'had not resumed when the thaw began' : 'had resumed before the thaw'} (${((thawMono - f.faultMono) / 1000).toFixed(2)} s after the freeze; the replacement served at ${((f.servedMono - f.faultMono) / 1000).toFixed(2)} s); its first write ${kernelFirst === undefined ? 'never' : `${((kernelFirst - f.faultMono) / 1000).toFixed(2)} s after the freeze, ${((kernelFirst - thawMono) / 1000).toFixed(2)} s after the thaw began`}\n`,
     );
     // Through the client: every write acknowledged across the freeze and the thaw is on
     // the volume once, in order; none lost to a thawed server.
