@@ -100,6 +100,11 @@ export class RealKernelClient {
     return ms;
   }
 
+  /** `kc`'s console since the last fault (or `sinceMonoMs`), for a message. */
+  console(sinceMonoMs?: number): string {
+    return consoleSince(this.kc, sinceMonoMs ?? this.faultsMs.at(-1) ?? 0);
+  }
+
   /** Whether every workload succeeded after `sinceMonoMs` (CLOCK_MONOTONIC). */
   resumedSince(sinceMonoMs: number): boolean {
     return allResumed(this.kc, sinceMonoMs);
@@ -129,18 +134,20 @@ export class RealKernelClient {
 
   /**
    * Asserts the user's view across every marked fault: no ESTALE, each workload
-   * succeeded after the last fault, every acknowledged record on the volume. Prints each
+   * succeeded after the last fault (unless `requireResumed` is false, for a scenario
+   * that prints instead why it may not), every acknowledged record on the volume. Prints each
    * workload's stall; returns the writer's (seconds from the first fault to its first
    * acknowledged write after `servedMonoMs`, NaN if none).
    */
-  assertClientView(label: string, servedMonoMs: number): number {
+  assertClientView(label: string, servedMonoMs: number, opts: { requireResumed?: boolean } = {}): number {
     const fault = this.faultsMs[0];
     assert.ok(fault !== undefined, `${this.label}: markFault before assertClientView`);
     const lines = stallLines(this.kc, fault, servedMonoMs);
     process.stderr.write(`${label}: ${this.share} from ${lines.join('; ')}\n`);
     for (const [w, stall] of Object.entries(stallsOf(this.kc, fault)))
       assert.equal(stall.staleSeen, false, `${this.label} ${w}: no ESTALE`);
-    assert.ok(allResumed(this.kc, this.faultsMs.at(-1) ?? fault), `${this.label}: every workload resumed`);
+    if (opts.requireResumed !== false)
+      assert.ok(allResumed(this.kc, this.faultsMs.at(-1) ?? fault), `${this.label}: every workload resumed`);
     const acks = eventsOf(this.kc, tagOf(this.kc.name, 'write')).filter((e) => e.kind === 'ack');
     const readBack = checkReadBack(
       acks,
