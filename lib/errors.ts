@@ -24,14 +24,27 @@ export class ConfigError extends LeaseholdError {
 /** A Kubernetes API request failed; `status` is the HTTP status when one came back. */
 export class KubeApiError extends LeaseholdError {
   readonly status: number | undefined;
+  readonly operation: string;
   constructor(operation: string, status: number | undefined, options?: { cause?: unknown }) {
     super(
       status === undefined ? 'E_KUBE_UNREACHABLE' : `E_KUBE_${status}`,
-      `${operation} failed: ${status === undefined ? describeCause(options?.cause) : `HTTP ${status} ${reasonOf(options?.cause)}`}`,
+      `${operation} failed: ${status === undefined ? describeCause(options?.cause) : `HTTP ${status} ${apiMessageOf(options?.cause)}`}`,
       options,
     );
     this.status = status;
+    this.operation = operation;
   }
+}
+
+/**
+ * What a failure is, without the parts that change from one attempt to the next (a
+ * generated pod name in the API server's message): the operation and the HTTP status of
+ * a KubeApiError, else the message. Used to say a persisting failure once.
+ */
+export function failureGist(err: unknown): string {
+  if (err instanceof KubeApiError)
+    return `${err.operation} failed: ${err.status === undefined ? 'API server unreachable' : `HTTP ${err.status}`}`;
+  return err instanceof Error ? err.message : String(err);
 }
 
 function describeCause(cause: unknown): string {
@@ -42,7 +55,8 @@ function describeCause(cause: unknown): string {
   return String(cause);
 }
 
-function reasonOf(cause: unknown): string {
+/** The API server's own message of a failed call (its Status body; client-node's ApiException), '' when none. */
+export function apiMessageOf(cause: unknown): string {
   const body = (cause as { body?: unknown })?.body;
   if (typeof body === 'string') {
     try {

@@ -13,6 +13,8 @@ export type EventReason =
   | 'FailoverStarted'
   | 'FailoverTakenOver'
   | 'FailoverCompleted'
+  // A failover step failed several times in a row (failover/failover-driver.ts).
+  | 'FailoverStepFailing'
   | 'WouldFailOver'
   | 'StormGuardActive'
   | 'InvalidSpec'
@@ -36,6 +38,10 @@ export type EventReason =
   | 'VolumeTaken'
   // A Service of the share's name that this ShareManager did not create (execute-reconcile.ts).
   | 'ServiceTaken'
+  | 'ServiceAddressChanged'
+  | 'ServiceRepaired'
+  // A reconcile that failed several times in a row (reconciliation/share-manager-controller.ts).
+  | 'ReconcileFailing'
   | 'ImmutableFieldChanged';
 
 /** The object an event is about. */

@@ -7,7 +7,13 @@
  * dies silently: restarts are counted); /readyz only while every cache has synced and
  * the Lease watch is open.
  */
-import type { V1Node, V1PersistentVolume, V1PersistentVolumeClaim, V1Pod } from '@kubernetes/client-node';
+import type {
+  V1Node,
+  V1PersistentVolume,
+  V1PersistentVolumeClaim,
+  V1Pod,
+  V1Service,
+} from '@kubernetes/client-node';
 import { systemClock } from '../lib/clock.ts';
 import { ConfigError } from '../lib/errors.ts';
 import { serveEndpoints } from '../lib/http-endpoints.ts';
@@ -148,6 +154,13 @@ const pods = informer<V1Pod>({
     );
   },
 });
+// The shares' Services: a deleted one is re-created, a changed one put back (execute-reconcile.ts).
+const services = informer<V1Service>({
+  resource: 'services',
+  path: `/api/v1${ns}/services`,
+  labelSelector: LABEL_SHARE_MANAGER,
+  onEvent: (_type, service) => controller?.enqueueFor(service, false),
+});
 const nodes = informer<V1Node>({
   resource: 'nodes',
   path: '/api/v1/nodes',
@@ -220,6 +233,7 @@ driver = new FailoverDriver(config, clock, log, metrics, failoverExecutor, event
   nodeHealth: (node) => nodeObserver?.health(node) ?? 'unknown',
   heartbeatChangedAt: (node) => nodeObserver?.heartbeatChangedAt(node),
   heartbeat: (node) => nodeObserver?.heartbeat(node),
+  heartbeatRead: (lease) => nodeObserver?.heartbeatSeen(lease),
 });
 const failovers = driver;
 const confirmation = new StaleConfirmation(
@@ -267,6 +281,7 @@ controller = new ShareManagerController(
     shareManagers,
     leases,
     pods,
+    services,
     volumes,
     claims,
     failoverRunning: (key) => failovers.phaseOf(key) !== 'idle',
@@ -275,7 +290,7 @@ controller = new ShareManagerController(
   consumerExecutor,
 );
 
-const all = [shareManagers, leases, pods, nodes, nodeLeases, volumes, claims];
+const all = [shareManagers, leases, pods, services, nodes, nodeLeases, volumes, claims];
 const stormTimer = setInterval(() => failovers.refreshStormGauge(), 5000);
 const endpoints = await serveEndpoints({
   port: config.httpPort,

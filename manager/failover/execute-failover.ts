@@ -68,6 +68,7 @@ export type CasOutcome = { kind: 'won'; lease: LeaseRecord } | { kind: 'conflict
 export class FailoverExecutor {
   private readonly core: k8s.CoreV1Api;
   private readonly storage: k8s.StorageV1Api;
+  private readonly coordination: k8s.CoordinationV1Api;
 
   constructor(
     kc: k8s.KubeConfig,
@@ -77,6 +78,7 @@ export class FailoverExecutor {
   ) {
     this.core = kc.makeApiClient(k8s.CoreV1Api);
     this.storage = kc.makeApiClient(k8s.StorageV1Api);
+    this.coordination = kc.makeApiClient(k8s.CoordinationV1Api);
   }
 
   private get deadline() {
@@ -106,6 +108,19 @@ export class FailoverExecutor {
 
   async readLease(namespace: string, name: string): Promise<LeaseRecord | undefined> {
     return this.leases.get(namespace, name, this.config.requestTimeoutMs);
+  }
+
+  /** Node `node`'s heartbeat Lease as the API server has it now (a quorum read); undefined = none. */
+  async readNodeHeartbeat(node: string): Promise<k8s.V1Lease | undefined> {
+    try {
+      return await this.coordination.readNamespacedLease(
+        { namespace: 'kube-node-lease', name: node },
+        this.deadline,
+      );
+    } catch (err) {
+      if (statusOf(err) === 404) return undefined;
+      throw failed(`reading node ${node}'s heartbeat Lease`, err);
+    }
   }
 
   /**

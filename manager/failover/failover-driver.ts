@@ -34,8 +34,10 @@
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import type { Clock } from '../../lib/clock.ts';
+import { failureGist } from '../../lib/errors.ts';
 import type { LeaseRecord } from '../../lib/lease-record.ts';
 import type { Logger } from '../../lib/logger.ts';
+import { retryAfterMsOf, retryPauseMs } from '../../lib/retry-backoff.ts';
 import type { ManagerConfig } from '../config.ts';
 import type { LeaseMonitor, StaleVerdict } from '../detection/lease-monitor.ts';
 import {
@@ -80,6 +82,15 @@ import { unmountCheckAt } from './volume-handoff.ts';
  */
 export const GATE_RECHECK_MS = 30_000;
 
+/**
+ * A failing failover step is retried after retryPeriod, doubling up to this (jittered;
+ * never sooner than a 429's Retry-After): a failover is urgent, so the cap stays short,
+ * but a 403 from Pod Security or a quota no longer costs requests and log lines at 2 Hz.
+ */
+const STEP_RETRY_MAX_MS = 10_000;
+/** After this many failures of a share's steps in a row a Warning event says so. */
+const PERSISTENT_STEP_FAILURES = 3;
+
 interface Machine {
   key: string;
   phase: Phase;
@@ -116,6 +127,8 @@ interface Machine {
   watchUnmount: boolean;
   unmountForced: number;
   unmountTimer: NodeJS.Timeout | undefined;
+  /** A fresh read of a node's heartbeat Lease is in flight (confirmSilence). */
+  confirming: boolean;
 }
 
 export type { ClusterView };
@@ -137,6 +150,16 @@ export class FailoverDriver {
   private storm: StormGuardState = emptyStormGuard;
   private stormAnnounced = false;
   private readonly pending = new Set<NodeJS.Timeout>();
+  /**
+   * Lease key -> failover steps that failed in a row for it (any step's success, the
+   * failover's end or the Lease's deletion removes the entry): the retry pauses grow
+   * with the count (lib/retry-backoff.ts), and a failure that persists is said once per
+   * distinct message as a Warning event (FailoverStepFailing).
+   */
+  private readonly failing = new Map<
+    string,
+    { count: number; retryAfterMs: number | undefined; said: string | undefined }
+  >();
   /** Lease key -> renewal signature whose stale verdict was already counted. */
   private readonly counted = new Map<string, string>();
   monitor: LeaseMonitor | undefined;
@@ -285,7 +308,10 @@ export class FailoverDriver {
       }
       return;
     }
-    if (renewed) this.storm = forgetLease(this.storm, key);
+    if (renewed) {
+      this.storm = forgetLease(this.storm, key);
+      this.failing.delete(key);
+    }
     if (!m) return;
     if (lease.holder !== '' && lease.holder !== m.lostPod) {
       m.times.acquired = { mono: this.clock.now(), wall: this.clock.wallNow() };
@@ -298,6 +324,7 @@ export class FailoverDriver {
 
   onLeaseGone(key: string): void {
     this.counted.delete(key);
+    this.failing.delete(key);
     this.awaitingShareManager.delete(key);
     this.storm = forgetLease(this.storm, key);
     if (this.machines.has(key)) this.dispatch(key, 'leaseGone');
@@ -359,13 +386,17 @@ export class FailoverDriver {
    * While waiting for the replacement's agent: is the replacement lost with its node?
    * `lost` dispatches `replacementLost`; otherwise looks again when the verdict could change.
    */
-  private checkReplacement(m: Machine): void {
+  private checkReplacement(m: Machine, confirmed = false): void {
     if (this.machines.get(m.key) !== m) return;
     if (m.phase !== 'awaitingAcquire' && m.phase !== 'followingAcquire') return;
     const [namespace] = m.key.split('/') as [string];
     const pod = m.replacementPod ? this.view.pod(namespace, m.replacementPod) : undefined;
     const verdict = this.judge(m, pod);
     clearTimeout(m.lostCheckTimer);
+    if (verdict.kind === 'lost' && !confirmed) {
+      this.confirmSilence(m, verdict.node, () => this.checkReplacement(m, true));
+      return;
+    }
     if (verdict.kind === 'lost') {
       this.log.warn(
         { lease: m.key, pod: m.replacementPod, node: verdict.node, silentMs: Math.round(verdict.silentMs) },
@@ -435,8 +466,12 @@ export class FailoverDriver {
       m.replacementPod = replacement.metadata?.name;
       if (m.phase === 'following') this.dispatch(m.key, 'replacementLive');
       else this.checkReplacement(m);
+    } else if (m.phase === 'followingAcquire' && replacement) {
+      // Lost by our cache: checkReplacement confirms it with a fresh heartbeat read first.
+      m.replacementPod = replacement.metadata?.name;
+      this.checkReplacement(m);
     } else if (m.phase === 'followingAcquire') {
-      this.dispatch(m.key, lost ? 'replacementLost' : 'replacementFailed');
+      this.dispatch(m.key, 'replacementFailed');
     }
   }
 
@@ -469,6 +504,7 @@ export class FailoverDriver {
       watchUnmount: false,
       unmountForced: 0,
       unmountTimer: undefined,
+      confirming: false,
     };
     this.machines.set(key, m);
     return m;
@@ -509,7 +545,7 @@ export class FailoverDriver {
    * While following: did the owner go down with its node (owner-lost.ts)? `lost`
    * dispatches `ownerLost`; otherwise looks again when the verdict could change.
    */
-  private checkOwner(m: Machine): void {
+  private checkOwner(m: Machine, confirmed = false): void {
     clearTimeout(m.ownerCheckTimer);
     if (this.machines.get(m.key) !== m || m.phase !== 'following') return;
     if (!this.config.fastFailover || this.config.observeOnly) return;
@@ -527,6 +563,10 @@ export class FailoverDriver {
       myNode: this.config.nodeName,
       heartbeat: ownerNode ? this.view.heartbeat(ownerNode) : undefined,
     });
+    if (verdict.kind === 'lost' && !confirmed) {
+      this.confirmSilence(m, verdict.node, () => this.checkOwner(m, true));
+      return;
+    }
     if (verdict.kind === 'lost') {
       this.log.warn(
         { lease: m.key, owner: m.owner, node: verdict.node, silentMs: Math.round(verdict.silentMs) },
@@ -543,11 +583,44 @@ export class FailoverDriver {
     m.ownerCheckTimer = setTimeout(() => this.checkOwner(m), Math.max(0, at - this.clock.now()) + 1);
   }
 
+  /**
+   * A `lost` verdict from our caches is acted on only once a fresh (quorum) read of the
+   * node's heartbeat Lease, fed to the node observer, still leaves it lost: our watch may
+   * lag the API (a manager stalled by SIGSTOP or a starved machine runs its due timers
+   * before the watch events queued meanwhile), and a healthy node's replacement or owner
+   * must never be given up on stale evidence. `judgeAgain` runs after the read; a read
+   * that fails judges again after the retry period (never acts on the cache alone). One
+   * read per share at a time.
+   */
+  private confirmSilence(m: Machine, node: string, judgeAgain: () => void): void {
+    if (m.confirming) return;
+    m.confirming = true;
+    this.executor.readNodeHeartbeat(node).then(
+      (lease) => {
+        m.confirming = false;
+        // NB: a heartbeat Lease that is gone (its Node deleted) adds no renewal: still lost.
+        if (lease) this.view.heartbeatRead(lease);
+        if (this.machines.get(m.key) === m) judgeAgain();
+      },
+      (err: unknown) => {
+        m.confirming = false;
+        this.log.warn(
+          { err, lease: m.key, node },
+          'confirming a silent node by reading its heartbeat Lease failed; judging again later',
+        );
+        this.later(this.config.defaults.retryPeriodMs, () => {
+          if (this.machines.get(m.key) === m) judgeAgain();
+        });
+      },
+    );
+  }
+
   /** Runs an I/O step; its outcome event reaches the machine only if the phase did not change. */
   private step(m: Machine, what: string, run: () => Promise<FailoverEvent>): void {
     const epoch = m.epoch;
     run().then(
       (event) => {
+        this.failing.delete(m.key);
         if (this.machines.get(m.key) !== m || m.epoch !== epoch) {
           this.log.debug({ lease: m.key, what, event }, 'outcome of an earlier phase dropped');
           return;
@@ -555,7 +628,21 @@ export class FailoverDriver {
         this.dispatch(m.key, event);
       },
       (err: unknown) => {
-        this.log.warn({ err, lease: m.key, what }, 'failover step failed; will retry');
+        const failing = this.failing.get(m.key) ?? { count: 0, retryAfterMs: undefined, said: undefined };
+        failing.count += 1;
+        failing.retryAfterMs = retryAfterMsOf(err);
+        this.failing.set(m.key, failing);
+        this.log.warn(
+          { err, lease: m.key, what, failures: failing.count },
+          'failover step failed; will retry',
+        );
+        const message = `${what} failed ${failing.count} times in a row, retrying with backoff: ${err instanceof Error ? err.message : String(err)}`;
+        const gist = `${what}: ${failureGist(err)}`;
+        const sm = this.view.shareManager(m.key);
+        if (failing.count >= PERSISTENT_STEP_FAILURES && failing.said !== gist && sm) {
+          failing.said = gist;
+          void this.events.record(sm, 'Warning', 'FailoverStepFailing', message);
+        }
         if (this.machines.get(m.key) === m && m.epoch === epoch) this.dispatch(m.key, 'stepFailed');
       },
     );
@@ -593,6 +680,7 @@ export class FailoverDriver {
         void announceFailover(this.reportContext(m), action === 'announceTakeover');
         return;
       case 'complete':
+        this.failing.delete(m.key);
         this.metrics.failovers.inc({ result: 'completed' });
         void completeFailover(this.reportContext(m));
         return;
@@ -644,11 +732,11 @@ export class FailoverDriver {
         clearTimeout(m.retryTimer);
         m.retryTimer = setTimeout(() => {
           if (this.machines.get(m.key) === m && m.epoch === epoch) this.perform(m, step);
-        }, this.config.defaults.retryPeriodMs);
+        }, this.retryPause(m.key));
         return;
       }
       case 'rejudgeLater':
-        this.later(this.config.defaults.retryPeriodMs, () => this.monitor?.rejudge(m.key));
+        this.later(this.retryPause(m.key), () => this.monitor?.rejudge(m.key));
         return;
       case 'startRecheckTimer':
         clearTimeout(m.recheckTimer);
@@ -688,6 +776,18 @@ export class FailoverDriver {
   private stepDeps(): StepDeps {
     const { config, clock, log, metrics, executor, view, monitor } = this;
     return { config, clock, log, metrics, executor, view, monitor, onHandoff: () => {}, onGate: () => {} };
+  }
+
+  /** The pause before a failed step of `key` runs again: grows with its failures in a row. */
+  private retryPause(key: string): number {
+    const failing = this.failing.get(key);
+    if (!failing) return this.config.defaults.retryPeriodMs;
+    return retryPauseMs(
+      failing.count,
+      { initialMs: this.config.defaults.retryPeriodMs, maxMs: STEP_RETRY_MAX_MS },
+      Math.random(),
+      failing.retryAfterMs,
+    );
   }
 
   private clearTimers(m: Machine): void {

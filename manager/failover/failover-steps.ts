@@ -9,7 +9,7 @@
  *  - Every step treats "already done" as done (pod absent, no attachment, replacement
  *    present), so a retry or a takeover may repeat it.
  */
-import type { V1Pod } from '@kubernetes/client-node';
+import type { V1Lease, V1Pod } from '@kubernetes/client-node';
 import type { Clock } from '../../lib/clock.ts';
 import { formatDuration } from '../../lib/env-config.ts';
 import type { LeaseRecord } from '../../lib/lease-record.ts';
@@ -38,6 +38,8 @@ export interface ClusterView {
   heartbeatChangedAt(node: string): number | undefined;
   /** The node's heartbeat as replacement-lost.ts judges it; undefined = never seen. */
   heartbeat(node: string): HeartbeatSeen | undefined;
+  /** A heartbeat Lease read fresh from the API server (confirmSilence): fed to the node observer like a watch event. */
+  heartbeatRead(lease: V1Lease): void;
 }
 
 /** The part of a failover machine the steps read and fill in. */

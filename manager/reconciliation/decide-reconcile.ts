@@ -47,7 +47,7 @@
  * Not guaranteed: at most one live pod at every instant (a claim retried after its
  * timeout may race a very slow creator); the lease gate still lets only one serve.
  */
-import type { V1Pod } from '@kubernetes/client-node';
+import type { V1Pod, V1Service } from '@kubernetes/client-node';
 import type { LeaseRecord } from '../../lib/lease-record.ts';
 import { type ConsumerAction, type ConsumerObjects, decideConsumer } from './decide-consumer.ts';
 import { type ExportStatus, exportStatus } from './nfs-server-preset.ts';
@@ -65,9 +65,10 @@ export interface ShareManagerSnapshot {
   resolved: ResolvedSpec;
   /** undefined when the lease informer has not synced yet. */
   lease: LeaseRecord | undefined | 'unknown';
-  serviceKnown: boolean;
-  /** The Service's spec.clusterIP once known ('None' when headless). */
-  clusterIP: string | undefined;
+  /** The share's own Service (isOwnService) as the cache has it; undefined: missing or taken. */
+  service: V1Service | undefined;
+  /** What of that Service differs from what the share needs (serviceDrift); [] = nothing. */
+  serviceDrift: readonly string[];
   pods: readonly V1Pod[];
   now: number;
   /** When this manager first saw the current status.podRequest (monotonic). */
@@ -92,6 +93,8 @@ export type ReconcileAction =
   | { kind: 'setStatus'; status: StatusFields }
   | { kind: 'createLease'; durationSeconds: number }
   | { kind: 'ensureService' }
+  /** Put back the drifted `fields` of the share's own Service (`service`: the cached version, for the CAS). */
+  | { kind: 'repairService'; service: V1Service; fields: string[] }
   | { kind: 'deletePod'; name: string; uid: string; reason: string }
   /** CAS on `lease` (exactly this version): holder emptied, transitions kept. */
   | { kind: 'releaseLease'; lease: LeaseRecord; pod: string; phase: string }
@@ -173,7 +176,9 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
   if (s.lease === undefined) {
     actions.push({ kind: 'createLease', durationSeconds: s.resolved.timings.leaseDurationMs / 1000 });
   }
-  if (!s.serviceKnown) actions.push({ kind: 'ensureService' });
+  if (!s.service) actions.push({ kind: 'ensureService' });
+  else if (s.serviceDrift.length > 0)
+    actions.push({ kind: 'repairService', service: s.service, fields: [...s.serviceDrift] });
 
   // The pod the (non-delinquent) Lease names; its deletion waits for the lease to be freed.
   const holding = s.lease && !s.lease.delinquentSince ? s.lease.holder : '';
@@ -214,7 +219,7 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
 /** Step 10 (decide-consumer.ts); nothing without the consumer caches or with a spec in Error. */
 function consumerActions(s: ShareManagerSnapshot, deleting: boolean): ConsumerAction[] {
   if (!s.consumer || (!deleting && !s.resolved.ok)) return [];
-  const ip = s.clusterIP;
+  const ip = s.service?.spec?.clusterIP;
   const nfs = s.resolved.ok && s.resolved.nfsDefault;
   return decideConsumer({
     sm: s.sm,
@@ -294,7 +299,7 @@ function desiredStatus(s: ShareManagerSnapshot, live: V1Pod[], failingOver: bool
 /** status.export: set for the NFS default once the ClusterIP is known; null to remove it. */
 function exportField(s: ShareManagerSnapshot): Pick<StatusFields, 'export'> {
   if (!s.resolved.ok) return {};
-  const ip = s.clusterIP;
+  const ip = s.service?.spec?.clusterIP;
   if (s.resolved.nfsDefault) {
     // Not known yet (the Service is being created): leave what is there.
     if (!ip || ip === 'None') return {};

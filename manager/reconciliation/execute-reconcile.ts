@@ -9,7 +9,7 @@
  * pass decides again. It is never retried blindly.
  */
 import { randomBytes } from 'node:crypto';
-import { KubeApiError } from '../../lib/errors.ts';
+import { apiMessageOf, KubeApiError } from '../../lib/errors.ts';
 import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
 import { LABEL_SHARE_MANAGER, newLeaseRecord } from '../../lib/lease-record.ts';
 import type { LeaseStore } from '../../lib/lease-store.ts';
@@ -25,6 +25,11 @@ import type { StatusWriter } from './status-writer.ts';
 
 /** The condition a Service of the share's name that is not its own sets (ServiceTaken). */
 export const SERVICE_CONDITION = 'Service';
+/** The condition a reconcile that keeps failing sets (ReconcileFailing); removed by the next pass that goes through. */
+export const RECONCILED_CONDITION = 'Reconciled';
+/** How long a re-created Service keeps asking for the address clients mounted before it takes a new one. */
+const ADDRESS_WAIT_MS = 10_000;
+const ADDRESS_RETRY_MS = 500;
 /** How often a share whose Service name is taken looks again. */
 const SERVICE_TAKEN_RETRY_MS = 10_000;
 
@@ -41,10 +46,14 @@ export function newRequestId(): string {
 
 export class ReconcileExecutor {
   private readonly core: k8s.CoreV1Api;
-  /** ShareManager UID -> its Service's spec.clusterIP ('None' when headless), once known to exist. */
-  readonly servicesKnown = new Map<string, string>();
-  /** ShareManager UID -> when (performance.now) its Service name was last found taken: looked at again only after SERVICE_TAKEN_RETRY_MS. */
+  /**
+   * ShareManager UID -> when (performance.now) its Service name was last found taken:
+   * looked at again only after SERVICE_TAKEN_RETRY_MS. An entry lives only while the
+   * name is taken (removed once the share's own Service exists, or by forget).
+   */
   private readonly servicesTaken = new Map<string, number>();
+  /** ShareManager UID -> since when (performance.now) its Service asks for its old address back; only while it does. */
+  private readonly addressWanted = new Map<string, number>();
 
   constructor(
     kc: k8s.KubeConfig,
@@ -58,10 +67,34 @@ export class ReconcileExecutor {
     this.core = kc.makeApiClient(k8s.CoreV1Api);
   }
 
-  /** Drops what it remembers of a deleted ShareManager (its Service's ClusterIP, a taken name). */
+  /** Drops what it remembers of a deleted ShareManager (a taken Service name). */
   forget(uid: string): void {
-    this.servicesKnown.delete(uid);
     this.servicesTaken.delete(uid);
+    this.addressWanted.delete(uid);
+  }
+
+  /**
+   * Condition Reconciled=False (ReconcileFailing) with `message` (which starts with
+   * `gist`, lib/errors.ts failureGist), and one Warning event, unless the condition
+   * already says the same gist (so a generated name in the error changes nothing).
+   */
+  async reportFailing(sm: ShareManager, gist: string, message: string): Promise<void> {
+    const conditions = sm.status?.conditions ?? [];
+    const current = conditions.find((c) => c.type === RECONCILED_CONDITION);
+    if (current?.status === 'False' && current.message?.startsWith(gist)) return;
+    await this.status.patch(sm.metadata.namespace ?? '', sm.metadata.name ?? '', {
+      conditions: [
+        ...conditions.filter((c) => c.type !== RECONCILED_CONDITION),
+        {
+          type: RECONCILED_CONDITION,
+          status: 'False',
+          reason: 'ReconcileFailing',
+          message,
+          lastTransitionTime: new Date().toISOString(),
+        },
+      ],
+    });
+    await this.events.record(sm, 'Warning', 'ReconcileFailing', message);
   }
 
   /** Runs `actions` in order; returns the smallest requested requeue delay, if any. */
@@ -76,6 +109,14 @@ export class ReconcileExecutor {
     for (const action of actions) {
       const ms = await this.one(sm, action, conditions);
       if (ms !== undefined) want(ms);
+    }
+    // The pass went through and waits for nothing (a pass that only waits, e.g. on its own
+    // pending pod request, proves nothing): a ReconcileFailing condition is over.
+    if (requeue === undefined && conditions.list.some((c) => c.type === RECONCILED_CONDITION)) {
+      conditions.list = conditions.list.filter((c) => c.type !== RECONCILED_CONDITION);
+      await this.status.patch(sm.metadata.namespace ?? '', sm.metadata.name ?? '', {
+        conditions: conditions.list,
+      });
     }
     return requeue;
   }
@@ -108,6 +149,9 @@ export class ReconcileExecutor {
       }
       case 'ensureService':
         return this.ensureService(sm, conditions);
+      case 'repairService':
+        await this.repairService(sm, action.service, action.fields);
+        return undefined;
       case 'deletePod':
         try {
           await this.core.deleteNamespacedPod(
@@ -145,12 +189,17 @@ export class ReconcileExecutor {
   }
 
   /**
-   * Creates the Service (or finds it: 409) and records its ClusterIP. Returns a requeue
-   * so that the next pass publishes status.export: no watch reports the Service.
+   * Creates the Service (or finds it: 409); the Service watch brings it into the cache,
+   * and the next pass publishes status.export from there.
+   * A Service re-created (deleted by hand, or by a namespace clean-up tool) asks for the
+   * ClusterIP that status.export published, which clients mounted: their mounts keep
+   * working. Where that address cannot be had (taken meanwhile: 422), it takes a new one;
+   * status.export and the consumer PV follow it, and a Warning event
+   * (ServiceAddressChanged) says that clients mounted at the old address must remount.
    * A Service of that name this ShareManager does not control (isOwnService) is never
-   * used: its ClusterIP is not recorded, so neither status.export nor the consumer PV
-   * point at it; condition Service=False (ServiceTaken) and a Warning event say so, and
-   * the manager looks again every SERVICE_TAKEN_RETRY_MS (the user may delete it).
+   * used: neither status.export nor the consumer PV point at it; condition
+   * Service=False (ServiceTaken) and a Warning event say so, and the manager looks again
+   * every SERVICE_TAKEN_RETRY_MS (the user may delete it).
    */
   private async ensureService(
     sm: ShareManager,
@@ -162,9 +211,10 @@ export class ReconcileExecutor {
     const takenAt = this.servicesTaken.get(uid);
     if (takenAt !== undefined && performance.now() - takenAt < SERVICE_TAKEN_RETRY_MS)
       return Math.ceil(SERVICE_TAKEN_RETRY_MS - (performance.now() - takenAt));
-    let service: k8s.V1Service;
-    try {
-      service = await this.core.createNamespacedService(
+    const spec = serviceSpec(sm);
+    const published = sm.status?.export?.clusterIP;
+    const create = (clusterIP: string | undefined) =>
+      this.core.createNamespacedService(
         {
           namespace,
           body: {
@@ -174,11 +224,40 @@ export class ReconcileExecutor {
               labels: { [LABEL_SHARE_MANAGER]: name },
               ownerReferences: [ownerRef(sm)],
             },
-            spec: serviceSpec(sm),
+            spec: clusterIP ? { ...spec, clusterIP } : spec,
           },
         },
         withDeadline(this.config.requestTimeoutMs),
       );
+    const keep = published && spec.clusterIP !== 'None' ? published : undefined;
+    let service: k8s.V1Service;
+    try {
+      try {
+        service = await create(keep);
+      } catch (err) {
+        if (!keep || statusOf(err) !== 422) throw err;
+        // The old Service's address may not be free yet (its release lags the deletion
+        // briefly): keep asking for it for ADDRESS_WAIT_MS before taking a new one.
+        const since = this.addressWanted.get(uid) ?? performance.now();
+        this.addressWanted.set(uid, since);
+        if (performance.now() - since < ADDRESS_WAIT_MS) {
+          this.log.info(
+            { sm: `${namespace}/${name}`, clusterIP: keep, err: apiMessageOf(err) },
+            'the address clients mounted is not free yet; asking again',
+          );
+          return ADDRESS_RETRY_MS;
+        }
+        this.addressWanted.delete(uid);
+        service = await create(undefined);
+        const message = `Service ${namespace}/${name} was re-created, but its address ${keep} (in status.export, mounted by clients) could not be had again (${apiMessageOf(err) || String(err)}): it is ${service.spec?.clusterIP} now; clients mounted at ${keep} must remount`;
+        await this.events.record(sm, 'Warning', 'ServiceAddressChanged', message);
+        this.log.warn({ sm: `${namespace}/${name}`, was: keep, now: service.spec?.clusterIP }, message);
+      }
+      if (keep && service.spec?.clusterIP === keep)
+        this.log.info(
+          { sm: `${namespace}/${name}`, clusterIP: keep },
+          'Service re-created at the address clients mounted',
+        );
     } catch (err) {
       if (statusOf(err) !== 409)
         throw new KubeApiError(`creating the service of share manager ${namespace}/${name}`, statusOf(err), {
@@ -199,6 +278,7 @@ export class ReconcileExecutor {
         );
       }
     }
+    this.addressWanted.delete(uid);
     const current = conditions.list.find((c) => c.type === SERVICE_CONDITION);
     if (!isOwnService(service, sm)) {
       const message = `Service ${namespace}/${name} exists and was not created by this ShareManager: not used (no status.export, no consumer volume); delete or rename it and the manager creates its own`;
@@ -226,8 +306,44 @@ export class ReconcileExecutor {
       conditions.list = conditions.list.filter((c) => c.type !== SERVICE_CONDITION);
       await this.status.patch(namespace, name, { conditions: conditions.list });
     }
-    this.servicesKnown.set(uid, service.spec?.clusterIP ?? '');
-    return 1;
+    return undefined;
+  }
+
+  /**
+   * Puts back what someone changed in the share's own Service (`fields`, serviceDrift):
+   * a replace carrying the cached resourceVersion (CAS; 409: the watch brings the newer
+   * one and the next pass decides again). The ClusterIP and everything else stay.
+   */
+  private async repairService(sm: ShareManager, service: k8s.V1Service, fields: string[]): Promise<void> {
+    const namespace = sm.metadata.namespace ?? '';
+    const name = sm.metadata.name ?? '';
+    const want = serviceSpec(sm);
+    try {
+      await this.core.replaceNamespacedService(
+        {
+          namespace,
+          name,
+          body: {
+            ...service,
+            spec: {
+              ...service.spec,
+              selector: want.selector,
+              ports: want.ports,
+              publishNotReadyAddresses: want.publishNotReadyAddresses,
+            },
+          },
+        },
+        withDeadline(this.config.requestTimeoutMs),
+      );
+    } catch (err) {
+      if (statusOf(err) === 409 || statusOf(err) === 404) return;
+      throw new KubeApiError(`repairing the service of share manager ${namespace}/${name}`, statusOf(err), {
+        cause: err,
+      });
+    }
+    const message = `Service ${namespace}/${name} was changed (${fields.join(', ')}): put back as the ShareManager needs it`;
+    await this.events.record(sm, 'Warning', 'ServiceRepaired', message);
+    this.log.warn({ sm: `${namespace}/${name}`, fields }, message);
   }
 
   /** Re-labels the ShareManager's Lease when its label is missing, by CAS (409: re-observe). */
@@ -320,7 +436,7 @@ export class ReconcileExecutor {
  * force-deletes the lost pod before it creates the replacement. A user's server
  * (`spec.server`) keeps the default: we do not know that it refuses connections
  * until it may serve.
- * NB: set only when the manager creates the Service; an existing one is not changed.
+ * A Service changed by hand is put back (serviceDrift, repairService).
  */
 export function serviceSpec(sm: ShareManager): k8s.V1ServiceSpec {
   const ports = servicePorts(sm);
@@ -329,6 +445,34 @@ export function serviceSpec(sm: ShareManager): k8s.V1ServiceSpec {
     ...(ports.length > 0 ? { ports } : { clusterIP: 'None' }),
     ...(sm.spec.server ? {} : { publishNotReadyAddresses: true }),
   };
+}
+
+/**
+ * What of the share's own Service differs from serviceSpec (pure): the selector, the
+ * ports (name, port, targetPort, protocol) and publishNotReadyAddresses, by name. A
+ * headless Service that should have an address (or the reverse) is not repairable in
+ * place (the ClusterIP is immutable) and is not reported here.
+ */
+export function serviceDrift(service: k8s.V1Service, sm: ShareManager): string[] {
+  const want = serviceSpec(sm);
+  const have = service.spec ?? {};
+  const drift: string[] = [];
+  if (JSON.stringify(sortedEntries(have.selector)) !== JSON.stringify(sortedEntries(want.selector)))
+    drift.push('spec.selector');
+  const portKey = (p: k8s.V1ServicePort) =>
+    `${p.name ?? ''}/${p.port}/${String(p.targetPort ?? p.port)}/${p.protocol ?? 'TCP'}`;
+  if ((have.clusterIP === 'None') === (want.clusterIP === 'None')) {
+    const a = (have.ports ?? []).map(portKey).sort();
+    const b = (want.ports ?? []).map(portKey).sort();
+    if (JSON.stringify(a) !== JSON.stringify(b)) drift.push('spec.ports');
+  }
+  if (Boolean(have.publishNotReadyAddresses) !== Boolean(want.publishNotReadyAddresses))
+    drift.push('spec.publishNotReadyAddresses');
+  return drift;
+}
+
+function sortedEntries(map: Record<string, string> | undefined): [string, string][] {
+  return Object.entries(map ?? {}).sort(([a], [b]) => a.localeCompare(b));
 }
 
 /** The Service ports: spec.server's, or the shipped NFS server's (nfs-server-preset.ts). */

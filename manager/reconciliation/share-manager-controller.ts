@@ -2,14 +2,16 @@
  * Glue for reconciling ShareManagers: builds each snapshot from the informer caches
  * (time read once per pass), asks decide-reconcile.ts what to do and hands the
  * actions to the executor. Keys are namespace/name; any change of the ShareManager,
- * its Lease, its pods or its consumer PV and claim (labelled for it) enqueues the key.
+ * its Lease, its pods, its Service or its consumer PV and claim (labelled for it)
+ * enqueues the key.
  * The consumer caches are waited for only by a ShareManager that has spec.consumer or
  * the consumer finalizer: the others never need them.
  */
-import type { V1PersistentVolume, V1PersistentVolumeClaim, V1Pod } from '@kubernetes/client-node';
+import type { V1PersistentVolume, V1PersistentVolumeClaim, V1Pod, V1Service } from '@kubernetes/client-node';
 import type { Clock } from '../../lib/clock.ts';
+import { failureGist } from '../../lib/errors.ts';
 import type { Informer } from '../../lib/informer.ts';
-import type { k8s } from '../../lib/kube-client.ts';
+import { type k8s, statusOf } from '../../lib/kube-client.ts';
 import { fromWire, LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import type { Logger } from '../../lib/logger.ts';
 import type { ManagerConfig } from '../config.ts';
@@ -22,14 +24,19 @@ import {
 import type { ConsumerObjects } from './decide-consumer.ts';
 import { decideShareManager } from './decide-reconcile.ts';
 import type { ConsumerExecutor } from './execute-consumer.ts';
-import { newRequestId, type ReconcileExecutor } from './execute-reconcile.ts';
+import { isOwnService, newRequestId, type ReconcileExecutor, serviceDrift } from './execute-reconcile.ts';
 import { resolveSpec, type ShareManager } from './share-manager-spec.ts';
 import { WorkQueue } from './work-queue.ts';
+
+/** Failed passes in a row after which the ShareManager's status and an event say so. */
+const PERSISTENT_FAILURES = 3;
 
 export interface ControllerSources {
   shareManagers: Informer<ShareManager>;
   leases: Informer<k8s.V1Lease>;
   pods: Informer<V1Pod>;
+  /** The shares' Services, selected by LABEL_SHARE_MANAGER. */
+  services: Informer<V1Service>;
   /** Consumer PVs and claims, selected by LABEL_CONSUMER_NAMESPACE / LABEL_CONSUMER_OF. */
   volumes: Informer<V1PersistentVolume>;
   claims: Informer<V1PersistentVolumeClaim>;
@@ -52,7 +59,7 @@ export class ShareManagerController {
   ) {
     this.queue = new WorkQueue(
       (key) => this.reconcile(key),
-      (key, err) => this.log.warn({ err, sm: key }, 'reconcile failed; will retry'),
+      (key, err, failures) => this.failed(key, err, failures),
     );
   }
 
@@ -70,6 +77,33 @@ export class ShareManagerController {
     const name = labels[LABEL_CONSUMER_OF];
     const namespace = labels[LABEL_CONSUMER_NAMESPACE];
     if (name && namespace) this.queue.add(`${namespace}/${name}`);
+  }
+
+  /**
+   * A pass failed (`failures` in a row): logged each time; at once for a refusal (4xx
+   * but 404, 409 and 429), else from PERSISTENT_FAILURES on,
+   * condition Reconciled=False (ReconcileFailing) carries the error and a Warning event
+   * says it, once per distinct error, so that `kubectl describe` shows why a share makes
+   * no progress (a 403 from Pod Security or a quota, a missing service account).
+   */
+  private failed(key: string, err: unknown, failures: number): void {
+    this.log.warn({ err, sm: key, failures }, 'reconcile failed; will retry with backoff');
+    // An answer that retrying will not change (a 403 from a quota or Pod Security, a 422
+    // for a derived object) is said at once; anything else once it persists.
+    const status = statusOf(err);
+    const refused =
+      status !== undefined && status >= 400 && status < 500 && ![404, 409, 429].includes(status);
+    if (!refused && failures < PERSISTENT_FAILURES) return;
+    const [namespace, name] = key.split('/') as [string, string];
+    const sm = this.sources.shareManagers.get(namespace, name);
+    if (!sm) return;
+    const gist = failureGist(err);
+    const message = `${gist} (${failures} times in a row; retried with backoff): ${err instanceof Error ? err.message : String(err)}`;
+    void this.executor
+      .reportFailing(sm, gist, message)
+      .catch((writeErr: unknown) =>
+        this.log.debug({ err: writeErr, sm: key }, 'could not write the ReconcileFailing condition'),
+      );
   }
 
   private async reconcile(key: string): Promise<number | undefined> {
@@ -90,7 +124,7 @@ export class ShareManagerController {
       sm.spec.consumer !== undefined || (sm.metadata.finalizers ?? []).includes(FINALIZER_CONSUMER);
     if (needsConsumer && (!this.sources.volumes.synced || !this.sources.claims.synced)) return 500;
     // Before every cache has synced the snapshot could miss a pod: wait.
-    if (!this.sources.leases.synced || !this.sources.pods.synced) return 500;
+    if (!this.sources.leases.synced || !this.sources.pods.synced || !this.sources.services.synced) return 500;
     const now = this.clock.now();
     const request = sm.status?.podRequest;
     let seen = this.requestSeen.get(key);
@@ -99,6 +133,8 @@ export class ShareManagerController {
       this.requestSeen.set(key, seen);
     }
     const wireLease = this.sources.leases.get(namespace, name);
+    const cachedService = this.sources.services.get(namespace, name);
+    const ownService = cachedService && isOwnService(cachedService, sm) ? cachedService : undefined;
     const pods = this.sources.pods
       .list()
       .filter(
@@ -108,8 +144,8 @@ export class ShareManagerController {
       sm,
       resolved: resolveSpec(sm.spec, this.config.defaults),
       lease: wireLease ? fromWire(wireLease) : undefined,
-      serviceKnown: this.executor.servicesKnown.has(sm.metadata.uid ?? ''),
-      clusterIP: this.executor.servicesKnown.get(sm.metadata.uid ?? ''),
+      service: ownService,
+      serviceDrift: ownService ? serviceDrift(ownService, sm) : [],
       pods,
       now,
       podRequestSeenAt: request ? seen?.at : undefined,

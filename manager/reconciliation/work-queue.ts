@@ -1,7 +1,12 @@
+import { retryAfterMsOf, retryPauseMs } from '../../lib/retry-backoff.ts';
+
 /**
  * A keyed work queue: a key is queued at most once, is never processed by two workers at
  * once (a key added while in flight runs again after), and may be added with a delay.
- * Failures are requeued with per-key exponential backoff (retryMs .. maxRetryMs).
+ * Failures are requeued with per-key exponential backoff with jitter (retryMs ..
+ * maxRetryMs, never sooner than the server's Retry-After: lib/retry-backoff.ts); `onError`
+ * learns how many times in a row the key failed, so that the caller can say so once a
+ * failure persists. A success resets the count.
  */
 export class WorkQueue {
   private readonly queued = new Set<string>();
@@ -15,8 +20,9 @@ export class WorkQueue {
 
   constructor(
     private readonly work: (key: string) => Promise<number | undefined>,
-    private readonly onError: (key: string, err: unknown) => void,
-    private readonly opts = { workers: 4, retryMs: 200, maxRetryMs: 10_000 },
+    private readonly onError: (key: string, err: unknown, failures: number) => void,
+    private readonly opts = { workers: 4, retryMs: 200, maxRetryMs: 30_000 },
+    private readonly random: () => number = Math.random,
   ) {}
 
   add(key: string, delayMs = 0): void {
@@ -62,8 +68,9 @@ export class WorkQueue {
         (err: unknown) => {
           const n = (this.failures.get(key) ?? 0) + 1;
           this.failures.set(key, n);
-          this.onError(key, err);
-          this.finish(key, Math.min(this.opts.retryMs * 2 ** (n - 1), this.opts.maxRetryMs));
+          this.onError(key, err, n);
+          const policy = { initialMs: this.opts.retryMs, maxMs: this.opts.maxRetryMs };
+          this.finish(key, retryPauseMs(n, policy, this.random(), retryAfterMsOf(err)));
         },
       );
     }

@@ -354,6 +354,145 @@ describe('manager failover on a stale lease', () => {
     }
   });
 
+  it('managers stalled for 20 s (SIGSTOP) while a healthy replacement waits to acquire: no replacement deleted, no node or owner judged lost (issue 27 item 9)', async (t) => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'stalled');
+    // Every node's heartbeat renews throughout, as a live kubelet's would.
+    const beats = ['node-1', 'node-2', 'node-3'].map((n) =>
+      new HolderLoop(kc, 'kube-node-lease', n, n, n, 1000, 0, 40).start(),
+    );
+    holders.push(...beats);
+    const env = { LEASEHOLD_FAILOVER_TAKEOVER_TIMEOUT: '60s', LEASEHOLD_WATCH_NAMESPACE: 'stalled' };
+    const managers = [
+      startManager(cluster(), 's2', { ...env, LEASEHOLD_NODE_NAME: 'node-2' }),
+      startManager(cluster(), 's3', { ...env, LEASEHOLD_NODE_NAME: 'node-3' }),
+    ];
+    const signal = (sig: NodeJS.Signals) => {
+      for (const m of managers) process.kill(-(m.child.pid as number), sig);
+    };
+    try {
+      await sleep(2_500); // two heartbeats seen by both managers: the period is known
+      const { pod, holder } = await runningShare('stalled', 'vol-s', 'node-1');
+      await holder.stop();
+      const replacement = await waitForReplacement(kc, 'stalled', 'vol-s', pod.metadata?.name ?? '');
+      // Scheduled and running on a healthy node, its agent still waiting (a slow attach).
+      await runPodOn(kc, replacement, 'node-2');
+      const marked = await readLease(kc, 'stalled', 'vol-s');
+      assert.ok(marked.delinquentSince && marked.failoverBy, 'marked before the replacement');
+      await sleep(1_000);
+
+      // Stalled longer than D + P: every timer they set is due when they resume, and runs
+      // before the heartbeat events queued meanwhile are read (libuv's poll returns EINTR).
+      signal('SIGSTOP');
+      await sleep(20_000);
+      signal('SIGCONT');
+      await sleep(3 * D_MS);
+
+      const alive = (await podsOf(kc, 'stalled', 'vol-s')).find(
+        (p) => p.metadata?.name === replacement.metadata?.name,
+      );
+      assert.ok(alive && !alive.metadata?.deletionTimestamp, 'the healthy replacement was not deleted');
+      const lease = await readLease(kc, 'stalled', 'vol-s');
+      assert.equal(lease.failoverBy, marked.failoverBy, 'no takeover of a healthy owner');
+      for (const m of managers) {
+        const lines = await m.lines();
+        const lost = lines.filter(
+          (l) =>
+            l.msg === 'replacement lost with its node before its agent acquired' ||
+            l.msg === 'failover owner lost with its node: taking over',
+        );
+        assert.deepEqual(lost, [], `${m.name} judged a healthy node lost`);
+      }
+      // Not stranded either: the replacement's agent acquires, the failover completes.
+      holders.push(
+        new HolderLoop(kc, 'stalled', 'vol-s', replacement.metadata?.name ?? '', 'node-2', 1000).start(),
+      );
+      await eventually(
+        'completion',
+        async () => {
+          const s = await getShareManager(kc, 'stalled', 'vol-s');
+          return s.status?.state === 'Running' && s.status.lastFailover?.completedAt ? true : undefined;
+        },
+        15_000,
+      );
+      t.diagnostic(`replacement ${replacement.metadata?.name} kept through a 20 s stall`);
+    } finally {
+      try {
+        signal('SIGCONT');
+      } catch {}
+      for (const m of managers) await m.kill();
+    }
+  });
+
+  it('a failover step that keeps failing (the replacement refused by a quota: 403) backs off and says so once; it completes when the quota goes', async (t) => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'stepquota');
+    const core = kc.makeApiClient(k8s.CoreV1Api);
+    const manager = startManager(cluster(), 'sq', { LEASEHOLD_WATCH_NAMESPACE: 'stepquota' });
+    try {
+      const { pod, holder } = await runningShare('stepquota', 'vol-q', 'node-1');
+      // No new pod may be created from now on (the running one stays: quotas are not retroactive).
+      await core.createNamespacedResourceQuota({
+        namespace: 'stepquota',
+        body: { metadata: { name: 'no-pods' }, spec: { hard: { pods: '0' } } },
+      });
+      await holder.stop();
+      await eventually(
+        'the lost pod force-deleted',
+        async () =>
+          (await podsOf(kc, 'stepquota', 'vol-q')).some((p) => p.metadata?.name === pod.metadata?.name)
+            ? undefined
+            : true,
+        20_000,
+      );
+      const event = await eventually(
+        'a FailoverStepFailing Warning',
+        async () =>
+          (await eventsFor(kc, 'stepquota', 'vol-q')).find((e) => e.reason === 'FailoverStepFailing'),
+        20_000,
+      );
+      assert.equal(event.type, 'Warning');
+      assert.match(event.message ?? '', /HTTP 403/, event.message);
+      const failures = async () =>
+        (await manager.lines()).filter(
+          (l) => l.msg === 'failover step failed; will retry' && l.lease === 'stepquota/vol-q',
+        ).length;
+      const before = await failures();
+      await sleep(10_000);
+      const during = (await failures()) - before;
+      t.diagnostic(`${during} failed attempts in 10 s`);
+      assert.ok(during <= 6, `${during} failed attempts in 10 s: a fixed 500 ms retry makes 20`);
+      assert.equal(
+        (await eventsFor(kc, 'stepquota', 'vol-q')).filter((e) => e.reason === 'FailoverStepFailing').length,
+        1,
+        'said once while the error stays the same',
+      );
+
+      await core.deleteNamespacedResourceQuota({ namespace: 'stepquota', name: 'no-pods' });
+      const replacement = await waitForReplacement(
+        kc,
+        'stepquota',
+        'vol-q',
+        pod.metadata?.name ?? '',
+        20_000,
+      );
+      await runPodOn(kc, replacement, 'node-2');
+      holders.push(
+        new HolderLoop(kc, 'stepquota', 'vol-q', replacement.metadata?.name ?? '', 'node-2', 1000).start(),
+      );
+      await eventually(
+        'completion',
+        async () => {
+          const s = await getShareManager(kc, 'stepquota', 'vol-q');
+          return s.status?.state === 'Running' && s.status.lastFailover?.completedAt ? true : undefined;
+        },
+        15_000,
+      );
+    } finally {
+      await manager.kill();
+    }
+  });
+
   it('20 share managers on one node, one lease stale: only it moves; a manager restart touches nothing', async (t) => {
     const kc = cluster().kubeConfig;
     await createNamespace(kc, 'twenty');

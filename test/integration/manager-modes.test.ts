@@ -372,6 +372,183 @@ describe('manager modes', () => {
     }
   });
 
+  it("the share's own Service: deleted -> re-created at the address clients mounted; changed -> put back; that address taken -> a new one that status.export follows", async () => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'svc');
+    const core = kc.makeApiClient(k8s.CoreV1Api);
+    const env = { LEASEHOLD_WATCH_NAMESPACE: 'svc' };
+    let manager = startManager(cluster(), 'v1', env);
+    try {
+      await kc.makeApiClient(k8s.CustomObjectsApi).createNamespacedCustomObject({
+        group: 'leasehold.dev',
+        version: 'v1alpha1',
+        namespace: 'svc',
+        plural: 'sharemanagers',
+        body: {
+          apiVersion: 'leasehold.dev/v1alpha1',
+          kind: 'ShareManager',
+          metadata: { name: 'vol-svc', namespace: 'svc' },
+          spec: { volume: { pvc: 'data-svc' }, lease: LEASE },
+        },
+      });
+      const exportOf = async () =>
+        (await getShareManager(kc, 'svc', 'vol-svc')).status?.export as { clusterIP?: string } | undefined;
+      const published = (await eventually('status.export', exportOf))?.clusterIP ?? '';
+      const first = await core.readNamespacedService({ namespace: 'svc', name: 'vol-svc' });
+      assert.equal(first.spec?.clusterIP, published);
+
+      // Deleted: re-created (a new object) at the address clients mounted; status.export unchanged.
+      await core.deleteNamespacedService({ namespace: 'svc', name: 'vol-svc' });
+      const again = await eventually(
+        'the Service re-created',
+        async () => {
+          const svc = await core
+            .readNamespacedService({ namespace: 'svc', name: 'vol-svc' })
+            .catch(() => undefined);
+          return svc && svc.metadata?.uid !== first.metadata?.uid ? svc : undefined;
+        },
+        15_000,
+      );
+      const addressEvents = (await eventsFor(kc, 'svc', 'vol-svc')).filter(
+        (e) => e.reason === 'ServiceAddressChanged',
+      );
+      assert.equal(
+        again.spec?.clusterIP,
+        published,
+        `the address clients mounted; ${JSON.stringify(addressEvents.map((e) => e.message))}`,
+      );
+      assert.equal((await exportOf())?.clusterIP, published);
+
+      // Changed by hand: selector, ports and publishNotReadyAddresses put back, the address kept.
+      await core.patchNamespacedService(
+        {
+          namespace: 'svc',
+          name: 'vol-svc',
+          body: {
+            spec: {
+              selector: { app: 'elsewhere' },
+              publishNotReadyAddresses: false,
+              ports: [{ name: 'nfs', port: 2050, targetPort: 2050, protocol: 'TCP' }],
+            },
+          },
+        },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+      );
+      const repaired = await eventually(
+        'the Service put back',
+        async () => {
+          const svc = await core.readNamespacedService({ namespace: 'svc', name: 'vol-svc' });
+          return svc.spec?.selector?.['leasehold.dev/share-manager'] === 'vol-svc' &&
+            svc.spec.publishNotReadyAddresses === true &&
+            svc.spec.ports?.[0]?.port === 2049
+            ? svc
+            : undefined;
+        },
+        15_000,
+      );
+      assert.deepEqual(repaired.spec?.selector, { 'leasehold.dev/share-manager': 'vol-svc' });
+      assert.equal(repaired.spec?.clusterIP, published);
+      const said = await eventually('a ServiceRepaired event', async () =>
+        (await eventsFor(kc, 'svc', 'vol-svc')).find((e) => e.reason === 'ServiceRepaired'),
+      );
+      assert.match(said.message ?? '', /spec\.selector, spec\.ports, spec\.publishNotReadyAddresses/);
+
+      // Deleted while no manager runs, its address taken meanwhile: a new address, and
+      // status.export follows it; a Warning says clients at the old one must remount.
+      await manager.kill();
+      await core.deleteNamespacedService({ namespace: 'svc', name: 'vol-svc' });
+      await eventually('the Service gone', async () =>
+        (await core.readNamespacedService({ namespace: 'svc', name: 'vol-svc' }).catch(() => undefined))
+          ? undefined
+          : true,
+      );
+      await core.createNamespacedService({
+        namespace: 'svc',
+        body: { metadata: { name: 'squatter' }, spec: { clusterIP: published, ports: [{ port: 80 }] } },
+      });
+      manager = startManager(cluster(), 'v2', env);
+      const moved = await eventually(
+        'a new Service and status.export at its address',
+        async () => {
+          const svc = await core
+            .readNamespacedService({ namespace: 'svc', name: 'vol-svc' })
+            .catch(() => undefined);
+          const ip = (await exportOf())?.clusterIP;
+          return svc?.spec?.clusterIP && ip === svc.spec.clusterIP ? ip : undefined;
+        },
+        20_000,
+      );
+      assert.notEqual(moved, published);
+      const changed = await eventually('a ServiceAddressChanged Warning', async () =>
+        (await eventsFor(kc, 'svc', 'vol-svc')).find((e) => e.reason === 'ServiceAddressChanged'),
+      );
+      assert.equal(changed.type, 'Warning');
+      assert.ok(
+        changed.message?.includes(`${published}`) && changed.message.includes(moved),
+        changed.message,
+      );
+    } finally {
+      await manager.kill();
+    }
+  });
+
+  it('a reconcile that keeps failing (pods refused by a quota: 403) backs off and says why: condition and event; once it goes through they are gone', async (t) => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'quota');
+    const core = kc.makeApiClient(k8s.CoreV1Api);
+    await core.createNamespacedResourceQuota({
+      namespace: 'quota',
+      body: { metadata: { name: 'no-pods' }, spec: { hard: { pods: '0' } } },
+    });
+    const manager = startManager(cluster(), 'q1', { LEASEHOLD_WATCH_NAMESPACE: 'quota' });
+    try {
+      await createShareManager(kc, { namespace: 'quota', name: 'vol-q', lease: LEASE });
+      const failing = await eventually(
+        'Reconciled=False ReconcileFailing',
+        async () =>
+          (await getShareManager(kc, 'quota', 'vol-q')).status?.conditions?.find(
+            (c) => c.type === 'Reconciled' && c.reason === 'ReconcileFailing',
+          ),
+        20_000,
+      );
+      assert.equal(failing.status, 'False');
+      assert.match(failing.message ?? '', /HTTP 403/, failing.message);
+      const event = await eventually('a ReconcileFailing Warning', async () =>
+        (await eventsFor(kc, 'quota', 'vol-q')).find((e) => e.reason === 'ReconcileFailing'),
+      );
+      assert.equal(event.type, 'Warning');
+      // Backing off: few passes over 12 s (a fixed 500 ms retry would make ~24).
+      const failedPasses = async () =>
+        (await manager.lines()).filter(
+          (l) => l.msg === 'reconcile failed; will retry with backoff' && l.sm === 'quota/vol-q',
+        ).length;
+      const before = await failedPasses();
+      await sleep(12_000);
+      const during = (await failedPasses()) - before;
+      t.diagnostic(`${during} failed passes in 12 s`);
+      assert.ok(during <= 6, `${during} failed passes in 12 s: no backoff`);
+      const events = (await eventsFor(kc, 'quota', 'vol-q')).filter((e) => e.reason === 'ReconcileFailing');
+      assert.equal(events.length, 1, 'said once while the error stays the same');
+      assert.ok((events[0]?.count ?? 1) <= 1, 'not repeated');
+
+      // The quota lifted: the pod is created and the condition goes.
+      await core.deleteNamespacedResourceQuota({ namespace: 'quota', name: 'no-pods' });
+      await waitForPods(kc, 'quota', 'vol-q', 1, 40_000);
+      await eventually(
+        'the condition removed',
+        async () =>
+          (await getShareManager(kc, 'quota', 'vol-q')).status?.conditions?.some(
+            (c) => c.type === 'Reconciled',
+          )
+            ? undefined
+            : true,
+        15_000,
+      );
+    } finally {
+      await manager.kill();
+    }
+  });
+
   it('spec.consumer: an RWX PV + claim, bound, repaired, never stolen, removed, with the chart RBAC', async () => {
     // Cost: 5-7 s measured (the helm render and the manager's start about 2 s of it), up
     // to 18 s while other test runs load the machine. It reuses this file's cluster.

@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { V1Pod } from '@kubernetes/client-node';
+import type { V1Pod, V1Service } from '@kubernetes/client-node';
 import { fromWire } from '../../lib/lease-record.ts';
 import {
   decideShareManager,
   fencingCondition,
   type ShareManagerSnapshot,
 } from '../../manager/reconciliation/decide-reconcile.ts';
-import { servicePorts, serviceSpec } from '../../manager/reconciliation/execute-reconcile.ts';
+import { serviceDrift, servicePorts, serviceSpec } from '../../manager/reconciliation/execute-reconcile.ts';
 import { resolveSpec, type ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
 
 const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };
@@ -35,6 +35,12 @@ const pod = (name: string, phase = 'Running', node = 'n1', request?: string): V1
   status: { phase },
 });
 
+/** The share's own Service at `clusterIP` as the API server would return it. */
+const ownService = (clusterIP: string): V1Service => ({
+  metadata: { name: 'vol', namespace: 'ns', resourceVersion: '7' },
+  spec: { clusterIP },
+});
+
 /** A snapshot; the ShareManager's Fencing condition is current unless `over.sm` has conditions. */
 function snap(over: Partial<ShareManagerSnapshot> = {}): ShareManagerSnapshot {
   const given = over.sm ?? sm;
@@ -45,8 +51,8 @@ function snap(over: Partial<ShareManagerSnapshot> = {}): ShareManagerSnapshot {
   return {
     resolved,
     lease: lease('vol-a'),
-    serviceKnown: true,
-    clusterIP: '10.96.0.20',
+    service: ownService('10.96.0.20'),
+    serviceDrift: [],
     pods: [pod('vol-a')],
     now: 1000,
     podRequestSeenAt: undefined,
@@ -74,7 +80,7 @@ test('a running share manager whose status is current needs nothing', () => {
 });
 
 test('a new share manager gets a lease, a service, a pod claim and status Pending', () => {
-  const actions = decideShareManager(snap({ lease: undefined, serviceKnown: false, pods: [] }));
+  const actions = decideShareManager(snap({ lease: undefined, service: undefined, pods: [] }));
   assert.deepEqual(
     actions.map((a) => a.kind),
     ['createLease', 'ensureService', 'claimPodCreation', 'setStatus'],
@@ -115,7 +121,7 @@ test('during a failover no pod is created or deleted', () => {
 
 test('an invalid spec sets status Error and touches nothing else', () => {
   const bad = { ...sm, spec: { ...sm.spec, lease: { duration: '3s' } } };
-  const actions = decideShareManager(snap({ sm: bad, lease: undefined, serviceKnown: false, pods: [] }));
+  const actions = decideShareManager(snap({ sm: bad, lease: undefined, service: undefined, pods: [] }));
   assert.equal(actions.length, 1);
   assert.equal(actions[0]?.kind, 'setStatus');
   assert.equal(actions[0]?.kind === 'setStatus' && actions[0].status.state, 'Error');
@@ -245,9 +251,7 @@ test('the NFS default publishes status.export once the ClusterIP is known, and o
     leaseHolder: 'vol-a',
     observedGeneration: 1,
   };
-  const unknown = decideShareManager(
-    snap({ sm: { ...nfs, status: running }, serviceKnown: false, clusterIP: undefined }),
-  );
+  const unknown = decideShareManager(snap({ sm: { ...nfs, status: running }, service: undefined }));
   assert.deepEqual(
     unknown.map((a) => a.kind),
     ['ensureService'],
@@ -266,7 +270,7 @@ test('the NFS default publishes status.export once the ClusterIP is known, and o
   });
   const published = { ...nfs, status: { ...running, export: write.status.export ?? undefined } };
   assert.deepEqual(decideShareManager(snap({ sm: published })), [], 'current: nothing to write');
-  const moved = decideShareManager(snap({ sm: published, clusterIP: '10.96.0.99' }));
+  const moved = decideShareManager(snap({ sm: published, service: ownService('10.96.0.99') }));
   assert.equal(moved[0]?.kind === 'setStatus' && moved[0].status.export?.source, '10.96.0.99:/data');
 });
 
@@ -357,4 +361,65 @@ test('the Service spec: the NFS default publishes not-ready pods (ganesha gates 
   const headless = serviceSpec(sm);
   assert.equal(headless.clusterIP, 'None');
   assert.equal(headless.publishNotReadyAddresses, undefined);
+});
+
+test('a Service changed by hand is put back: the drifted fields are named; the CAS uses the cached version', () => {
+  const nfs: ShareManager = {
+    metadata: { name: 'vol', namespace: 'ns', uid: 'u', generation: 1 },
+    spec: { volume: { pvc: 'pvc' } },
+  };
+  // As the API server returns our own Service: defaults filled in, targetPort a number.
+  const served = (): V1Service => ({
+    metadata: { name: 'vol', namespace: 'ns', resourceVersion: '9' },
+    spec: {
+      ...serviceSpec(nfs),
+      clusterIP: '10.96.0.20',
+      type: 'ClusterIP',
+      sessionAffinity: 'None',
+      ports: [{ name: 'nfs', port: 2049, targetPort: 2049 as unknown as string, protocol: 'TCP' }],
+    },
+  });
+  assert.deepEqual(serviceDrift(served(), nfs), [], 'the API server defaults are no drift');
+  const edited = served();
+  edited.spec = {
+    ...edited.spec,
+    selector: { app: 'other' },
+    ports: [{ name: 'nfs', port: 2050, targetPort: 2050 as unknown as string, protocol: 'TCP' }],
+    publishNotReadyAddresses: false,
+  };
+  assert.deepEqual(serviceDrift(edited, nfs), [
+    'spec.selector',
+    'spec.ports',
+    'spec.publishNotReadyAddresses',
+  ]);
+  const extraKey = served();
+  extraKey.spec = { ...extraKey.spec, selector: { ...extraKey.spec?.selector, extra: 'x' } };
+  assert.deepEqual(serviceDrift(extraKey, nfs), ['spec.selector'], 'an added selector key is drift');
+  // Headless where an address is needed: not repairable in place, not reported.
+  const headless = served();
+  headless.spec = { ...headless.spec, clusterIP: 'None', ports: [] };
+  assert.deepEqual(serviceDrift(headless, nfs), []);
+
+  const running = {
+    state: 'Running' as const,
+    message: '',
+    node: 'n1',
+    pod: 'vol-a',
+    leaseHolder: 'vol-a',
+    observedGeneration: 1,
+  };
+  const actions = decideShareManager(
+    snap({ sm: { ...nfs, status: running }, service: edited, serviceDrift: serviceDrift(edited, nfs) }),
+  );
+  const repair = actions.find((a) => a.kind === 'repairService');
+  assert.ok(repair?.kind === 'repairService', JSON.stringify(actions.map((a) => a.kind)));
+  assert.equal(repair.service.metadata?.resourceVersion, '9');
+  assert.deepEqual(repair.fields, ['spec.selector', 'spec.ports', 'spec.publishNotReadyAddresses']);
+  assert.equal(
+    decideShareManager(snap({ sm: { ...nfs, status: running }, service: undefined })).some(
+      (a) => a.kind === 'ensureService',
+    ),
+    true,
+    'a missing Service (deleted: the cache says so) is created again',
+  );
 });

@@ -48,3 +48,32 @@ test('failures are retried with backoff; a requested delay requeues', async () =
   assert.equal(errors.length, 2);
   assert.equal(calls, 4, 'two failures, one success asking for a requeue, one more run');
 });
+
+test("a failure's retry honours the server's Retry-After, and onError learns the count in a row", async () => {
+  const calls: number[] = [];
+  const counts: number[] = [];
+  const q = new WorkQueue(
+    async () => {
+      calls.push(performance.now());
+      if (calls.length === 1) {
+        // As client-node's ApiException carries a 429's headers, inside our KubeApiError.
+        throw Object.assign(new Error('HTTP 429'), {
+          cause: Object.assign(new Error('Too Many Requests'), {
+            code: 429,
+            headers: { 'retry-after': '1' },
+          }),
+        });
+      }
+      return undefined;
+    },
+    (_key, _err, failures) => counts.push(failures),
+    { workers: 1, retryMs: 10, maxRetryMs: 5_000 },
+  );
+  q.add('x');
+  await sleep(1_300);
+  q.stop();
+  assert.equal(calls.length, 2);
+  const waited = (calls[1] ?? 0) - (calls[0] ?? 0);
+  assert.ok(waited >= 990, `retried after ${waited.toFixed(0)} ms, before the 1 s Retry-After`);
+  assert.deepEqual(counts, [1]);
+});
