@@ -78,7 +78,7 @@ export async function acquireLease(deps: AcquireDeps): Promise<AcquireOutcome> {
       if (stop.aborted) break; // a planned stop during the read: do not start holding now
       const nowMs = clock.now();
       if (lease !== undefined) observation = observe(observation, lease, nowMs);
-      const action = decideAcquire(lease, observation, me, leaseDurationMs, nowMs);
+      const action = decideAcquire(lease, observation, me, leaseDurationMs, nowMs, config.takeExpired);
       if (failing) log.info('lease reads recovered');
       failing = false;
       if (action.kind === 'refuse')
@@ -86,8 +86,10 @@ export async function acquireLease(deps: AcquireDeps): Promise<AcquireOutcome> {
       if (action.kind === 'wait') {
         if (action.holder !== waitingFor) {
           log.info(
-            { holder: action.holder },
-            'lease held by another pod; waiting until it is free, delinquent or silent',
+            { holder: action.holder, takeExpired: config.takeExpired },
+            config.takeExpired
+              ? 'lease held by another pod; waiting until it is free, delinquent or silent'
+              : 'lease held by another pod; waiting until it is free or delinquent (a silent holder is left to the failover)',
           );
           const first = waitingFor === '' && !askedOtherHolder;
           waitingFor = action.holder;

@@ -16,6 +16,7 @@
  * | LEASEHOLD_HEDGE_DELAY             | min(500ms, (T-R)/2) | a renewal (or the read after a 409) not answered after this gets a second attempt on a fresh connection (renew-round.ts); 0 = off. Hazard: up to 2x the renewal requests while the API is slow |
  * | LEASEHOLD_REQUEST_TIMEOUT         | T-R (1s when hedging is off) | cap on one API request; each is also cut at the renew deadline. Hazard: below the API's latency every attempt is cut and the agent fences a healthy server |
  * | LEASEHOLD_ACQUIRE_TIMEOUT         | 0        | give up acquiring (exit 3) after this long; 0 waits forever |
+ * | LEASEHOLD_TAKE_EXPIRED            | true     | take a held lease after D of silence by this agent's observation; false leaves a silent holder to the manager's failover (its storage-fencing gate). The manager sets false under LEASEHOLD_NONFENCING_STORAGE=require-node-down. Hazard of true: on storage that cannot fence, a frozen holder may write once more on resume |
  * | LEASEHOLD_RELEASE_TIMEOUT         | 900ms    | budget for releasing the lease on SIGTERM |
  * | LEASEHOLD_FENCE_ACTION            | pod      | pod (every process of the pod but the agent), signal (processes by name), command, or none (explicit opt-out: the server keeps running) |
  * | LEASEHOLD_FENCE_PROCESS           | -        | for `signal`: process name (see fence-targets.ts for the matching rule) |
@@ -80,6 +81,8 @@ export interface AgentConfig {
   nodeName: string;
   timings: Timings;
   acquireTimeoutMs: number;
+  /** Take a held lease after D of observed silence (LEASEHOLD_TAKE_EXPIRED). */
+  takeExpired: boolean;
   releaseTimeoutMs: number;
   fence: FenceConfig;
   httpPort: number;
@@ -102,6 +105,7 @@ export function readAgentConfig(env: Env): AgentConfig {
   const podName = r.objectName('LEASEHOLD_POD_NAME');
   const nodeName = r.objectName('LEASEHOLD_NODE_NAME');
   const acquireTimeoutMs = r.duration('LEASEHOLD_ACQUIRE_TIMEOUT', 0, 0, 24 * HOUR);
+  const takeExpired = r.boolean('LEASEHOLD_TAKE_EXPIRED', true);
   const releaseTimeoutMs = r.duration('LEASEHOLD_RELEASE_TIMEOUT', 900, 50, 60_000);
   const fence = readFence(r, timingsSound ? timings : undefined);
   const httpPort = r.port('LEASEHOLD_HTTP_PORT', 8081);
@@ -116,6 +120,7 @@ export function readAgentConfig(env: Env): AgentConfig {
     nodeName,
     timings,
     acquireTimeoutMs,
+    takeExpired,
     releaseTimeoutMs,
     fence,
     httpPort,

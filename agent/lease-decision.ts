@@ -5,9 +5,12 @@
  *
  * Invariants (docs/design.md, "The lease protocol": acquire and renew):
  *  - A lease held by someone else is taken only when it is free, marked delinquent, or
- *    its resourceVersion has stayed the same for the lease duration by THIS agent's own
- *    monotonic observation. Remote renewTime/acquireTime are never compared with a
- *    local clock.
+ *    (only with `takeExpired`) its resourceVersion has stayed the same for the lease
+ *    duration by THIS agent's own monotonic observation. Remote renewTime/acquireTime
+ *    are never compared with a local clock. Without `takeExpired` a silent holder is
+ *    left to the manager's failover, which runs the storage-fencing gate first: on
+ *    storage that cannot fence, a holder that is only silent (its node frozen while
+ *    its pod was being deleted) may resume and write (docs/design.md, "Storage fencing").
  *  - A lease naming this pod is resumed (restart in place) only when it is not marked
  *    delinquent: a delinquent mark on our own lease means a manager declared this
  *    incarnation dead, and a replacement pod is on its way.
@@ -59,6 +62,7 @@ export function decideAcquire(
   me: Identity,
   leaseDurationMs: number,
   nowMs: number,
+  takeExpired = true,
 ): AcquireAction {
   if (lease === undefined) return { kind: 'create' };
   if (lease.holder === '') return { kind: 'take', reason: 'free' };
@@ -71,7 +75,7 @@ export function decideAcquire(
   const silenceMs = Math.max(leaseDurationMs, lease.durationSeconds * 1000);
   const sameVersion = observation !== undefined && observation.resourceVersion === lease.resourceVersion;
   const expiresAtMs = sameVersion ? observation.observedAtMs + silenceMs : nowMs + silenceMs;
-  if (sameVersion && nowMs >= expiresAtMs) return { kind: 'take', reason: 'expired' };
+  if (takeExpired && sameVersion && nowMs >= expiresAtMs) return { kind: 'take', reason: 'expired' };
   return { kind: 'wait', holder: lease.holder, expiresAtMs };
 }
 

@@ -130,12 +130,30 @@ export interface PodSpecInput {
   avoid: NodeAvoidance | NodeAvoidances;
   /** Annotations that tie the pod to its creation (pod request id, replaced pod). */
   annotations?: Record<string, string>;
+  /**
+   * Whether the agent may take a silent holder's lease on its own (LEASEHOLD_TAKE_EXPIRED):
+   * only where the manager's failover would not wait for the storage-fencing gate
+   * (takeExpiredFor). Default false: a silent holder is left to the failover.
+   */
+  takeExpired?: boolean;
+}
+
+/**
+ * Whether pods of this manager let their agent take a lease by expiry: only under
+ * LEASEHOLD_NONFENCING_STORAGE=lease-only, where the failover itself does not wait for
+ * node-down evidence either. Under require-node-down an agent taking an expired lease
+ * would go around the storage-fencing gate (a holder pod being deleted when its node
+ * froze, its successor already created: issue 27 item 1), so only the failover's mark
+ * (after the gate) or a release hands the lease on.
+ */
+export function takeExpiredFor(settings: Pick<ManagerConfig, 'nonFencingStorage'>): boolean {
+  return settings.nonFencingStorage === 'lease-only';
 }
 
 /** The manager settings a share pod is built from. */
 export type PodSettings = Pick<
   ManagerConfig,
-  'defaults' | 'agentImage' | 'agentPort' | 'agentServiceAccount' | 'nfsServerImage'
+  'defaults' | 'agentImage' | 'agentPort' | 'agentServiceAccount' | 'nfsServerImage' | 'nonFencingStorage'
 >;
 
 /**
@@ -180,6 +198,7 @@ export function sharePodFor(
     agentServiceAccount: settings.agentServiceAccount,
     avoid,
     annotations,
+    takeExpired: takeExpiredFor(settings),
   });
   return { ok: true, pod };
 }
@@ -227,7 +246,14 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
           image: input.agentImage,
           args: ['agent'],
           restartPolicy: 'Always',
-          env: agentEnv(sm, timings, agentPort, input.fenceAction, input.serverCheck ?? sm.spec.serverCheck),
+          env: agentEnv(
+            sm,
+            timings,
+            agentPort,
+            input.fenceAction,
+            input.serverCheck ?? sm.spec.serverCheck,
+            input.takeExpired ?? false,
+          ),
           securityContext: AGENT_SECURITY_CONTEXT,
           ports: [{ name: 'agent-http', containerPort: agentPort, protocol: 'TCP' }],
           // The shipped NFS server gates itself (see the header); a user's server image
@@ -365,6 +391,7 @@ function agentEnv(
   agentPort: number,
   fenceAction: FenceAction,
   check: ShareManagerSpec['serverCheck'],
+  takeExpired: boolean,
 ): V1EnvVar[] {
   const env: V1EnvVar[] = [
     { name: 'LEASEHOLD_LEASE_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
@@ -376,6 +403,7 @@ function agentEnv(
     { name: 'LEASEHOLD_RENEW_DEADLINE', value: formatDuration(t.renewDeadlineMs) },
     { name: 'LEASEHOLD_RETRY_PERIOD', value: formatDuration(t.retryPeriodMs) },
     { name: 'LEASEHOLD_HTTP_PORT', value: String(agentPort) },
+    { name: 'LEASEHOLD_TAKE_EXPIRED', value: String(takeExpired) },
     ...AGENT_RUNTIME_ENV,
   ];
   const fence = sm.spec.fence;

@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { CoreV1Api, RbacAuthorizationV1Api } from '@kubernetes/client-node';
+import { sleep } from '../../lib/clock.ts';
 import { ANNOTATION_DELINQUENT, LABEL_SHARE_MANAGER, toWire } from '../../lib/lease-record.ts';
 import { useCluster } from '../support/cluster.ts';
 import {
@@ -18,6 +19,7 @@ import {
   cleanup,
   createLease,
   leaseApi,
+  NAMESPACE,
   probe,
   readLease,
   spawnAgent,
@@ -213,6 +215,39 @@ describe('agent acquisition', () => {
     const lease = await readLease(api, 'silent-one');
     assert.equal(lease?.holder, 'pod-successor');
     assert.equal(lease?.transitions, 2);
+  });
+
+  it("with LEASEHOLD_TAKE_EXPIRED=false (what the manager sets under require-node-down) never takes a silent holder; the failover's mark hands it on", async () => {
+    const api = leaseApi(cluster());
+    await createLease(api, 'gated-one', { holder: 'frozen-pod', durationSeconds: 4, transitions: 1 });
+    const agent = spawnAgent({ ...envFor('gated-one', 'pod-waiting'), LEASEHOLD_TAKE_EXPIRED: 'false' });
+    const waiting = await agent.waitForLog(
+      'lease held by another pod; waiting until it is free or delinquent (a silent holder is left to the failover)',
+    );
+    assert.equal(waiting.takeExpired, false);
+    await sleep(3 * 4_000); // three times D of silence
+    assert.equal((await readLease(api, 'gated-one'))?.holder, 'frozen-pod', 'not taken by expiry');
+    assert.equal(
+      agent.lines.some((l) => l.msg === 'lease acquired'),
+      false,
+    );
+    // The manager's failover marks it (after its storage-fencing gate): taken at once.
+    const current = await api.readNamespacedLease({ namespace: NAMESPACE, name: 'gated-one' });
+    await api.replaceNamespacedLease({
+      namespace: NAMESPACE,
+      name: 'gated-one',
+      body: {
+        ...current,
+        metadata: {
+          ...current.metadata,
+          annotations: {
+            ...current.metadata?.annotations,
+            [ANNOTATION_DELINQUENT]: new Date().toISOString(),
+          },
+        },
+      },
+    });
+    assert.equal((await agent.waitForLog('lease acquired')).how, 'delinquent');
   });
 
   it('resumes its own lease after a restart in place', async () => {

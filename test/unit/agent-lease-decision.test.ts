@@ -103,6 +103,30 @@ describe('decideAcquire', () => {
       expiresAtMs: 20_000,
     });
   });
+  it('without takeExpired a silent holder is never taken, however long; free and delinquent leases still are (issue 27 item 1)', () => {
+    const c = new ManualClock(0);
+    const held = lease({ holder: 'old-pod', resourceVersion: '7' });
+    const observation = observe(undefined, held, c.now());
+    c.advance(100 * D);
+    assert.equal(decideAcquire(held, observation, ME, D, c.now(), false).kind, 'wait');
+    assert.deepEqual(decideAcquire(held, observation, ME, D, c.now(), true), {
+      kind: 'take',
+      reason: 'expired',
+    });
+    assert.deepEqual(decideAcquire(lease({ holder: '' }), undefined, ME, D, c.now(), false), {
+      kind: 'take',
+      reason: 'free',
+    });
+    const marked = lease({ holder: 'old-pod', delinquentSince: '2026-01-01T00:00:00Z' });
+    assert.deepEqual(decideAcquire(marked, undefined, ME, D, c.now(), false), {
+      kind: 'take',
+      reason: 'delinquent',
+    });
+    assert.deepEqual(decideAcquire(lease({ holder: ME.podName }), undefined, ME, D, c.now(), false), {
+      kind: 'take',
+      reason: 'self',
+    });
+  });
   it('an observation of another version does not count', () => {
     const held = lease({ holder: 'old-pod', resourceVersion: '9' });
     const stale: Observation = { resourceVersion: '8', observedAtMs: -100_000 };

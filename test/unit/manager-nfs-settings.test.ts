@@ -18,6 +18,7 @@ const settings = {
   agentPort: 8081,
   agentServiceAccount: undefined,
   nfsServerImage: 'leasehold.dev/nfs-ganesha:dev',
+  nonFencingStorage: 'require-node-down' as const,
 };
 const share = (nfs: ShareManager['spec']['nfs']): ShareManager => ({
   metadata: { name: 'vol-n', namespace: 'storage', uid: 'uid-n', generation: 1 },

@@ -332,6 +332,7 @@ describe('no spec.server: the shipped NFS server', () => {
     agentPort: 8081,
     agentServiceAccount: undefined,
     nfsServerImage: 'registry.example/nfs-ganesha:1.2',
+    nonFencingStorage: 'require-node-down' as const,
   };
   const podOf = (s: ShareManager) => {
     const built = sharePodFor(s, settings, undefined, {});
@@ -407,6 +408,20 @@ describe('no spec.server: the shipped NFS server', () => {
       },
       seccompProfile: { type: 'RuntimeDefault' },
     });
+  });
+
+  it("the agent takes a silent holder's lease on its own only under nonFencingStorage lease-only (issue 27 item 1)", () => {
+    assert.equal(
+      agentEnvOf(nfsSm).LEASEHOLD_TAKE_EXPIRED,
+      'false',
+      'require-node-down: left to the gated failover',
+    );
+    const leaseOnly = sharePodFor(nfsSm, { ...settings, nonFencingStorage: 'lease-only' }, undefined, {});
+    assert.ok(leaseOnly.ok);
+    const env = Object.fromEntries(
+      (leaseOnly.pod.spec?.initContainers?.[0]?.env ?? []).map((e) => [e.name, e.value]),
+    );
+    assert.equal(env.LEASEHOLD_TAKE_EXPIRED, 'true');
   });
 
   it('the agent: pod fence, server check tcp://127.0.0.1:2049 with a timeout below T - R', () => {
