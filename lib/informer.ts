@@ -11,7 +11,10 @@
  *  - 410 Gone (as an HTTP status or an ERROR event) drops the resourceVersion and
  *    re-lists after the initial backoff (not the grown one: the server answered); the
  *    re-list is diffed against the cache so handlers see added, modified and deleted
- *    exactly as if they had watched throughout.
+ *    exactly as if they had watched throughout. So does a "too large resource version"
+ *    answer (our version is ahead of the server's: etcd was restored from a backup),
+ *    which would otherwise be asked again forever. Each event says whether it came from
+ *    a list (the server's current state, whatever its resourceVersion) or a watch.
  *  - Each watch asks the server to end it after `watchTimeout` (5-10 min by default); a
  *    clean end is resumed from the last resourceVersion seen (event or bookmark), so the
  *    server replays every change since: `onDisconnected('ended')` then
@@ -49,6 +52,7 @@ import {
 
 export type InformerEventType = 'added' | 'modified' | 'deleted';
 export type ConnectKind = 'relisted' | 'resumed';
+export type EventOrigin = 'list' | 'watch';
 export type RestartReason = 'ended' | 'gone' | 'quiet' | 'error';
 
 export interface InformerOptions<T extends KubernetesObject> {
@@ -74,7 +78,8 @@ export interface InformerOptions<T extends KubernetesObject> {
   backoff?: WatchBackoffPolicy;
   /** Test seam for jitter; defaults to Math.random. */
   random?: () => number;
-  onEvent: (type: InformerEventType, object: T, previous: T | undefined) => void;
+  /** `origin` 'list': from a (re-)list, the server's current state; 'watch': a watch event, in order. */
+  onEvent: (type: InformerEventType, object: T, previous: T | undefined, origin: EventOrigin) => void;
   onConnected?: (kind: ConnectKind) => void;
   onDisconnected?: (reason: RestartReason, error?: unknown) => void;
 }
@@ -225,15 +230,15 @@ export class Informer<T extends KubernetesObject> {
       seen.add(key);
       const previous = this.cache.get(key);
       this.cache.set(key, item);
-      if (!previous) this.opts.onEvent('added', item, undefined);
+      if (!previous) this.opts.onEvent('added', item, undefined, 'list');
       else if (previous.metadata?.resourceVersion !== item.metadata?.resourceVersion) {
-        this.opts.onEvent('modified', item, previous);
+        this.opts.onEvent('modified', item, previous, 'list');
       }
     }
     for (const [key, previous] of [...this.cache]) {
       if (seen.has(key)) continue;
       this.cache.delete(key);
-      this.opts.onEvent('deleted', previous, previous);
+      this.opts.onEvent('deleted', previous, previous, 'list');
     }
     this.resourceVersion = body.metadata?.resourceVersion ?? '';
     this.isSynced = true;
@@ -270,6 +275,9 @@ export class Informer<T extends KubernetesObject> {
       if (res.status === 410) return { reason: 'gone', delivered };
       if (res.status !== 200 || !res.body) {
         const text = await res.text().catch(() => '');
+        // Our resourceVersion is ahead of the server's: its store went back (etcd restored
+        // from a backup). Watching from it would wait forever; re-list, as client-go does.
+        if (TOO_LARGE_RESOURCE_VERSION.test(text)) return { reason: 'gone', delivered };
         const error = new KubeApiError(`watching ${this.opts.resource}`, res.status, {
           cause: Object.assign(new Error(text), { body: text }),
         });
@@ -311,6 +319,7 @@ export class Informer<T extends KubernetesObject> {
     const { type, object } = event;
     if (type === 'ERROR') {
       if (object.code === 410) return { reason: 'gone', delivered: true };
+      if (TOO_LARGE_RESOURCE_VERSION.test(JSON.stringify(object))) return { reason: 'gone', delivered: true };
       return {
         reason: 'error',
         error: new KubeApiError(`watching ${this.opts.resource}`, object.code),
@@ -324,14 +333,17 @@ export class Informer<T extends KubernetesObject> {
     const previous = this.cache.get(key);
     if (type === 'DELETED') {
       this.cache.delete(key);
-      this.opts.onEvent('deleted', object, previous);
+      this.opts.onEvent('deleted', object, previous, 'watch');
     } else {
       this.cache.set(key, object);
-      this.opts.onEvent(previous ? 'modified' : 'added', object, previous);
+      this.opts.onEvent(previous ? 'modified' : 'added', object, previous, 'watch');
     }
     return undefined;
   }
 }
+
+/** The API server's answer to a watch from a resourceVersion it has not reached (a Status of reason Timeout, cause ResourceVersionTooLarge). */
+const TOO_LARGE_RESOURCE_VERSION = /ResourceVersionTooLarge|too large resource version/i;
 
 function keyOf(object: KubernetesObject): string {
   return `${object.metadata?.namespace ?? ''}/${object.metadata?.name ?? ''}`;

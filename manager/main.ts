@@ -126,14 +126,14 @@ const leases = informer<k8s.V1Lease>({
   resource: 'leases',
   path: `/apis/coordination.k8s.io/v1${ns}/leases`,
   labelSelector: LABEL_SHARE_MANAGER,
-  onEvent: (type, lease) => {
+  onEvent: (type, lease, _previous, origin) => {
     const [leaseNs, leaseName] = [lease.metadata?.namespace ?? '', lease.metadata?.name ?? ''];
     if (type === 'deleted') {
       monitor?.leaseDeleted(leaseNs, leaseName);
       void labelCheck.leaseLeft(leaseNs, leaseName);
     } else {
       labelCheck.leaseSeen(leaseNs, leaseName);
-      monitor?.leaseSeen(lease);
+      monitor?.leaseSeen(lease, origin === 'list');
     }
     metrics.leasesTracked.set(monitor?.tracked ?? 0);
     controller?.enqueueFor(lease, false);

@@ -23,7 +23,7 @@
  * client (kubelets, the simulator, managers, agents, tests) talks to it directly too.
  */
 import { rmSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
@@ -102,23 +102,25 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       number,
       number,
     ];
-    const etcd = new Component(
-      'etcd',
-      join(bin, 'etcd'),
-      [
-        '--name=leasehold',
-        `--data-dir=${join(dir, 'etcd')}`,
-        `--listen-client-urls=http://127.0.0.1:${etcdClient}`,
-        `--advertise-client-urls=http://127.0.0.1:${etcdClient}`,
-        `--listen-peer-urls=http://127.0.0.1:${etcdPeer}`,
-        `--initial-advertise-peer-urls=http://127.0.0.1:${etcdPeer}`,
-        `--initial-cluster=leasehold=http://127.0.0.1:${etcdPeer}`,
-        // Throwaway test data: skip fsync so a loaded 2-core machine stays responsive.
-        '--unsafe-no-fsync',
-        '--log-level=warn',
-      ],
-      join(logDir, 'etcd.log'),
-    );
+    const makeEtcd = () =>
+      new Component(
+        'etcd',
+        join(bin, 'etcd'),
+        [
+          '--name=leasehold',
+          `--data-dir=${join(dir, 'etcd')}`,
+          `--listen-client-urls=http://127.0.0.1:${etcdClient}`,
+          `--advertise-client-urls=http://127.0.0.1:${etcdClient}`,
+          `--listen-peer-urls=http://127.0.0.1:${etcdPeer}`,
+          `--initial-advertise-peer-urls=http://127.0.0.1:${etcdPeer}`,
+          `--initial-cluster=leasehold=http://127.0.0.1:${etcdPeer}`,
+          // Throwaway test data: skip fsync so a loaded 2-core machine stays responsive.
+          '--unsafe-no-fsync',
+          '--log-level=warn',
+        ],
+        join(logDir, 'etcd.log'),
+      );
+    let etcd = makeEtcd();
     started.push(etcd);
     etcd.start();
     // etcd needs no certificate (plain HTTP on loopback): it starts while openssl makes them.
@@ -316,6 +318,30 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       progress('the default ServiceAccount exists');
     }
     let stopped = false;
+    // A file-level backup or restore of etcd, as an operator does it: the API server
+    // stopped first, then etcd; etcd started on the data, then a fresh API server (its
+    // watch cache must not outlive the store it mirrored).
+    let backups = 0;
+    const offline = async (work: () => Promise<void>) => {
+      gate?.setMode('close');
+      await apiserver.stop();
+      await etcd.stop();
+      await work();
+      const nextEtcd = makeEtcd();
+      started[started.indexOf(etcd)] = nextEtcd;
+      etcd = nextEtcd;
+      etcd.start();
+      await etcd.waitReady(() => httpOk(`http://127.0.0.1:${etcdClient}/health`), 30_000);
+      const next = new Component(
+        'kube-apiserver',
+        join(bin, 'kube-apiserver'),
+        apiserverArgs,
+        join(logDir, 'kube-apiserver.log'),
+      );
+      started[started.indexOf(apiserver)] = next;
+      apiserver = next;
+      await startApiServer();
+    };
     return {
       dir,
       server,
@@ -339,6 +365,20 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
         started[started.indexOf(apiserver)] = next;
         apiserver = next;
         await startApiServer();
+      },
+      backupEtcd: async () => {
+        backups += 1;
+        const backup = join(dir, `etcd-backup-${backups}`);
+        await offline(async () => {
+          await cp(join(dir, 'etcd'), backup, { recursive: true });
+        });
+        return backup;
+      },
+      restoreEtcd: async (backup) => {
+        await offline(async () => {
+          await rm(join(dir, 'etcd'), { recursive: true, force: true });
+          await cp(backup, join(dir, 'etcd'), { recursive: true });
+        });
       },
       writeTokenKubeconfig: (path, token, via) =>
         writeKubeconfig(path, via ?? server, certs.caCert, { token }),

@@ -53,6 +53,16 @@ export interface Cluster {
   /** Starts kube-apiserver again on the same port and waits for /readyz. */
   startApiServer(): Promise<void>;
   /**
+   * A file-level backup of etcd's data (API server and etcd stopped for the copy, then
+   * started again: a short outage); returns the backup's path, for restoreEtcd.
+   */
+  backupEtcd(): Promise<string>;
+  /**
+   * Restores etcd's data from `backup` (API server and etcd stopped, the data replaced,
+   * both started again): every object and resourceVersion goes back to the backup's.
+   */
+  restoreEtcd(backup: string): Promise<void>;
+  /**
    * Writes a kubeconfig at `path` that authenticates with `token` (e.g. a
    * TokenRequest token for a service account) against `server` (defaults to the
    * API server; pass a proxy's address to route through it; the TLS server name

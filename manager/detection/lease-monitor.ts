@@ -91,15 +91,33 @@ export class LeaseMonitor {
     return this.observations.get(key);
   }
 
-  /** A lease as delivered by the watch (or a re-read after a conflict). */
-  leaseSeen(wire: k8s.V1Lease): void {
-    this.record(fromWire(wire));
+  /** A lease as delivered by the informer: `current` when it came from a (re-)list, not a watch event. */
+  leaseSeen(wire: k8s.V1Lease, current = false): void {
+    this.record(fromWire(wire), current);
   }
 
-  record(raw: LeaseRecord): void {
+  /**
+   * Records a version of a lease. `current`: it is the server's state now (a quorum read,
+   * or a list), not a watch event that may lag a read we already recorded.
+   * An older resourceVersion than known is dropped when it comes from the watch (a late
+   * event). When it is current, the server's store went back (etcd restored from a
+   * backup): what we observed belongs to a history that no longer exists, so the lease
+   * is observed afresh from now (no verdict before D of our own observation, as after a
+   * blind spell) and later versions count from there. Dropping it instead would ignore
+   * every later renewal and every later silence, and no holder that dies would ever be
+   * failed over (issue 27 item 7).
+   */
+  record(raw: LeaseRecord, current = false): void {
     const key = leaseKey(raw);
-    const previous = this.observations.get(key);
-    if (previous && Number(previous.lease.resourceVersion) > Number(raw.resourceVersion)) return; // older than known
+    let previous = this.observations.get(key);
+    if (previous && Number(previous.lease.resourceVersion) > Number(raw.resourceVersion)) {
+      if (!current) return; // a late watch event: older than what we know
+      this.log.warn(
+        { lease: key, known: previous.lease.resourceVersion, now: raw.resourceVersion },
+        'the lease is older on the API server than we knew it (etcd restored from a backup?): observed afresh from now',
+      );
+      previous = undefined;
+    }
     const floorMs = this.durationFloor(key, raw);
     const { lease, odd } = inspectLease(
       raw,

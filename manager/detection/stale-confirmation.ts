@@ -49,7 +49,7 @@ export class StaleConfirmation {
             { lease: key, observed, read: lease.resourceVersion },
             'stale by the watch, but the lease moved: re-observed',
           );
-          return this.monitor?.record(lease);
+          return this.monitor?.record(lease, true);
         }
         const now = this.clock.now();
         this.onConfirmed({

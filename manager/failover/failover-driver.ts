@@ -668,7 +668,8 @@ export class FailoverDriver {
       }
       case 'reobserve':
         void this.executor.readLease(namespace, name).then(
-          (lease) => (lease ? this.monitor?.record(lease) : this.monitor?.leaseDeleted(namespace, name)),
+          (lease) =>
+            lease ? this.monitor?.record(lease, true) : this.monitor?.leaseDeleted(namespace, name),
           (err: unknown) => {
             this.log.warn({ err, lease: m.key }, 're-reading the lease failed; judging again later');
             this.later(this.config.defaults.retryPeriodMs, () => this.monitor?.rejudge(m.key));

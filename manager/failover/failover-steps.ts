@@ -142,7 +142,7 @@ export function runStep(
           }
           m.times.marked = now();
           m.owner = config.identity;
-          monitor?.record(outcome.lease);
+          monitor?.record(outcome.lease, true);
           return 'markWon';
         },
       };
@@ -243,7 +243,7 @@ export function runStep(
           m.times = { detected: now(), marked: now() };
           m.inherited = inheritedRecord(view.shareManager(m.key)?.status?.lastFailover, m.lostPod);
           m.owner = config.identity;
-          monitor?.record(outcome.lease);
+          monitor?.record(outcome.lease, true);
           return 'takeoverWon';
         },
       };

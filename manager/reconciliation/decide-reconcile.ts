@@ -167,7 +167,7 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
   if (!s.resolved.ok) {
     return statusIfChanged(s.sm, {
       state: 'Error',
-      message: s.resolved.message,
+      message: summariseProblems(s.resolved.message),
       observedGeneration: generation,
     });
   }
@@ -287,13 +287,27 @@ function desiredStatus(s: ShareManagerSnapshot, live: V1Pod[], failingOver: bool
   else state = 'Pending';
   return {
     state,
-    message: '',
+    message: state === 'Pending' ? pendingReason(pod) : '',
     node: pod?.spec?.nodeName ?? '',
     pod: pod?.metadata?.name ?? '',
     leaseHolder: holder,
     observedGeneration: s.sm.metadata.generation,
     ...exportField(s),
   };
+}
+
+/**
+ * Why a share is Pending, in the scheduler's words (its PodScheduled=False condition:
+ * a backing claim that does not exist, no node that fits), so that a missing claim is
+ * not a silent Pending; '' while the pod is not created or the scheduler said nothing.
+ */
+function pendingReason(pod: V1Pod | undefined): string {
+  const scheduled = pod?.status?.conditions?.find((c) => c.type === 'PodScheduled');
+  if (!pod || scheduled?.status !== 'False' || !scheduled.message) return '';
+  return `pod ${pod.metadata?.name}: ${scheduled.reason ?? 'Unschedulable'}: ${scheduled.message}`.slice(
+    0,
+    1024,
+  );
 }
 
 /** status.export: set for the NFS default once the ClusterIP is known; null to remove it. */
@@ -317,4 +331,27 @@ function statusIfChanged(sm: ShareManager, desired: StatusFields): ReconcileActi
     return (current[key] ?? '') !== want;
   });
   return differs ? [{ kind: 'setStatus', status: desired }] : [];
+}
+
+/** The longest status.message written: a whole status must stay far below etcd's 1.5 MiB request limit. */
+export const MAX_STATUS_MESSAGE = 4096;
+
+/**
+ * A problem list ("a; b; c") cut to MAX_STATUS_MESSAGE at a problem's end, saying how
+ * many were left out, so that 80,000 bad entries still give a status that can be written
+ * (a longer one was refused by the API server and the status said nothing).
+ */
+export function summariseProblems(message: string): string {
+  if (message.length <= MAX_STATUS_MESSAGE) return message;
+  const problems = message.split('; ');
+  const kept: string[] = [];
+  let length = 0;
+  for (const p of problems) {
+    const piece = p.length > MAX_STATUS_MESSAGE / 2 ? `${p.slice(0, MAX_STATUS_MESSAGE / 2)}…` : p;
+    if (length + piece.length + 2 > MAX_STATUS_MESSAGE - 80) break;
+    kept.push(piece);
+    length += piece.length + 2;
+  }
+  const left = problems.length - kept.length;
+  return `${kept.join('; ')}; … and ${left} more problem${left === 1 ? '' : 's'} (${problems.length} in all)`;
 }

@@ -318,6 +318,10 @@ export class ReconcileExecutor {
     const namespace = sm.metadata.namespace ?? '';
     const name = sm.metadata.name ?? '';
     const want = serviceSpec(sm);
+    // NB: a Service with a ClusterIP keeps its ports when the share now wants a headless
+    // one (a server without ports), and the reverse: the kind cannot change in place and
+    // an address without ports is refused (422).
+    const sameKind = (service.spec?.clusterIP === 'None') === (want.clusterIP === 'None');
     try {
       await this.core.replaceNamespacedService(
         {
@@ -328,7 +332,7 @@ export class ReconcileExecutor {
             spec: {
               ...service.spec,
               selector: want.selector,
-              ports: want.ports,
+              ports: sameKind ? want.ports : service.spec?.ports,
               publishNotReadyAddresses: want.publishNotReadyAddresses,
             },
           },
@@ -390,6 +394,64 @@ export class ReconcileExecutor {
     const message = `holder pod ${pod} ended (phase ${phase}); lease freed for the replacement`;
     this.log.info({ lease: key, pod, phase, transitions: lease.transitions }, message);
     await this.events.record(sm, 'Normal', 'LeaseReleased', message);
+  }
+
+  /**
+   * What the API server would refuse in the objects derived from `sm`, by a server-side
+   * dry run (nothing is stored) of its pod and its Service: the API server's own
+   * validation, so the manager never restates it (a mount path colliding with the
+   * server's own mounts, duplicate or numeric port names, an env name with "=", an image
+   * with spaces, a negative runAsUser, an unknown toleration operator, a bad nodeSelector
+   * key). Returns the refusal in the user's terms, or undefined when both would be
+   * accepted. Only a 400 or 422 (the object is invalid) counts: a 403 from a quota or Pod
+   * Security is about the namespace, not the spec (ReconcileFailing says it at creation);
+   * a Service that exists (409) was validated when it was made. Throws when no answer
+   * came (judged again on the next pass).
+   */
+  async dryRunShare(sm: ShareManager): Promise<string | undefined> {
+    const namespace = sm.metadata.namespace ?? '';
+    const name = sm.metadata.name ?? '';
+    const built = sharePodFor(sm, this.config, undefined, { [ANNOTATION_POD_REQUEST]: 'dry-run' });
+    if (!built.ok) return built.message;
+    const refusals: string[] = [];
+    const attempt = async (what: string, call: () => Promise<unknown>) => {
+      try {
+        await call();
+      } catch (err) {
+        const status = statusOf(err);
+        if (status === 400 || status === 422)
+          refusals.push(`the API server refuses the share's ${what}: ${apiMessageOf(err) || String(err)}`);
+        else if (status === undefined)
+          throw new KubeApiError(`dry-running the ${what} of share manager ${namespace}/${name}`, status, {
+            cause: err,
+          });
+      }
+    };
+    await attempt('pod', () =>
+      this.core.createNamespacedPod(
+        { namespace, body: built.pod, dryRun: 'All' },
+        withDeadline(this.config.requestTimeoutMs),
+      ),
+    );
+    await attempt('Service', () =>
+      this.core.createNamespacedService(
+        {
+          namespace,
+          body: {
+            metadata: {
+              name,
+              namespace,
+              labels: { [LABEL_SHARE_MANAGER]: name },
+              ownerReferences: [ownerRef(sm)],
+            },
+            spec: serviceSpec(sm),
+          },
+          dryRun: 'All',
+        },
+        withDeadline(this.config.requestTimeoutMs),
+      ),
+    );
+    return refusals.length > 0 ? refusals.join('; ') : undefined;
   }
 
   private async claimAndCreate(sm: ShareManager, requestId: string): Promise<number | undefined> {

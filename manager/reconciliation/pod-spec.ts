@@ -49,6 +49,7 @@
  *  - node anti-affinity against a lost node, `required` or `preferred` as decided by the
  *    caller (see anti-affinity.ts).
  */
+
 import type {
   V1Affinity,
   V1Container,
@@ -61,6 +62,7 @@ import type {
 import { formatDuration } from '../../lib/env-config.ts';
 import { LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import type { LeaseTimings, ManagerConfig } from '../config.ts';
+import { derivedConfigProblems } from './derived-config-check.ts';
 import {
   NFS_RUN_MOUNT,
   NFS_RUN_VOLUME,
@@ -70,6 +72,7 @@ import {
 } from './nfs-server-preset.ts';
 import {
   type FenceAction,
+  type ResolvedSpec,
   resolveSpec,
   type ShareManager,
   type ShareManagerSpec,
@@ -200,7 +203,21 @@ export function sharePodFor(
     annotations,
     takeExpired: takeExpiredFor(settings),
   });
+  const refused = derivedConfigProblems(pod, sm);
+  if (refused.length > 0) return { ok: false, message: refused.join('; ') };
   return { ok: true, pod };
+}
+
+/**
+ * The spec as the reconciler judges it: resolveSpec, and then what the agent and the
+ * shipped server would refuse in the pod built from it (derived-config-check.ts), so a
+ * spec they refuse is status Error at once, not a crash-looping pod at the next failover.
+ */
+export function resolveShare(sm: ShareManager, settings: PodSettings): ResolvedSpec {
+  const resolved = resolveSpec(sm.spec, settings.defaults);
+  if (!resolved.ok) return resolved;
+  const built = sharePodFor(sm, settings, undefined, {});
+  return built.ok ? resolved : built;
 }
 
 export function buildSharePod(input: PodSpecInput): V1Pod {

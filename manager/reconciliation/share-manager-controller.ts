@@ -25,7 +25,8 @@ import type { ConsumerObjects } from './decide-consumer.ts';
 import { decideShareManager } from './decide-reconcile.ts';
 import type { ConsumerExecutor } from './execute-consumer.ts';
 import { isOwnService, newRequestId, type ReconcileExecutor, serviceDrift } from './execute-reconcile.ts';
-import { resolveSpec, type ShareManager } from './share-manager-spec.ts';
+import { resolveShare } from './pod-spec.ts';
+import type { ResolvedSpec, ShareManager } from './share-manager-spec.ts';
 import { WorkQueue } from './work-queue.ts';
 
 /** Failed passes in a row after which the ShareManager's status and an event say so. */
@@ -48,6 +49,8 @@ export class ShareManagerController {
   private readonly requestSeen = new Map<string, { id: string; at: number }>();
   /** key -> the UID last reconciled, to forget the consumer executor's memory of it. */
   private readonly uids = new Map<string, string>();
+  /** ShareManager UID -> the API server's dry-run verdict on its derived objects, per spec generation (removed with the ShareManager). */
+  private readonly dryRuns = new Map<string, { generation: number; refusal: string | undefined }>();
 
   constructor(
     private readonly config: ManagerConfig,
@@ -115,6 +118,7 @@ export class ShareManagerController {
       if (uid) {
         this.consumer.forget(uid);
         this.executor.forget(uid);
+        this.dryRuns.delete(uid);
       }
       this.uids.delete(key);
       return undefined;
@@ -142,7 +146,7 @@ export class ShareManagerController {
       );
     const actions = decideShareManager({
       sm,
-      resolved: resolveSpec(sm.spec, this.config.defaults),
+      resolved: await this.judgeSpec(sm),
       lease: wireLease ? fromWire(wireLease) : undefined,
       service: ownService,
       serviceDrift: ownService ? serviceDrift(ownService, sm) : [],
@@ -156,6 +160,25 @@ export class ShareManagerController {
     });
     if (actions.length > 0) this.log.debug({ sm: key, actions }, 'reconcile');
     return this.executor.run(sm, actions);
+  }
+
+  /**
+   * The spec as judged: resolveShare (the manager's, the agent's and the server's rules),
+   * then what the API server would refuse in the derived pod and Service (a dry run, once
+   * per spec generation: ReconcileExecutor.dryRunShare). A refusal is status Error before
+   * any Lease or Service exists, not a reconcile retried forever.
+   */
+  private async judgeSpec(sm: ShareManager): Promise<ResolvedSpec> {
+    const resolved = resolveShare(sm, this.config);
+    const uid = sm.metadata.uid ?? '';
+    if (!resolved.ok || uid === '') return resolved;
+    const generation = sm.metadata.generation ?? 0;
+    let judged = this.dryRuns.get(uid);
+    if (judged?.generation !== generation) {
+      judged = { generation, refusal: await this.executor.dryRunShare(sm) };
+      this.dryRuns.set(uid, judged);
+    }
+    return judged.refusal === undefined ? resolved : { ok: false, message: judged.refusal };
   }
 
   private consumerObjects(sm: ShareManager): ConsumerObjects {

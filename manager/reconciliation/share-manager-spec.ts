@@ -15,6 +15,7 @@
  * `spec.consumer` (the share published as a PV + claim, decide-consumer.ts) likewise needs
  * the shipped server, and its claim must not be the backing claim.
  */
+import { posix } from 'node:path';
 import type { V1EnvVar, V1ObjectMeta, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
 import { formatDuration, parseDuration } from '../../lib/env-config.ts';
 import { defaultFenceTiming, fenceTimingProblems } from '../../lib/fence-timing.ts';
@@ -163,6 +164,12 @@ export function resolveSpec(spec: ShareManagerSpec, defaults: LeaseTimings): Res
     problems.push('spec.fence.command is required when action is command');
   if (fenceAction !== 'none' && problems.length === 0) problems.push(...fenceTimingOf(fence, timings));
   const mountPath = spec.volume.mountPath ?? '/export';
+  // A path the kubelet would mount as written but a server would normalise (ganesha
+  // exports "/a/../b" as "/b"): status.export would name a path nobody serves.
+  if (mountPath !== posix.normalize(mountPath) || !mountPath.startsWith('/') || /.\/$/.test(mountPath))
+    problems.push(
+      `spec.volume.mountPath=${JSON.stringify(mountPath)}: must be a normalised absolute path (no "." or ".." parts, no repeated or trailing "/")${mountPath.startsWith('/') ? `; did you mean ${JSON.stringify(posix.normalize(mountPath).replace(/(.)\/$/, '$1'))}?` : ''}`,
+    );
   const nfsDefault = usesNfsDefault(spec);
   if (nfsDefault) problems.push(...nfsSpecProblems(mountPath, spec.nfs));
   else if (spec.nfs !== undefined)

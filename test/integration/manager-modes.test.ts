@@ -83,6 +83,51 @@ describe('manager modes', () => {
       await sleep(1000);
       assert.deepEqual(await podsOf(kc, 'bad', 'bad-timing'), [], 'no pod for a bad spec');
       await assert.rejects(readLease(kc, 'bad', 'bad-timing'), 'no lease for a bad spec');
+
+      // Accepted by the schema, refused by the agent's own rules (issue 27 item 8): the
+      // manager runs the agent's reader over the env it derives.
+      await createShareManager(kc, {
+        namespace: 'bad',
+        name: 'bad-signal',
+        extra: { fence: { action: 'pod', signal: 'SIGFOO' } },
+      });
+      const badSignal = await eventually('status Error for SIGFOO', async () => {
+        const s = await getShareManager(kc, 'bad', 'bad-signal');
+        return s.status?.state === 'Error' ? s : undefined;
+      });
+      assert.match(
+        badSignal.status?.message ?? '',
+        /spec\.fence\.signal="SIGFOO": the agent would refuse it at start/,
+      );
+      // Accepted by the schema and by every rule of ours, refused by the API server's
+      // validation of the derived pod (an env name with "=" and a duplicate port name):
+      // found by a dry run before any Lease or Service exists.
+      await createShareManager(kc, {
+        namespace: 'bad',
+        name: 'bad-pod',
+        extra: {
+          server: {
+            image: 'leasehold.dev/demo-share-server:dev',
+            ports: [
+              { name: 'http', containerPort: 8080 },
+              { name: 'http', containerPort: 8081 },
+            ],
+            env: [{ name: 'A=B', value: 'x' }],
+          },
+        },
+      });
+      const badPod = await eventually('status Error from the dry run', async () => {
+        const s = await getShareManager(kc, 'bad', 'bad-pod');
+        return s.status?.state === 'Error' ? s : undefined;
+      });
+      assert.match(badPod.status?.message ?? '', /the API server refuses the share's pod: .*A=B/);
+      await sleep(1000);
+      assert.deepEqual(await podsOf(kc, 'bad', 'bad-pod'), [], 'no pod');
+      await assert.rejects(readLease(kc, 'bad', 'bad-pod'), 'no lease');
+      await assert.rejects(
+        kc.makeApiClient(k8s.CoreV1Api).readNamespacedService({ namespace: 'bad', name: 'bad-pod' }),
+        'no Service',
+      );
       const pods = await podsOf(kc, 'bad', 'vol-good');
       assert.deepEqual(
         pods.map((p) => p.metadata?.uid),

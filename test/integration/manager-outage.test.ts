@@ -23,8 +23,11 @@ import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
 import {
   createNamespace,
+  createNode,
+  FAST_LEASE,
   HolderLoop,
   readLease,
+  runningShare,
   startManager,
   useManagerFixture,
 } from './manager-harness.ts';
@@ -114,5 +117,55 @@ describe('API server outage', () => {
       assert.equal((await readLease(kc, 'outage', `lease-${i}`)).delinquentSince, undefined);
     assert.ok(holders.every((h) => !h.lost));
     assert.equal(manager.child.exitCode, null, 'the manager is still running');
+  });
+
+  it('etcd restored from a backup (every resourceVersion goes back): a holder that dies afterwards is still failed over (issue 27 item 7)', async (t) => {
+    const kc = cluster().kubeConfig;
+    await createNamespace(kc, 'restore');
+    await createNode(kc, 'node-r1');
+    const manager = startManager(cluster(), 'r1', { LEASEHOLD_WATCH_NAMESPACE: 'restore' });
+    try {
+      const { pod, holder } = await runningShare(
+        kc,
+        { namespace: 'restore', name: 'vol-r', node: 'node-r1', lease: FAST_LEASE },
+        holders,
+      );
+      const backup = await cluster().backupEtcd();
+      // The history the restore takes away: renewals carry the resourceVersion past the backup's.
+      await sleep(8_000);
+      const before = await readLease(kc, 'restore', 'vol-r');
+      await cluster().restoreEtcd(backup);
+      const restored = await readLease(kc, 'restore', 'vol-r');
+      assert.ok(
+        Number(restored.resourceVersion) < Number(before.resourceVersion),
+        `the restore took the lease back (${before.resourceVersion} -> ${restored.resourceVersion})`,
+      );
+      // The holder renews on after the restore (its next CAS conflicts, it reads again), then dies.
+      const renewedAfter = holder.renewals;
+      await eventually('renewals after the restore', async () =>
+        holder.renewals >= renewedAfter + 3 ? true : undefined,
+      );
+      await holder.stop();
+      const stoppedAt = performance.now();
+      const marked = await eventually(
+        'the failover of the holder that died after the restore',
+        async () => {
+          const l = await readLease(kc, 'restore', 'vol-r');
+          return l.delinquentSince ? l : undefined;
+        },
+        60_000,
+        100,
+      );
+      assert.equal(marked.holder, pod.metadata?.name);
+      t.diagnostic(
+        `marked ${((performance.now() - stoppedAt) / 1000).toFixed(1)} s after the holder stopped`,
+      );
+      const said = (await manager.lines()).filter((l) =>
+        String(l.msg).includes('older on the API server than we knew it'),
+      );
+      assert.ok(said.length >= 1, 'the restore was noticed and said');
+    } finally {
+      await manager.kill();
+    }
   });
 });

@@ -134,6 +134,29 @@ test('an older resourceVersion delivered late does not undo a newer observation'
   assert.equal(stale.length, 0);
 });
 
+test('etcd restored (a list or read older than known): observed afresh, later renewals count, a later silence is stale (issue 27 item 7)', () => {
+  const { m, stale, lines } = monitor();
+  m.watchConnected('relisted');
+  m.leaseSeen(wire('a', 5000, '2026-01-01T00:00:50.000000Z'));
+  advance(3000);
+  // The re-list after the restore: the same lease at an older version, from the server's current state.
+  m.leaseSeen(wire('a', 4010, '2026-01-01T00:00:40.000000Z'), true);
+  assert.equal(m.observation('ns/a')?.lease.resourceVersion, '4010');
+  assert.match(lines.at(-1)?.[1] ?? '', /older on the API server than we knew it/);
+  advance(5000);
+  assert.equal(stale.length, 0, 'judged from the re-list, not from the lost history');
+  // Renewals after the restore (still below 5000) are seen as renewals.
+  m.leaseSeen(wire('a', 4011, '2026-01-01T00:00:45.000000Z'));
+  advance(5000);
+  m.leaseSeen(wire('a', 4012, '2026-01-01T00:00:50.000000Z'));
+  advance(5000);
+  assert.equal(stale.length, 0, 'renewals after the restore keep it fresh');
+  // The holder dies after the restore: stale D after its last renewal.
+  advance(1001);
+  assert.equal(stale.length, 1);
+  assert.equal(stale[0]?.observation.lease.resourceVersion, '4012');
+});
+
 test('deleted and free leases have no timer', () => {
   const { m, stale } = monitor();
   m.watchConnected('relisted');

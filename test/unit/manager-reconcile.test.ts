@@ -423,3 +423,29 @@ test('a Service changed by hand is put back: the drifted fields are named; the C
     'a missing Service (deleted: the cache says so) is created again',
   );
 });
+
+test("a Pending share says why in the scheduler's words (a missing backing claim is no silent Pending)", () => {
+  const pending: V1Pod = {
+    metadata: { name: 'vol-a', uid: 'vol-a-uid', annotations: {} },
+    spec: { containers: [] },
+    status: {
+      phase: 'Pending',
+      conditions: [
+        {
+          type: 'PodScheduled',
+          status: 'False',
+          reason: 'Unschedulable',
+          message: '0/3 nodes are available: persistentvolumeclaim "data" not found.',
+        },
+      ],
+    },
+  };
+  const actions = decideShareManager(snap({ pods: [pending], lease: lease('') }));
+  const write = actions.find((a) => a.kind === 'setStatus');
+  assert.ok(write?.kind === 'setStatus', JSON.stringify(actions.map((a) => a.kind)));
+  assert.equal(write.status.state, 'Pending');
+  assert.equal(
+    write.status.message,
+    'pod vol-a: Unschedulable: 0/3 nodes are available: persistentvolumeclaim "data" not found.',
+  );
+});
