@@ -19,6 +19,8 @@ export type EventReason =
   | 'StormGuardActive'
   | 'InvalidSpec'
   | 'FenceDisabled'
+  // The share's pod cannot be scheduled (the Scheduled condition, reconciliation/decide-reconcile.ts).
+  | 'Unschedulable'
   | 'LeaseReleased'
   | 'OutOfServiceTaintAdded'
   | 'OutOfServiceTaintRemoved'

@@ -38,7 +38,11 @@
  *  9. the `Fencing` condition -> True for a fence that stops the server; False (reason
  *     FenceDisabled, plus a Warning event once per change) for an explicit
  *     `spec.fence.action: none`, whose server keeps running after its agent lost the
- *     lease until the kubelet's liveness backstop stops it.
+ *     lease until the kubelet's liveness backstop stops it. The `Scheduled` condition ->
+ *     the share's pod as the scheduler sees it: False with the scheduler's reason and
+ *     words (a backing claim that does not exist, no node that fits) and a Warning event
+ *     (Unschedulable) once per change; True again once the pod has a node. Written only
+ *     once scheduling failed: a healthy share costs no status write for it.
  * 10. `spec.consumer` -> its PersistentVolume and claim (decide-consumer.ts): created,
  *     repaired, or, once the field is removed or the ShareManager is being deleted,
  *     deleted before the finalizer goes (also while deleting, and with a spec in Error
@@ -99,16 +103,20 @@ export type ReconcileAction =
   /** CAS on `lease` (exactly this version): holder emptied, transitions kept. */
   | { kind: 'releaseLease'; lease: LeaseRecord; pod: string; phase: string }
   | { kind: 'claimPodCreation'; requestId: string }
-  /** Set the Fencing condition; `warn`: also record a Warning event with its message. */
-  | { kind: 'setFencingCondition'; condition: FencingCondition; warn: boolean }
+  /** Set a condition (Fencing, Scheduled); `warn`: also a Warning event with this reason and its message. */
+  | { kind: 'setCondition'; condition: ShareCondition; warn?: 'FenceDisabled' | 'Unschedulable' }
   | { kind: 'requeueAfter'; ms: number; reason: string }
   | ConsumerAction;
 
-export interface FencingCondition {
-  type: 'Fencing';
+export interface ShareCondition {
+  type: 'Fencing' | 'Scheduled';
   status: 'True' | 'False';
   reason: string;
   message: string;
+}
+
+export interface FencingCondition extends ShareCondition {
+  type: 'Fencing';
 }
 
 /** What the Fencing condition says for a fence action (step 9). */
@@ -203,15 +211,23 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
     if (live.length === 0 && !storageGateHolds(s)) actions.push(...podCreation(s));
   }
   actions.push(...statusIfChanged(s.sm, desiredStatus(s, live, failingOver)));
-  const condition = fencingCondition(s.resolved.fenceAction);
-  const current = s.sm.status?.conditions?.find((c) => c.type === 'Fencing');
-  if (
-    current?.status !== condition.status ||
-    current.reason !== condition.reason ||
-    current.message !== condition.message
-  ) {
-    actions.push({ kind: 'setFencingCondition', condition, warn: condition.status === 'False' });
-  }
+  const fencing = fencingCondition(s.resolved.fenceAction);
+  if (conditionDiffers(s.sm, fencing))
+    actions.push({
+      kind: 'setCondition',
+      condition: fencing,
+      ...(fencing.status === 'False' ? { warn: 'FenceDisabled' } : {}),
+    });
+  // Scheduled is written only once scheduling failed (then kept, True again once the pod
+  // has a node): a healthy share costs no status write for it.
+  const scheduled = scheduledCondition(shownPod(s, live));
+  const saidBefore = s.sm.status?.conditions?.some((c) => c.type === 'Scheduled');
+  if (scheduled && (scheduled.status === 'False' || saidBefore) && conditionDiffers(s.sm, scheduled))
+    actions.push({
+      kind: 'setCondition',
+      condition: scheduled,
+      ...(scheduled.status === 'False' ? { warn: 'Unschedulable' as const } : {}),
+    });
   actions.push(...consumerActions(s, false));
   return actions;
 }
@@ -275,11 +291,49 @@ function podCreation(s: ShareManagerSnapshot): ReconcileAction[] {
   return [{ kind: 'claimPodCreation', requestId: s.newRequestId }];
 }
 
+function conditionDiffers(sm: ShareManager, want: ShareCondition): boolean {
+  const current = sm.status?.conditions?.find((c) => c.type === want.type);
+  return (
+    current?.status !== want.status || current.reason !== want.reason || current.message !== want.message
+  );
+}
+
+/** The pod the status describes: the holder's, else the first live one. */
+function shownPod(s: ShareManagerSnapshot, live: V1Pod[]): V1Pod | undefined {
+  const lease = s.lease === 'unknown' ? undefined : s.lease;
+  const holder = lease?.holder ?? '';
+  return live.find((p) => p.metadata?.name === holder) ?? live[0];
+}
+
+/**
+ * The Scheduled condition for the share's pod (step 9): the scheduler's PodScheduled
+ * verdict in its own words; undefined while there is no pod or the scheduler said nothing.
+ */
+export function scheduledCondition(pod: V1Pod | undefined): ShareCondition | undefined {
+  if (!pod) return undefined;
+  const name = pod.metadata?.name ?? '';
+  if (pod.spec?.nodeName)
+    return {
+      type: 'Scheduled',
+      status: 'True',
+      reason: 'Scheduled',
+      message: `pod ${name} on node ${pod.spec.nodeName}`,
+    };
+  const said = pod.status?.conditions?.find((c) => c.type === 'PodScheduled');
+  if (said?.status !== 'False' || !said.message) return undefined;
+  return {
+    type: 'Scheduled',
+    status: 'False',
+    reason: said.reason || 'Unschedulable',
+    message: `pod ${name}: ${said.message}`.slice(0, 1024),
+  };
+}
+
 function desiredStatus(s: ShareManagerSnapshot, live: V1Pod[], failingOver: boolean): StatusFields {
   const lease = s.lease === 'unknown' ? undefined : s.lease;
   const holder = lease?.holder ?? '';
   const holderPod = live.find((p) => p.metadata?.name === holder);
-  const pod = holderPod ?? live[0];
+  const pod = shownPod(s, live);
   let state: ShareManagerState;
   if (failingOver) state = 'FailingOver';
   else if (holderPod) state = 'Running';

@@ -23,6 +23,8 @@ import { ANNOTATION_POD_REQUEST, sharePodFor } from './pod-spec.ts';
 import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
 import type { StatusWriter } from './status-writer.ts';
 
+type ShareCondition = NonNullable<NonNullable<ShareManager['status']>['conditions']>[number];
+
 /** The condition a Service of the share's name that is not its own sets (ServiceTaken). */
 export const SERVICE_CONDITION = 'Service';
 /** The condition a reconcile that keeps failing sets (ReconcileFailing); removed by the next pass that goes through. */
@@ -54,6 +56,13 @@ export class ReconcileExecutor {
   private readonly servicesTaken = new Map<string, number>();
   /** ShareManager UID -> since when (performance.now) its Service asks for its old address back; only while it does. */
   private readonly addressWanted = new Map<string, number>();
+  /**
+   * ShareManager UID -> the ReconcileFailing condition last reported, until a pass goes
+   * through. Every condition write of a pass carries it: a merge patch replaces the whole
+   * list, and a pass that started from a cache older than the report would otherwise
+   * write the list without it (seen: the condition gone 30 s while pods stayed refused).
+   */
+  private readonly failing = new Map<string, ShareCondition>();
 
   constructor(
     kc: k8s.KubeConfig,
@@ -71,6 +80,7 @@ export class ReconcileExecutor {
   forget(uid: string): void {
     this.servicesTaken.delete(uid);
     this.addressWanted.delete(uid);
+    this.failing.delete(uid);
   }
 
   /**
@@ -81,18 +91,23 @@ export class ReconcileExecutor {
   async reportFailing(sm: ShareManager, gist: string, message: string): Promise<void> {
     const conditions = sm.status?.conditions ?? [];
     const current = conditions.find((c) => c.type === RECONCILED_CONDITION);
-    if (current?.status === 'False' && current.message?.startsWith(gist)) return;
+    const uid = sm.metadata.uid ?? '';
+    const remembered = this.failing.get(uid);
+    if (current?.status === 'False' && current.message?.startsWith(gist)) {
+      if (!remembered) this.failing.set(uid, current);
+      return;
+    }
+    if (remembered?.message?.startsWith(gist)) return;
+    const condition: ShareCondition = {
+      type: RECONCILED_CONDITION,
+      status: 'False',
+      reason: 'ReconcileFailing',
+      message,
+      lastTransitionTime: new Date().toISOString(),
+    };
+    this.failing.set(uid, condition);
     await this.status.patch(sm.metadata.namespace ?? '', sm.metadata.name ?? '', {
-      conditions: [
-        ...conditions.filter((c) => c.type !== RECONCILED_CONDITION),
-        {
-          type: RECONCILED_CONDITION,
-          status: 'False',
-          reason: 'ReconcileFailing',
-          message,
-          lastTransitionTime: new Date().toISOString(),
-        },
-      ],
+      conditions: [...conditions.filter((c) => c.type !== RECONCILED_CONDITION), condition],
     });
     await this.events.record(sm, 'Warning', 'ReconcileFailing', message);
   }
@@ -105,14 +120,20 @@ export class ReconcileExecutor {
     };
     // The conditions as this pass last wrote them: a merge patch replaces the whole list,
     // so a second condition written in the same pass must not bring the first one back.
-    const conditions = { list: sm.status?.conditions ?? [] };
+    const uid = sm.metadata.uid ?? '';
+    const reported = this.failing.get(uid);
+    const cached = sm.status?.conditions ?? [];
+    const conditions = {
+      list: reported && !cached.some((c) => c.type === RECONCILED_CONDITION) ? [...cached, reported] : cached,
+    };
     for (const action of actions) {
       const ms = await this.one(sm, action, conditions);
       if (ms !== undefined) want(ms);
     }
     // The pass went through and waits for nothing (a pass that only waits, e.g. on its own
     // pending pod request, proves nothing): a ReconcileFailing condition is over.
-    if (requeue === undefined && conditions.list.some((c) => c.type === RECONCILED_CONDITION)) {
+    if (requeue === undefined) this.failing.delete(uid);
+    if (requeue === undefined && cached.some((c) => c.type === RECONCILED_CONDITION)) {
       conditions.list = conditions.list.filter((c) => c.type !== RECONCILED_CONDITION);
       await this.status.patch(sm.metadata.namespace ?? '', sm.metadata.name ?? '', {
         conditions: conditions.list,
@@ -172,13 +193,13 @@ export class ReconcileExecutor {
         return undefined;
       case 'claimPodCreation':
         return this.claimAndCreate(sm, action.requestId);
-      case 'setFencingCondition': {
+      case 'setCondition': {
         const others = conditions.list.filter((c) => c.type !== action.condition.type);
         const condition = { ...action.condition, lastTransitionTime: new Date().toISOString() };
         // NB: a merge patch replaces the whole list, so the other conditions go with it.
         conditions.list = [...others, condition];
         await this.status.patch(namespace, name, { conditions: conditions.list });
-        if (action.warn) await this.events.record(sm, 'Warning', 'FenceDisabled', condition.message);
+        if (action.warn) await this.events.record(sm, 'Warning', action.warn, condition.message);
         return undefined;
       }
       case 'requeueAfter':

@@ -122,8 +122,20 @@ export async function stopAllManagers(): Promise<void> {
   await Promise.all(started.splice(0).map((m) => m.kill('SIGTERM')));
 }
 
+/**
+ * Creates a namespace and its `default` ServiceAccount, which share-manager pods use: the
+ * controller-manager makes that account too, but after a test stopped the API server its
+ * controllers may still be backing off, and pods are refused until it exists (a full run
+ * saw a share's pod refused for more than 30 s that way).
+ */
 export async function createNamespace(kc: k8s.KubeConfig, name: string): Promise<void> {
-  await kc.makeApiClient(k8s.CoreV1Api).createNamespace({ body: { metadata: { name } } });
+  const core = kc.makeApiClient(k8s.CoreV1Api);
+  await core.createNamespace({ body: { metadata: { name } } });
+  try {
+    await core.createNamespacedServiceAccount({ namespace: name, body: { metadata: { name: 'default' } } });
+  } catch (err) {
+    if ((err as { code?: number }).code !== 409) throw err;
+  }
 }
 
 export async function createNode(kc: k8s.KubeConfig, name: string): Promise<void> {

@@ -132,7 +132,7 @@ describe('API server outage', () => {
       );
       const backup = await cluster().backupEtcd();
       // The history the restore takes away: renewals carry the resourceVersion past the backup's.
-      await sleep(8_000);
+      await sleep(4_000);
       const before = await readLease(kc, 'restore', 'vol-r');
       await cluster().restoreEtcd(backup);
       const restored = await readLease(kc, 'restore', 'vol-r');

@@ -222,9 +222,7 @@ test('the Fencing condition: set when missing or stale; an explicit none is Fals
   const missing = decideShareManager(
     snap({ sm: { ...running, status: { ...running.status, conditions: [] } } }),
   );
-  assert.deepEqual(missing, [
-    { kind: 'setFencingCondition', condition: fencingCondition('pod'), warn: false },
-  ]);
+  assert.deepEqual(missing, [{ kind: 'setCondition', condition: fencingCondition('pod') }]);
   assert.equal(fencingCondition('pod').status, 'True');
 
   const unfenced = { ...running, spec: { ...running.spec, fence: { action: 'none' as const } } };
@@ -232,7 +230,7 @@ test('the Fencing condition: set when missing or stale; an explicit none is Fals
     snap({ sm: { ...unfenced, status: { ...running.status, conditions: [fencingCondition('pod')] } } }),
   );
   assert.deepEqual(actions, [
-    { kind: 'setFencingCondition', condition: fencingCondition('none'), warn: true },
+    { kind: 'setCondition', condition: fencingCondition('none'), warn: 'FenceDisabled' },
   ]);
   assert.equal(fencingCondition('none').status, 'False');
   assert.equal(fencingCondition('none').reason, 'FenceDisabled');
@@ -447,5 +445,39 @@ test("a Pending share says why in the scheduler's words (a missing backing claim
   assert.equal(
     write.status.message,
     'pod vol-a: Unschedulable: 0/3 nodes are available: persistentvolumeclaim "data" not found.',
+  ); // ... and the Scheduled condition with a Warning event; True again (and only then
+  // written) once the pod has a node.
+  const condition = actions.find((a) => a.kind === 'setCondition' && a.condition.type === 'Scheduled');
+  assert.deepEqual(condition, {
+    kind: 'setCondition',
+    condition: {
+      type: 'Scheduled',
+      status: 'False',
+      reason: 'Unschedulable',
+      message: 'pod vol-a: 0/3 nodes are available: persistentvolumeclaim "data" not found.',
+    },
+    warn: 'Unschedulable',
+  });
+  const placed: V1Pod = { ...pending, spec: { ...pending.spec, containers: [], nodeName: 'n1' } };
+  const healthy = decideShareManager(snap({ pods: [placed], lease: lease('') }));
+  assert.ok(
+    !healthy.some((a) => a.kind === 'setCondition' && a.condition.type === 'Scheduled'),
+    'never failed: no write',
   );
+  const said = snap({ pods: [placed], lease: lease('') });
+  said.sm.status = {
+    ...said.sm.status,
+    conditions: [
+      { ...(condition?.kind === 'setCondition' ? condition.condition : { type: '', status: '' }) },
+    ],
+  };
+  const cleared = decideShareManager(said).find(
+    (a) => a.kind === 'setCondition' && a.condition.type === 'Scheduled',
+  );
+  assert.deepEqual(cleared?.kind === 'setCondition' ? cleared.condition : undefined, {
+    type: 'Scheduled',
+    status: 'True',
+    reason: 'Scheduled',
+    message: 'pod vol-a on node n1',
+  });
 });
