@@ -27,6 +27,11 @@ export type AcquireOutcome =
       lease: LeaseRecord;
       sentAtMs: number;
       how: 'created' | 'free' | 'self' | 'delinquent' | 'expired';
+      /**
+       * Taken from a holder that did not release it (`delinquent`, `expired`) and counted
+       * witness promises: its replacement's server waits for clearances (witness-promises.ts).
+       */
+      previous?: { holder: string; witnesses: string[]; serveWithoutApiMs: number | undefined };
     }
   | { kind: 'refused'; reason: 'self-delinquent'; lease: LeaseRecord }
   /** LEASEHOLD_ACQUIRE_TIMEOUT passed; `holder` is the last other holder seen ('' if none). */
@@ -54,6 +59,10 @@ export async function acquireLease(deps: AcquireDeps): Promise<AcquireOutcome> {
   const { namespace, leaseName } = config;
   const { leaseDurationMs, retryPeriodMs, requestTimeoutMs } = config.timings;
   const me: Identity = { podName: config.podName, nodeName: config.nodeName };
+  const witnesses = {
+    names: config.witnesses.endpoints.map((e) => e.name),
+    serveWithoutApiMs: config.witnesses.serveWithoutApiMs,
+  };
   const startedAtMs = clock.now();
   let observation: Observation | undefined;
   let waitingFor = '';
@@ -110,16 +119,35 @@ export async function acquireLease(deps: AcquireDeps): Promise<AcquireOutcome> {
         const blank = newLeaseRecord(namespace, leaseName, Math.ceil(leaseDurationMs / 1000), {
           [LABEL_SHARE_MANAGER]: leaseName,
         });
-        outcome = await store.create(acquiredRecord(blank, me, leaseDurationMs, wallNow), requestTimeoutMs);
+        outcome = await store.create(
+          acquiredRecord(blank, me, leaseDurationMs, wallNow, witnesses),
+          requestTimeoutMs,
+        );
       } else {
         outcome = await store.update(
-          acquiredRecord(lease as LeaseRecord, me, leaseDurationMs, wallNow),
+          acquiredRecord(lease as LeaseRecord, me, leaseDurationMs, wallNow, witnesses),
           requestTimeoutMs,
         );
       }
       if (outcome.kind === 'written') {
         const how = action.kind === 'create' ? 'created' : action.reason;
-        return { kind: 'acquired', lease: outcome.lease, sentAtMs, how };
+        const before = lease as LeaseRecord;
+        const tookOver = (how === 'delinquent' || how === 'expired') && (before.witnesses ?? []).length > 0;
+        return {
+          kind: 'acquired',
+          lease: outcome.lease,
+          sentAtMs,
+          how,
+          ...(tookOver
+            ? {
+                previous: {
+                  holder: before.holder,
+                  witnesses: before.witnesses ?? [],
+                  serveWithoutApiMs: before.serveWithoutApiMs,
+                },
+              }
+            : {}),
+        };
       }
       log.debug('lost a race for the lease (409); reading again');
     } catch (err) {

@@ -14,6 +14,10 @@
  *   leasehold_agent_seconds_since_last_renewal         age of the last successful renewal (by send time)
  *   leasehold_agent_lease_held                         1 while the lease is held
  *   leasehold_agent_fenced                             1 once the agent has fenced
+ *   leasehold_agent_serving_on_promises                1 while the lease is proven by witness
+ *                                                      promises only (its last renewal is older than T)
+ *   leasehold_agent_witness_answers_total{request,answer}  answers of witnesses: request promise|clearance,
+ *                                                      answer promised|cleared|wait|refused_<reason>|failed
  *
  * Names, types, HELP texts and labels are those the agent exposed through prom-client
  * before; the exposition is written by hand (prom-text.ts says why: ~12 MB of RSS).
@@ -42,6 +46,9 @@ export class AgentMetrics {
   private held = 0;
   private fenced = 0;
   private lastSuccessSentAtMs: number | undefined;
+  private readonly witnessAnswers = new Map<string, number>();
+  private renewDeadlineMs = Number.POSITIVE_INFINITY;
+  private provenUntil: (() => number) | undefined;
 
   constructor(private readonly clock: Clock) {
     this.registry = { contentType: CONTENT_TYPE, metrics: async () => this.render() };
@@ -76,6 +83,29 @@ export class AgentMetrics {
 
   setFenced(): void {
     this.fenced = 1;
+  }
+
+  /** How the serving deadline is read (promise-keeper.ts), for serving_on_promises. */
+  setProof(renewDeadlineMs: number, provenUntil: () => number): void {
+    this.renewDeadlineMs = renewDeadlineMs;
+    this.provenUntil = provenUntil;
+  }
+
+  witnessAnswered(request: 'promise' | 'clearance', answer: string): void {
+    const key = `${request}|${answer}`;
+    this.witnessAnswers.set(key, (this.witnessAnswers.get(key) ?? 0) + 1);
+  }
+
+  /** The send time of the last successful acquisition or renewal (monotonic ms). */
+  get lastProofSentAtMs(): number | undefined {
+    return this.lastSuccessSentAtMs;
+  }
+
+  servingOnPromises(): boolean {
+    if (this.held === 0 || this.lastSuccessSentAtMs === undefined || this.provenUntil === undefined)
+      return false;
+    const now = this.clock.now();
+    return now > this.lastSuccessSentAtMs + this.renewDeadlineMs && now < this.provenUntil();
   }
 
   secondsSinceLastRenewal(): number {
@@ -132,6 +162,21 @@ export class AgentMetrics {
         help: '1 once this agent has fenced',
         type: 'gauge',
         samples: [{ value: this.fenced }],
+      },
+      {
+        name: `${PREFIX}serving_on_promises`,
+        help: '1 while the lease is proven by witness promises only (the last renewal is older than T)',
+        type: 'gauge',
+        samples: [{ value: this.servingOnPromises() ? 1 : 0 }],
+      },
+      {
+        name: `${PREFIX}witness_answers_total`,
+        help: 'Answers of witnesses, by request (promise, clearance) and answer',
+        type: 'counter',
+        samples: [...this.witnessAnswers].map(([key, value]) => {
+          const [request = '', answer = ''] = key.split('|');
+          return { labels: { request, answer }, value };
+        }),
       },
     ];
     return renderFamilies([...this.process.families(), ...own]);

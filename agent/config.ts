@@ -30,6 +30,9 @@
  * | LEASEHOLD_SERVER_CHECK            | -        | optional: tcp://host:port or http://host:port/path, checked before each renewal |
  * | LEASEHOLD_SERVER_CHECK_TIMEOUT    | 1s       | per check; must be < T - R so a check cannot starve the renewal |
  * | LEASEHOLD_SERVER_CHECK_FAILURES   | 3        | consecutive failures (after the first success) that fence |
+ * | LEASEHOLD_WITNESSES               | none     | the witness set: `node=http://host:port,...` (at least 3 managers); none = off: fence T after the last renewal, as always. With it, an agent that cannot renew asks the witnesses for promises and serves on a majority of them (docs/design.md, "Serving through an API outage"); the manager sets it from its own LEASEHOLD_WITNESSES |
+ * | LEASEHOLD_PROMISE_DURATION        | T        | P: how long a promise counts, from its request's send; at least 2 retry periods. The witness holds it P + (D - T) |
+ * | LEASEHOLD_SERVE_WITHOUT_API       | 0        | cap on serving on promises, from the last renewal's send; 0 = none (serve through an outage of any length). A replacement of this holder opens without clearances this long after its acquisition |
  *
  * Cross-field rules (docs/design.md, "Why it is safe"): D > T > R; T - R >= retry period (room for
  * at least one retry); hedging on: hedge delay < request timeout and < T - R (the hedge is sent
@@ -45,6 +48,7 @@ import { constants } from 'node:os';
 import { type Env, EnvReader, formatDuration } from '../lib/env-config.ts';
 import { defaultFenceTiming, fenceTimingProblems } from '../lib/fence-timing.ts';
 import { LOG_LEVELS, type LogLevel } from '../lib/logger.ts';
+import { parseWitnesses, type WitnessEndpoint } from '../lib/witness-protocol.ts';
 
 export type FenceConfig =
   | { action: 'none' }
@@ -74,6 +78,15 @@ export interface Timings {
   hedgeDelayMs: number;
 }
 
+export interface WitnessConfig {
+  /** Empty: off. */
+  endpoints: WitnessEndpoint[];
+  /** P: how long a promise counts from its request's send. */
+  promiseMs: number;
+  /** Cap on serving on promises after the last renewal's send; undefined = none. */
+  serveWithoutApiMs: number | undefined;
+}
+
 export interface AgentConfig {
   namespace: string;
   leaseName: string;
@@ -89,6 +102,7 @@ export interface AgentConfig {
   httpHost: string;
   logLevel: LogLevel;
   serverCheck: ServerCheckConfig | undefined;
+  witnesses: WitnessConfig;
 }
 
 const HOUR = 3_600_000;
@@ -112,6 +126,7 @@ export function readAgentConfig(env: Env): AgentConfig {
   const httpHost = r.string('LEASEHOLD_HTTP_HOST', { fallback: '0.0.0.0' });
   const logLevel = r.oneOf('LEASEHOLD_LOG_LEVEL', LOG_LEVELS, 'info');
   const serverCheck = readServerCheck(r, timingsSound ? timings : undefined);
+  const witnesses = readWitnesses(r, timings);
   r.done();
   return {
     namespace,
@@ -127,6 +142,28 @@ export function readAgentConfig(env: Env): AgentConfig {
     httpHost,
     logLevel,
     serverCheck,
+    witnesses,
+  };
+}
+
+function readWitnesses(r: EnvReader, timings: Timings): WitnessConfig {
+  const list = r.optionalString('LEASEHOLD_WITNESSES');
+  const parsed = parseWitnesses(list);
+  r.require(typeof parsed !== 'string', `LEASEHOLD_WITNESSES=${JSON.stringify(list)}: ${parsed}`);
+  const promiseMs = Math.floor(r.duration('LEASEHOLD_PROMISE_DURATION', timings.renewDeadlineMs, 100, HOUR));
+  const serveWithoutApiMs = Math.floor(r.duration('LEASEHOLD_SERVE_WITHOUT_API', 0, 0, 30 * 24 * HOUR));
+  r.require(
+    promiseMs >= 2 * timings.retryPeriodMs,
+    `LEASEHOLD_PROMISE_DURATION=${formatDuration(promiseMs)} must be at least twice LEASEHOLD_RETRY_PERIOD=${formatDuration(timings.retryPeriodMs)}: a promise must outlast a lost ask`,
+  );
+  r.require(
+    serveWithoutApiMs === 0 || serveWithoutApiMs >= timings.renewDeadlineMs,
+    `LEASEHOLD_SERVE_WITHOUT_API=${formatDuration(serveWithoutApiMs)} must be 0 (no cap) or at least LEASEHOLD_RENEW_DEADLINE=${formatDuration(timings.renewDeadlineMs)}`,
+  );
+  return {
+    endpoints: typeof parsed === 'string' ? [] : parsed,
+    promiseMs,
+    serveWithoutApiMs: serveWithoutApiMs === 0 ? undefined : serveWithoutApiMs,
   };
 }
 

@@ -82,7 +82,8 @@ export function decideAcquire(
 /**
  * The record to write to take `lease` (or to create it when `lease` is the blank from
  * newLeaseRecord). Sets holder, holder-node, both times, the duration, bumps the
- * transitions (the fencing token) on a change of holder, and clears `delinquent`.
+ * transitions (the fencing token) on a change of holder, clears `delinquent`, and writes
+ * this agent's witness set and cap (leasehold.dev/witnesses, serve-without-api-ms).
  * NB: `failover-by` is the manager's; it is left as it is.
  */
 export function acquiredRecord(
@@ -90,10 +91,17 @@ export function acquiredRecord(
   me: Identity,
   leaseDurationMs: number,
   wallNow: Date,
+  witnesses: { names: string[]; serveWithoutApiMs: number | undefined } = {
+    names: [],
+    serveWithoutApiMs: undefined,
+  },
 ): LeaseRecord {
   const changesHolder = lease.holder !== me.podName;
   return {
     ...lease,
+    // Our set, which our replacement will ask; none clears the previous holder's.
+    witnesses: witnesses.names,
+    serveWithoutApiMs: witnesses.names.length > 0 ? witnesses.serveWithoutApiMs : undefined,
     holder: me.podName,
     holderNode: me.nodeName,
     durationSeconds: Math.ceil(leaseDurationMs / 1000),

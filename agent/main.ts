@@ -29,6 +29,7 @@ import { listProcesses, readOwnCredentials } from './process-table.ts';
 import { releaseLease } from './release.ts';
 import { renewLoop } from './renew-loop.ts';
 import { checkServer } from './server-check.ts';
+import { awaitClearance, PromiseKeeper } from './witness-promises.ts';
 
 async function main(): Promise<number> {
   let config: AgentConfig;
@@ -45,7 +46,13 @@ async function main(): Promise<number> {
     pod: config.podName,
   });
   const metrics = new AgentMetrics(clock);
-  const health = new AgentHealth(metrics, config.timings.renewDeadlineMs);
+  // Witness promises (witness-promises.ts): with none configured, the deadline is proof + T.
+  const keeper = new PromiseKeeper({ config, clock, log, metrics });
+  const provenUntil = (proofSentAtMs: number) => keeper.deadlineMs(proofSentAtMs);
+  metrics.setProof(config.timings.renewDeadlineMs, () =>
+    provenUntil(metrics.lastProofSentAtMs ?? Number.NEGATIVE_INFINITY),
+  );
+  const health = new AgentHealth(metrics, config.timings.renewDeadlineMs, clock, provenUntil);
   const fence = async (why: Record<string, unknown>): Promise<number> => {
     health.enter('fenced');
     const startedAtMs = clock.now();
@@ -150,12 +157,45 @@ async function main(): Promise<number> {
     return finish(log, endpoints, await fence({ reason: 'own lease marked delinquent' }));
   }
   metrics.renewed(acquired.sentAtMs, 0, false);
-  health.enter('holding');
   log.info({ how: acquired.how, transitions: acquired.lease.transitions }, 'lease acquired');
 
-  const end = stopping.signal.aborted
-    ? ({ kind: 'stopped', lease: acquired.lease } as const)
-    : await renewLoop(deps, acquired.lease, acquired.sentAtMs);
+  const renewing = new AbortController();
+  const renewal = stopping.signal.aborted
+    ? Promise.resolve({ kind: 'stopped', lease: acquired.lease } as const)
+    : renewLoop({ ...deps, provenUntil }, acquired.lease, acquired.sentAtMs);
+  let renewalEnded = false;
+  void renewal.finally(() => {
+    renewalEnded = true;
+    renewing.abort();
+  });
+  void keeper.run(
+    () => metrics.lastProofSentAtMs ?? acquired.sentAtMs,
+    AbortSignal.any([renewing.signal, stopping.signal]),
+  );
+  if (acquired.previous) {
+    // The previous holder did not release and may serve on its witnesses' promises: our
+    // server starts only once a majority of its set cleared us (the lease is renewed meanwhile).
+    health.enter('clearing');
+    log.info(
+      { previous: acquired.previous.holder, witnesses: acquired.previous.witnesses },
+      "waiting for clearances from a majority of the previous holder's witnesses before serving",
+    );
+    const cleared = await awaitClearance(
+      { config, clock, log, metrics },
+      acquired.previous,
+      acquired.sentAtMs,
+      AbortSignal.any([renewing.signal, stopping.signal]),
+    );
+    if (cleared.kind === 'cleared')
+      log.info({ by: cleared.by }, 'cleared by a majority of the witnesses: serving');
+    if (cleared.kind === 'cap-passed')
+      log.warn(
+        { capMs: acquired.previous.serveWithoutApiMs },
+        "no majority of the previous holder's witnesses cleared us, but its cap on serving without the API has passed: serving",
+      );
+  }
+  if (!renewalEnded && !stopping.signal.aborted) health.enter('holding');
+  const end = await renewal;
   if (end.kind !== 'stopped') {
     return finish(log, endpoints, await fence({ reason: end.kind, detail: end }));
   }

@@ -58,6 +58,11 @@ export type RenewEnd =
 
 export interface RenewDeps {
   config: AgentConfig;
+  /**
+   * The serving deadline for a lease last proven by a renewal sent at the given time:
+   * proof + T, or later on witness promises (witness-promises.ts). Default proof + T.
+   */
+  provenUntil?: (proofSentAtMs: number) => number;
   store: HedgeableLeaseStore;
   clock: Clock;
   log: Logger;
@@ -82,16 +87,33 @@ export async function renewLoop(
   let firstAttemptOfCycle = true;
   let checkState = INITIAL_SERVER_CHECK_STATE;
   const status = { failing: false, hedgeWinning: false };
+  const provenUntil = deps.provenUntil ?? ((sentAtMs: number) => renewDeadlineAt(sentAtMs, renewDeadlineMs));
+  let onPromisesSinceMs: number | undefined;
 
   for (;;) {
-    const deadlineAtMs = renewDeadlineAt(lastSuccessSentAtMs, renewDeadlineMs);
+    const deadlineAtMs = provenUntil(lastSuccessSentAtMs);
+    if (
+      onPromisesSinceMs === undefined &&
+      clock.now() >= renewDeadlineAt(lastSuccessSentAtMs, renewDeadlineMs) &&
+      clock.now() < deadlineAtMs
+    ) {
+      onPromisesSinceMs = clock.now();
+      log.warn(
+        { sinceLastRenewalMs: Math.round(clock.now() - lastSuccessSentAtMs) },
+        'lease not renewed for T: serving on the promises of a majority of witnesses (the API server is unreachable for them too)',
+      );
+    }
     const woke = await raceInterrupts(
       waitUntil(clock, Math.min(nextAtMs, deadlineAtMs)),
       deadlineAtMs + 1 - clock.now(),
       stop,
     );
     if (woke === STOPPED) return { kind: 'stopped', lease };
-    if (clock.now() >= deadlineAtMs) return deadlinePassed(clock, lastSuccessSentAtMs);
+    if (clock.now() >= deadlineAtMs) {
+      // Promises that arrived meanwhile may have moved the deadline.
+      if (clock.now() < provenUntil(lastSuccessSentAtMs)) continue;
+      return deadlinePassed(clock, lastSuccessSentAtMs);
+    }
 
     if (config.serverCheck && firstAttemptOfCycle) {
       const { target, timeoutMs, failuresToFence } = config.serverCheck;
@@ -119,7 +141,11 @@ export async function renewLoop(
     firstAttemptOfCycle = false;
     const end = await runRound(deps, lease, deadlineAtMs, status);
     if (end === STOPPED) return { kind: 'stopped', lease };
-    if (end.kind === 'deadline-passed') return deadlineReached(clock, deadlineAtMs, lastSuccessSentAtMs);
+    if (end.kind === 'deadline-passed') {
+      await waitUntil(clock, deadlineAtMs);
+      if (clock.now() < provenUntil(lastSuccessSentAtMs)) continue; // promises moved it
+      return deadlinePassed(clock, lastSuccessSentAtMs);
+    }
     if (end.kind === 'lost') return { kind: 'lost', reason: end.reason };
     if (end.kind === 'changed') {
       log.info(
@@ -138,6 +164,13 @@ export async function renewLoop(
     if (winner.hedge) metrics.hedgeWon();
     log.debug({ latencyMs: Math.round(latencyMs), hedge: winner.hedge, via: end.via }, 'lease renewed');
     if (status.failing) log.info('lease renewal recovered');
+    if (onPromisesSinceMs !== undefined) {
+      log.info(
+        { onPromisesMs: Math.round(clock.now() - onPromisesSinceMs) },
+        'lease renewed through the API again after serving on witness promises',
+      );
+      onPromisesSinceMs = undefined;
+    }
     if (winner.hedge && !status.hedgeWinning)
       log.info(
         { latencyMs: Math.round(latencyMs) },
@@ -251,16 +284,6 @@ async function runRound(
 
 function deadlinePassed(clock: Clock, lastSuccessSentAtMs: number): RenewEnd {
   return { kind: 'deadline-passed', sinceLastSuccessMs: clock.now() - lastSuccessSentAtMs };
-}
-
-/** NB: a timer may fire up to 1 ms early; the verdict waits for the clock to agree. */
-async function deadlineReached(
-  clock: Clock,
-  deadlineAtMs: number,
-  lastSuccessSentAtMs: number,
-): Promise<RenewEnd> {
-  await waitUntil(clock, deadlineAtMs);
-  return deadlinePassed(clock, lastSuccessSentAtMs);
 }
 
 /** Resolves once the monotonic clock reaches `atMs` (timers may fire a little early). */

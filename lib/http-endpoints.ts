@@ -9,7 +9,7 @@
  * the import alone). The agent pays for every MB (issue 14).
  */
 
-import type { Server } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 
@@ -26,13 +26,23 @@ export interface Check {
   detail: string;
 }
 
+/** A JSON answer of a POST route: its status and body. */
+export interface JsonAnswer {
+  status: number;
+  body: unknown;
+}
+
 export interface EndpointOptions {
   host?: string;
   port: number;
   registry: MetricsSource;
   healthz: () => Check;
   readyz: () => Check;
+  /** POST routes taking and answering JSON (the manager's witness); bodies up to 4 KiB. */
+  routes?: Record<string, (body: unknown) => Promise<JsonAnswer>>;
 }
+
+const MAX_BODY_BYTES = 4096;
 
 export interface Endpoints {
   port: number;
@@ -46,6 +56,8 @@ export async function serveEndpoints(opts: EndpointOptions): Promise<Endpoints> 
       res.writeHead(check.ok ? 200 : 503, { 'content-type': 'text/plain' });
       res.end(`${check.ok ? 'ok' : 'not ok'}: ${check.detail}\n`);
     };
+    const route = path === undefined ? undefined : opts.routes?.[path];
+    if (route && req.method === 'POST') return void serveJson(req, res, route);
     if (path === '/healthz') return answer(opts.healthz());
     if (path === '/readyz') return answer(opts.readyz());
     if (path === '/metrics') {
@@ -80,4 +92,43 @@ export async function serveEndpoints(opts: EndpointOptions): Promise<Endpoints> 
         server.close(() => resolve());
       }),
   };
+}
+
+/** Reads a JSON body (at most MAX_BODY_BYTES) and answers with the route's JSON. */
+async function serveJson(
+  req: IncomingMessage,
+  res: ServerResponse,
+  route: (body: unknown) => Promise<JsonAnswer>,
+): Promise<void> {
+  const send = ({ status, body }: JsonAnswer) => {
+    if (res.headersSent) return;
+    res.writeHead(status, { 'content-type': 'application/json' });
+    res.end(`${JSON.stringify(body)}\n`);
+  };
+  const chunks: Buffer[] = [];
+  let size = 0;
+  try {
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > MAX_BODY_BYTES) {
+        send({ status: 413, body: { error: `request body over ${MAX_BODY_BYTES} bytes` } });
+        req.destroy();
+        return;
+      }
+      chunks.push(chunk);
+    }
+  } catch {
+    return; // the client went away
+  }
+  let body: unknown;
+  try {
+    body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch (err) {
+    return send({ status: 400, body: { error: `request body is not JSON: ${String(err)}` } });
+  }
+  try {
+    send(await route(body));
+  } catch (err) {
+    send({ status: 500, body: { error: String(err) } });
+  }
 }

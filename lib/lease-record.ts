@@ -16,6 +16,10 @@ export const LABEL_SHARE_MANAGER = `${GROUP}/share-manager`;
 export const ANNOTATION_HOLDER_NODE = `${GROUP}/holder-node`;
 export const ANNOTATION_DELINQUENT = `${GROUP}/delinquent`;
 export const ANNOTATION_FAILOVER_BY = `${GROUP}/failover-by`;
+/** The witness set the holder counts promises against (`a,b,c`): its replacement asks them for clearances. */
+export const ANNOTATION_WITNESSES = `${GROUP}/witnesses`;
+/** The holder's cap on serving without the API (ms); absent: none. Its replacement may open after it without clearances. */
+export const ANNOTATION_SERVE_WITHOUT_API = `${GROUP}/serve-without-api-ms`;
 /** `<manager pod>@<node>`: the node of the manager named in failover-by, as that manager wrote it. */
 export const ANNOTATION_FAILOVER_BY_NODE = `${GROUP}/failover-by-node`;
 
@@ -37,6 +41,10 @@ export interface LeaseRecord {
    * manager than failoverBy (an older manager's mark leaves an earlier value behind).
    */
   failoverByNode: string | undefined;
+  /** Written by the agent that acquired: its witness set (names), empty when it has none. */
+  witnesses?: string[];
+  /** Written by the agent that acquired: its cap on serving on promises, ms; undefined = none. */
+  serveWithoutApiMs?: number | undefined;
   resourceVersion: string;
   /** The object as read, so that a write keeps every field this code does not own. */
   wire: V1Lease;
@@ -60,6 +68,11 @@ export function fromWire(wire: V1Lease): LeaseRecord {
     delinquentSince: annotations[ANNOTATION_DELINQUENT] || undefined,
     failoverBy: annotations[ANNOTATION_FAILOVER_BY] || undefined,
     failoverByNode: ownerNode(annotations[ANNOTATION_FAILOVER_BY_NODE], annotations[ANNOTATION_FAILOVER_BY]),
+    witnesses: (annotations[ANNOTATION_WITNESSES] ?? '')
+      .split(',')
+      .map((w) => w.trim())
+      .filter((w) => w !== ''),
+    serveWithoutApiMs: positiveInteger(annotations[ANNOTATION_SERVE_WITHOUT_API]),
     resourceVersion: wire.metadata?.resourceVersion ?? '',
     wire,
   };
@@ -76,6 +89,14 @@ export function toWire(record: LeaseRecord): V1Lease {
     ANNOTATION_FAILOVER_BY_NODE,
     record.failoverBy && record.failoverByNode ? `${record.failoverBy}@${record.failoverByNode}` : undefined,
   );
+  if (record.witnesses !== undefined)
+    setOrDelete(annotations, ANNOTATION_WITNESSES, record.witnesses.join(',') || undefined);
+  if (record.witnesses !== undefined)
+    setOrDelete(
+      annotations,
+      ANNOTATION_SERVE_WITHOUT_API,
+      record.serveWithoutApiMs === undefined ? undefined : String(record.serveWithoutApiMs),
+    );
   return {
     ...record.wire,
     apiVersion: 'coordination.k8s.io/v1',
@@ -100,6 +121,11 @@ export function toWire(record: LeaseRecord): V1Lease {
       leaseTransitions: record.transitions,
     },
   };
+}
+
+function positiveInteger(text: string | undefined): number | undefined {
+  const n = Number(text);
+  return text !== undefined && Number.isSafeInteger(n) && n > 0 ? n : undefined;
 }
 
 /** The node part of `<manager pod>@<node>` when the pod part is `failoverBy`. */

@@ -32,7 +32,10 @@
  * | LEASEHOLD_OUT_OF_SERVICE_TAINT         | false                     | taint the lost node of OUR failover node.kubernetes.io/out-of-service=nodeshutdown:NoExecute once it is not Ready with a stale heartbeat for D (our observation), so its volumes detach at once; removed when it is Ready again. NB: node-wide: every pod on it is force-deleted and every volume force-detached |
  * | LEASEHOLD_WATCH_QUIET_TIMEOUT          | 90s                       | restart a watch that delivered nothing this long (bookmarks come every ~60s) |
  * | LEASEHOLD_REQUEST_TIMEOUT              | 5s                        | deadline of each API request |
- * | LEASEHOLD_HTTP_PORT                    | 8090                      | /healthz /readyz /metrics (0 = any free port) |
+ * | LEASEHOLD_WITNESSES                    | none                      | the witness set given to share-manager pods created from now on: `node=http://host:port,...` (at least 3), each the manager HTTP endpoint of a witness; none = off: an agent that cannot renew for T fences (docs/design.md, "Serving through an API outage") |
+ * | LEASEHOLD_WITNESS_MAX_HOLD             | 30s                       | as a witness: the longest promise (P + margin) given; also how long after its start it gives no clearance |
+ * | LEASEHOLD_WITNESS_API_LOST_AFTER       | 1s                        | as a witness: promise only when the API has not answered this long (and a read of the Lease fails within it) |
+ * | LEASEHOLD_HTTP_PORT                    | 8090                      | /healthz /readyz /metrics, POST /witness/promise and /witness/clearance (0 = any free port) |
  * | LEASEHOLD_HTTP_HOST                    | 0.0.0.0                   | address the endpoints listen on |
  * | LEASEHOLD_LOG_LEVEL                    | info                      | fatal, error, warn, info, debug, trace, silent |
  *
@@ -42,8 +45,10 @@
  */
 import { type Env, EnvReader, formatDuration } from '../lib/env-config.ts';
 import { LOG_LEVELS, type LogLevel } from '../lib/logger.ts';
+import { parseWitnesses, type WitnessEndpoint } from '../lib/witness-protocol.ts';
 import { NONFENCING_POLICIES, type NonFencingPolicy } from './failover/storage-fencing.ts';
 import { VOLUME_HANDOFF_MODES, type VolumeHandoffMode } from './failover/volume-handoff.ts';
+import type { WitnessSettings } from './witness/witness-rules.ts';
 
 export const ANTI_AFFINITY_MODES = ['auto', 'required', 'preferred', 'none'] as const;
 export type AntiAffinityMode = (typeof ANTI_AFFINITY_MODES)[number];
@@ -84,6 +89,10 @@ export interface ManagerConfig {
   outOfServiceTaint: boolean;
   watchQuietTimeoutMs: number;
   requestTimeoutMs: number;
+  /** The witness set for the agents of pods created from now on; empty = off. */
+  witnesses: WitnessEndpoint[];
+  /** This manager as a witness. */
+  witness: WitnessSettings;
   httpPort: number;
   httpHost: string;
   logLevel: LogLevel;
@@ -129,6 +138,11 @@ export function readManagerConfig(env: Env): ManagerConfig {
     outOfServiceTaint: r.boolean('LEASEHOLD_OUT_OF_SERVICE_TAINT', false),
     watchQuietTimeoutMs: r.duration('LEASEHOLD_WATCH_QUIET_TIMEOUT', 90_000, 5000, 3_600_000),
     requestTimeoutMs: r.duration('LEASEHOLD_REQUEST_TIMEOUT', 5000, 100, 120_000),
+    witnesses: [],
+    witness: {
+      maxHoldMs: r.duration('LEASEHOLD_WITNESS_MAX_HOLD', 30_000, 1000, 600_000),
+      apiLostAfterMs: r.duration('LEASEHOLD_WITNESS_API_LOST_AFTER', 1000, 100, 60_000),
+    },
     httpPort: r.port('LEASEHOLD_HTTP_PORT', 8090),
     httpHost: r.string('LEASEHOLD_HTTP_HOST', { fallback: '0.0.0.0' }),
     logLevel: r.oneOf('LEASEHOLD_LOG_LEVEL', LOG_LEVELS, 'info'),
@@ -137,6 +151,11 @@ export function readManagerConfig(env: Env): ManagerConfig {
     config.kubeletUnmountTimeoutMs === 0 || config.kubeletUnmountTimeoutMs >= 5_000,
     `LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT=${env.LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT}: must be 0 (never) or from 5s to 60m: a live kubelet needs seconds to stop a pod and report its unmount`,
   );
+  const witnessList = r.optionalString('LEASEHOLD_WITNESSES');
+  const witnesses = parseWitnesses(witnessList);
+  if (typeof witnesses === 'string')
+    r.require(false, `LEASEHOLD_WITNESSES=${JSON.stringify(witnessList)}: ${witnesses}`);
+  else config.witnesses = witnesses;
   // NB: replaced, not ignored: a value set for the old variable would silently change meaning.
   r.require(
     env.LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP === undefined,

@@ -19,7 +19,7 @@ import { ConfigError } from '../lib/errors.ts';
 import { serveEndpoints } from '../lib/http-endpoints.ts';
 import { Informer, type InformerOptions } from '../lib/informer.ts';
 import { type k8s, loadKubeConfig } from '../lib/kube-client.ts';
-import { LABEL_SHARE_MANAGER } from '../lib/lease-record.ts';
+import { fromWire, LABEL_SHARE_MANAGER } from '../lib/lease-record.ts';
 import { KubeLeaseStore } from '../lib/lease-store.ts';
 import { createLogger } from '../lib/logger.ts';
 import { createRegistry } from '../lib/metrics.ts';
@@ -45,6 +45,7 @@ import { ReconcileExecutor } from './reconciliation/execute-reconcile.ts';
 import { ShareManagerController } from './reconciliation/share-manager-controller.ts';
 import { type ShareManager, SM_GROUP, SM_PLURAL, SM_VERSION } from './reconciliation/share-manager-spec.ts';
 import { StatusWriter } from './reconciliation/status-writer.ts';
+import { WitnessServer } from './witness/witness-server.ts';
 
 let config: ManagerConfig;
 try {
@@ -69,6 +70,15 @@ const leaseStore = new KubeLeaseStore(kc);
 const status = new StatusWriter(kc, config.requestTimeoutMs);
 const events = new EventRecorder(kc, config.identity, config.nodeName, log, config.requestTimeoutMs);
 const ns = config.namespace ? `/namespaces/${config.namespace}` : '';
+// The witness (issue 28): every manager answers promises and clearances; whether it is in
+// an agent's set is the agent's configuration.
+const witness = new WitnessServer({
+  clock,
+  settings: config.witness,
+  readLease: (namespace, name, deadlineMs) => leaseStore.get(namespace, name, deadlineMs),
+  log: log.child({ part: 'witness' }),
+  metrics,
+});
 
 function informer<T extends k8s.KubernetesObject>(
   opts: Omit<InformerOptions<T>, 'kubeConfig' | 'onDisconnected'> &
@@ -81,7 +91,13 @@ function informer<T extends k8s.KubernetesObject>(
     kubeConfig: kc,
     quietTimeoutMs: config.watchQuietTimeoutMs,
     ...opts,
+    // Any event proves the API server answered: the witness promises only when none came.
+    onEvent: (...args) => {
+      witness.heardFromApi();
+      opts.onEvent(...args);
+    },
     onConnected: (kind) => {
+      witness.heardFromApi();
       metrics.watchHealthy.set({ resource: opts.resource }, 1);
       const level = routine && kind === 'resumed' ? 'debug' : 'info';
       routine = false;
@@ -130,8 +146,10 @@ const leases = informer<k8s.V1Lease>({
     const [leaseNs, leaseName] = [lease.metadata?.namespace ?? '', lease.metadata?.name ?? ''];
     if (type === 'deleted') {
       monitor?.leaseDeleted(leaseNs, leaseName);
+      witness.leaseDeleted(leaseNs, leaseName);
       void labelCheck.leaseLeft(leaseNs, leaseName);
     } else {
+      witness.leaseSeen(fromWire(lease));
       labelCheck.leaseSeen(leaseNs, leaseName);
       monitor?.leaseSeen(lease, origin === 'list');
     }
@@ -297,6 +315,7 @@ const endpoints = await serveEndpoints({
   host: config.httpHost,
   registry,
   healthz: () => ({ ok: true, detail: all.map((i) => `${i.resource}: restarts ${i.restarts}`).join(', ') }),
+  routes: witness.routes(),
   readyz: () => {
     const unsynced = all.filter((i) => !i.synced).map((i) => i.resource);
     if (unsynced.length > 0) return { ok: false, detail: `caches not synced: ${unsynced.join(', ')}` };

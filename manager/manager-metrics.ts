@@ -21,11 +21,18 @@ export interface ManagerMetrics {
   awaitingNodeDown: Gauge;
   watchRestarts: Counter<'resource'>;
   watchHealthy: Gauge<'resource'>;
+  witnessAnswers: Counter<'request' | 'answer'>;
 }
 
 export function createManagerMetrics(registry: Registry): ManagerMetrics {
   const prefix = 'leasehold_manager_';
   return {
+    witnessAnswers: new Counter({
+      name: `${prefix}witness_answers_total`,
+      help: 'Witness answers: request promise|clearance, answer promised|cleared|wait|refused_<reason>|bad_request',
+      labelNames: ['request', 'answer'],
+      registers: [registry],
+    }),
     leasesTracked: new Gauge({
       name: `${prefix}leases_tracked`,
       help: 'Share-manager Leases this manager watches',

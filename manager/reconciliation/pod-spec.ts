@@ -61,6 +61,7 @@ import type {
 } from '@kubernetes/client-node';
 import { formatDuration } from '../../lib/env-config.ts';
 import { LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
+import { formatWitnesses, type WitnessEndpoint } from '../../lib/witness-protocol.ts';
 import type { LeaseTimings, ManagerConfig } from '../config.ts';
 import { derivedConfigProblems } from './derived-config-check.ts';
 import {
@@ -139,6 +140,8 @@ export interface PodSpecInput {
    * (takeExpiredFor). Default false: a silent holder is left to the failover.
    */
   takeExpired?: boolean;
+  /** The agent's witness set (LEASEHOLD_WITNESSES); none = off. */
+  witnesses?: readonly WitnessEndpoint[];
 }
 
 /**
@@ -157,7 +160,8 @@ export function takeExpiredFor(settings: Pick<ManagerConfig, 'nonFencingStorage'
 export type PodSettings = Pick<
   ManagerConfig,
   'defaults' | 'agentImage' | 'agentPort' | 'agentServiceAccount' | 'nfsServerImage' | 'nonFencingStorage'
->;
+> &
+  Partial<Pick<ManagerConfig, 'witnesses'>>;
 
 /**
  * Whether `pod` is one of share `share`'s own pods, as buildSharePod makes them: its
@@ -202,6 +206,7 @@ export function sharePodFor(
     avoid,
     annotations,
     takeExpired: takeExpiredFor(settings),
+    witnesses: settings.witnesses ?? [],
   });
   const refused = derivedConfigProblems(pod, sm);
   if (refused.length > 0) return { ok: false, message: refused.join('; ') };
@@ -270,6 +275,7 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
             input.fenceAction,
             input.serverCheck ?? sm.spec.serverCheck,
             input.takeExpired ?? false,
+            input.witnesses ?? [],
           ),
           securityContext: AGENT_SECURITY_CONTEXT,
           ports: [{ name: 'agent-http', containerPort: agentPort, protocol: 'TCP' }],
@@ -409,6 +415,7 @@ function agentEnv(
   fenceAction: FenceAction,
   check: ShareManagerSpec['serverCheck'],
   takeExpired: boolean,
+  witnesses: readonly WitnessEndpoint[],
 ): V1EnvVar[] {
   const env: V1EnvVar[] = [
     { name: 'LEASEHOLD_LEASE_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
@@ -423,6 +430,7 @@ function agentEnv(
     { name: 'LEASEHOLD_TAKE_EXPIRED', value: String(takeExpired) },
     ...AGENT_RUNTIME_ENV,
   ];
+  if (witnesses.length > 0) env.push({ name: 'LEASEHOLD_WITNESSES', value: formatWitnesses(witnesses) });
   const fence = sm.spec.fence;
   env.push({ name: 'LEASEHOLD_FENCE_ACTION', value: fenceAction });
   if (fence?.process) env.push({ name: 'LEASEHOLD_FENCE_PROCESS', value: fence.process });

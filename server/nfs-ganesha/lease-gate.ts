@@ -12,7 +12,11 @@
  * agent answers nothing (its port is closed, or the connection times out when hung).
  * So a 200 means: at the moment the agent answered, it held the lease with a renewal
  * sent within T, and the manager cannot have given the volume to anyone else (it fails
- * over only after seeing the lease unchanged for D > T, judged by its own clock). The
+ * over only after seeing the lease unchanged for D > T, judged by its own clock). With
+ * witnesses (docs/design.md, "Serving through an API outage"), a 200 may instead rest on a
+ * majority of promises counted to a deadline after the answer; each witness holds its
+ * promise D - T beyond that deadline and no replacement opens before a majority cleared,
+ * so the tolerance below holds the same. The
  * rule here is stricter than the kubelet's (which passes any 2xx or 3xx): ganesha starts
  * only on status 200 with exactly the agent's `ok: lease held` body. Any other status, a
  * 200 with another body (not the agent, e.g. a wrong port), a refused or timed-out

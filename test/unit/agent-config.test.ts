@@ -272,3 +272,49 @@ describe('agent config', () => {
     assert.equal(parseServerCheckTarget('nonsense'), undefined);
   });
 });
+
+describe('agent config: witnesses', () => {
+  const THREE = 'a=http://10.0.0.1:8090,b=http://10.0.0.2:8090,c=http://w-c.ns.svc:8090';
+
+  it('off by default; a set of three with P = T and no cap', () => {
+    assert.deepEqual(readAgentConfig(BASE).witnesses, {
+      endpoints: [],
+      promiseMs: 4000,
+      serveWithoutApiMs: undefined,
+    });
+    const on = readAgentConfig({ ...BASE, LEASEHOLD_WITNESSES: THREE, LEASEHOLD_SERVE_WITHOUT_API: '5m' });
+    assert.deepEqual(
+      on.witnesses.endpoints.map((e) => e.name),
+      ['a', 'b', 'c'],
+    );
+    assert.equal(on.witnesses.endpoints[2]?.url, 'http://w-c.ns.svc:8090');
+    assert.equal(on.witnesses.serveWithoutApiMs, 300_000);
+  });
+
+  it('refuses fewer than three, a name twice, a URL with a path, naming the entry', () => {
+    assertOneProblem(
+      { ...BASE, LEASEHOLD_WITNESSES: 'a=http://x:1,b=http://y:1' },
+      'LEASEHOLD_WITNESSES',
+      'at least 3',
+    );
+    assertOneProblem({ ...BASE, LEASEHOLD_WITNESSES: `${THREE},a=http://z:1` }, 'witness a is named twice');
+    assertOneProblem(
+      { ...BASE, LEASEHOLD_WITNESSES: 'a=http://x:1/p,b=http://y:1,c=http://z:1' },
+      '"a=http://x:1/p"',
+      'http://host:port',
+    );
+  });
+
+  it('P at least two retry periods; a cap of 0 or at least T', () => {
+    assertOneProblem(
+      { ...BASE, LEASEHOLD_PROMISE_DURATION: '900ms' },
+      'LEASEHOLD_PROMISE_DURATION=900ms',
+      'twice',
+    );
+    assertOneProblem(
+      { ...BASE, LEASEHOLD_SERVE_WITHOUT_API: '3s' },
+      'LEASEHOLD_SERVE_WITHOUT_API=3s',
+      'LEASEHOLD_RENEW_DEADLINE',
+    );
+  });
+});

@@ -48,7 +48,10 @@ function families(text: string): Map<string, FamilyShape> {
   return out;
 }
 
-/** What agent-metrics.ts registered with prom-client before issue 14, fed the same calls. */
+/**
+ * What agent-metrics.ts registered with prom-client before issue 14 (plus the witness
+ * families of issue 28, as prom-client would have them), fed the same calls.
+ */
 async function referenceText(): Promise<string> {
   const registry = new Registry();
   collectDefaultMetrics({
@@ -91,6 +94,17 @@ async function referenceText(): Promise<string> {
     registers,
   }).set(1);
   new Gauge({ name: 'leasehold_agent_fenced', help: '1 once this agent has fenced', registers }).set(0);
+  new Gauge({
+    name: 'leasehold_agent_serving_on_promises',
+    help: '1 while the lease is proven by witness promises only (the last renewal is older than T)',
+    registers,
+  }).set(0);
+  new Counter({
+    name: 'leasehold_agent_witness_answers_total',
+    help: 'Answers of witnesses, by request (promise, clearance) and answer',
+    labelNames: ['request', 'answer'],
+    registers,
+  }).inc({ request: 'promise', answer: 'promised' });
   return registry.metrics();
 }
 
@@ -107,6 +121,7 @@ function exercised(): { metrics: AgentMetrics; clock: ManualClock } {
   metrics.hedged();
   metrics.hedgeWon();
   metrics.setHeld(true);
+  metrics.witnessAnswered('promise', 'promised');
   clock.advance(500);
   return { metrics, clock };
 }

@@ -22,19 +22,9 @@ import {
   startRound,
 } from '../../agent/renew-round.ts';
 import { answer, base, OFF, SETTINGS, WALL0 } from '../support/renew-round-fixtures.ts';
+import { seededRandom } from '../support/seeded-random.ts';
 
 describe('renewal round: simulated CAS server', () => {
-  /** mulberry32: a small seeded PRNG, so a failing schedule can be replayed by its seed. */
-  function prng(seed: number): () => number {
-    let t = seed >>> 0;
-    return () => {
-      t = (t + 0x6d2b79f5) >>> 0;
-      let x = Math.imul(t ^ (t >>> 15), 1 | t);
-      x ^= x + Math.imul(x ^ (x >>> 7), 61 | x);
-      return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-    };
-  }
-
   interface Outcome {
     state: RoundState;
     committedBy: number | undefined;
@@ -51,7 +41,7 @@ describe('renewal round: simulated CAS server', () => {
    * writes the Lease, so the lease is never lost. `apply` is the rule under test.
    */
   function simulate(seed: number, settings: RoundSettings, apply: Apply = answer): Outcome {
-    const rand = prng(seed);
+    const rand = seededRandom(seed);
     const deadlineAtMs = 2_000;
     let state = startRound(base(), deadlineAtMs);
     const server = { lease: base(), committedBy: undefined as number | undefined };

@@ -119,3 +119,21 @@ test('kubelet unmount timeout: 30 s by default, 0 turns the check off, under 5 s
     /LEASEHOLD_KUBELET_UNMOUNT_TIMEOUT=3s: must be 0 \(never\) or from 5s to 60m/,
   );
 });
+
+test('witnesses: off by default; a set of three; fewer refused, naming the variable (issue 28)', () => {
+  const c = readManagerConfig(base);
+  assert.deepEqual(c.witnesses, []);
+  assert.deepEqual(c.witness, { maxHoldMs: 30_000, apiLostAfterMs: 1000 });
+  const on = readManagerConfig({
+    ...base,
+    LEASEHOLD_WITNESSES: 'n1=http://10.0.0.1:8090,n2=http://10.0.0.2:8090,n3=http://10.0.0.3:8090',
+  });
+  assert.deepEqual(
+    on.witnesses.map((w) => w.name),
+    ['n1', 'n2', 'n3'],
+  );
+  assert.throws(
+    () => readManagerConfig({ ...base, LEASEHOLD_WITNESSES: 'n1=http://10.0.0.1:8090' }),
+    (err: unknown) => err instanceof ConfigError && /LEASEHOLD_WITNESSES=.*at least 3/.test(err.message),
+  );
+});

@@ -424,6 +424,24 @@ describe('no spec.server: the shipped NFS server', () => {
     assert.equal(env.LEASEHOLD_TAKE_EXPIRED, 'true');
   });
 
+  it("the manager's witness set goes to the agent as LEASEHOLD_WITNESSES; none: not set (issue 28)", () => {
+    assert.equal(agentEnvOf(nfsSm).LEASEHOLD_WITNESSES, undefined);
+    const witnesses = [
+      { name: 'a', url: 'http://10.0.0.1:8090' },
+      { name: 'b', url: 'http://10.0.0.2:8090' },
+      { name: 'c', url: 'http://10.0.0.3:8090' },
+    ];
+    const built = sharePodFor(nfsSm, { ...settings, witnesses }, undefined, {});
+    assert.ok(built.ok);
+    const env = Object.fromEntries(
+      (built.pod.spec?.initContainers?.[0]?.env ?? []).map((e) => [e.name, e.value]),
+    );
+    assert.equal(
+      env.LEASEHOLD_WITNESSES,
+      'a=http://10.0.0.1:8090,b=http://10.0.0.2:8090,c=http://10.0.0.3:8090',
+    );
+  });
+
   it('the agent: pod fence, server check tcp://127.0.0.1:2049 with a timeout below T - R', () => {
     const env = agentEnvOf(nfsSm);
     assert.equal(env.LEASEHOLD_FENCE_ACTION, 'pod');

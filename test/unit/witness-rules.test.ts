@@ -1,0 +1,143 @@
+/**
+ * The witness's rules and the holder's deadline, case by case (the randomized schedules are
+ * in witness-schedule-checker.test.ts).
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import {
+  clearanceQuorum,
+  promiseQuorumEndMs,
+  quorumOf,
+  servingDeadlineMs,
+} from '../../lib/witness-protocol.ts';
+import {
+  apiAnswered,
+  decideClearance,
+  decidePromise,
+  startWitness,
+  type WitnessSettings,
+} from '../../manager/witness/witness-rules.ts';
+
+const SETTINGS: WitnessSettings = { maxHoldMs: 20_000, apiLostAfterMs: 1_000 };
+const ASK = { lease: 'ns/share', holder: 'pod-a', validForMs: 4_000, marginMs: 2_000 };
+const held = (holder = 'pod-a', delinquent = false) => new Map([['ns/share', { holder, delinquent }]]);
+
+/** A witness started long ago that read the lease at 30 s and has heard nothing since. */
+function cutOff() {
+  return apiAnswered(startWitness(0), 30_000, held());
+}
+
+describe('witness: promises', () => {
+  it('promised while the API is unreachable for the witness, held for P + margin', () => {
+    const { answer, state } = decidePromise(cutOff(), ASK, 31_500, SETTINGS);
+    assert.deepEqual(answer, { kind: 'promised', validForMs: 4_000 });
+    const early = decideClearance(state, { lease: 'ns/share', previousHolder: 'pod-a' }, 37_000, SETTINGS);
+    assert.deepEqual(early.answer, { kind: 'wait', retryInMs: 500, reason: 'promised' });
+    assert.equal(
+      decideClearance(state, { lease: 'ns/share', previousHolder: 'pod-a' }, 37_500, SETTINGS).answer.kind,
+      'cleared',
+    );
+  });
+
+  it('refused while the witness reaches the API: a node cut off alone fences as before', () => {
+    assert.deepEqual(decidePromise(cutOff(), ASK, 30_900, SETTINGS).answer, {
+      kind: 'refused',
+      reason: 'api-reachable',
+    });
+  });
+
+  it('refused without a read since the start, for another holder, for a delinquent one', () => {
+    assert.equal(decidePromise(startWitness(0), ASK, 30_000, SETTINGS).answer.kind, 'refused');
+    const other = apiAnswered(startWitness(0), 30_000, held('pod-b'));
+    assert.deepEqual(decidePromise(other, ASK, 32_000, SETTINGS).answer, {
+      kind: 'refused',
+      reason: 'not-holder',
+    });
+    const marked = apiAnswered(startWitness(0), 30_000, held('pod-a', true));
+    assert.deepEqual(decidePromise(marked, ASK, 32_000, SETTINGS).answer, {
+      kind: 'refused',
+      reason: 'delinquent',
+    });
+  });
+
+  it('refused when P + margin exceeds the longest hold, or P is not positive', () => {
+    const long = { ...ASK, validForMs: 19_000 };
+    assert.deepEqual(decidePromise(cutOff(), long, 32_000, SETTINGS).answer, {
+      kind: 'refused',
+      reason: 'too-long',
+    });
+    assert.equal(decidePromise(cutOff(), { ...ASK, validForMs: 0 }, 32_000, SETTINGS).answer.kind, 'refused');
+  });
+
+  it('after a clearance: that holder gets no promise any more, the next one can', () => {
+    const { state } = decideClearance(
+      cutOff(),
+      { lease: 'ns/share', previousHolder: 'pod-a' },
+      32_000,
+      SETTINGS,
+    );
+    assert.deepEqual(decidePromise(state, ASK, 32_100, SETTINGS).answer, {
+      kind: 'refused',
+      reason: 'cleared',
+    });
+    const next = apiAnswered(state, 32_200, held('pod-b'));
+    assert.equal(decidePromise(next, { ...ASK, holder: 'pod-b' }, 34_000, SETTINGS).answer.kind, 'promised');
+  });
+
+  it('no clearance for the longest hold after a start', () => {
+    const fresh = apiAnswered(startWitness(100_000), 100_100, held());
+    assert.deepEqual(
+      decideClearance(fresh, { lease: 'ns/share', previousHolder: 'pod-a' }, 110_000, SETTINGS).answer,
+      { kind: 'wait', retryInMs: 10_000, reason: 'starting' },
+    );
+    assert.equal(
+      decideClearance(fresh, { lease: 'ns/share', previousHolder: 'pod-a' }, 120_000, SETTINGS).answer.kind,
+      'cleared',
+    );
+  });
+});
+
+describe('holder: serving deadline and quorums', () => {
+  const W = ['a', 'b', 'c'];
+
+  it('a majority: 2 of 3, 3 of 5, 3 of 4', () => {
+    assert.deepEqual([quorumOf(3), quorumOf(5), quorumOf(4)], [2, 3, 3]);
+  });
+
+  it('the q-th latest promise of distinct members, counted from its send', () => {
+    const promises = [
+      { witness: 'a', sentAtMs: 1_000, validForMs: 4_000 },
+      { witness: 'a', sentAtMs: 9_000, validForMs: 4_000 },
+      { witness: 'b', sentAtMs: 2_000, validForMs: 4_000 },
+      { witness: 'x', sentAtMs: 9_000, validForMs: 4_000 },
+    ];
+    // a: 13 s, b: 6 s, x is not a member: the 2nd latest is b's.
+    assert.equal(promiseQuorumEndMs(promises, W), 6_000);
+    assert.equal(promiseQuorumEndMs(promises.slice(0, 2), W), Number.NEGATIVE_INFINITY);
+  });
+
+  it('the later of the API proof + T and the promise quorum', () => {
+    const promises = [
+      { witness: 'a', sentAtMs: 5_000, validForMs: 4_000 },
+      { witness: 'c', sentAtMs: 6_000, validForMs: 4_000 },
+    ];
+    assert.equal(
+      servingDeadlineMs({ apiProofSentAtMs: 3_000, renewDeadlineMs: 4_000, promises, witnesses: W }),
+      9_000,
+    );
+    assert.equal(
+      servingDeadlineMs({ apiProofSentAtMs: 8_000, renewDeadlineMs: 4_000, promises, witnesses: W }),
+      12_000,
+    );
+    assert.equal(
+      servingDeadlineMs({ apiProofSentAtMs: 8_000, renewDeadlineMs: 4_000, promises, witnesses: [] }),
+      12_000,
+    );
+  });
+
+  it('clearances: a majority of distinct members; none for an empty set', () => {
+    assert.equal(clearanceQuorum(new Set(['a', 'x']), W), false);
+    assert.equal(clearanceQuorum(new Set(['a', 'c']), W), true);
+    assert.equal(clearanceQuorum(new Set(), []), false);
+  });
+});
