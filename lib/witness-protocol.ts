@@ -112,3 +112,30 @@ export function parseWitnesses(text: string | undefined): WitnessEndpoint[] | st
 export function formatWitnesses(endpoints: readonly WitnessEndpoint[]): string {
   return endpoints.map((e) => `${e.name}=${e.url}`).join(',');
 }
+
+/** A node as the witness directory needs it: its name and its addresses (Node status). */
+export interface WitnessNode {
+  name: string;
+  addresses: ReadonlyArray<{ type: string; address: string }>;
+}
+
+/**
+ * The witness set from node names (`LEASEHOLD_WITNESS_NODES`): each node's manager at
+ * `http://<InternalIP>:<port>` (the chart publishes the manager's HTTP port on the node,
+ * hostPort). All or nothing: a node not known or without an InternalIP gives no set
+ * (`missing` names them), since a smaller set would be a different quorum.
+ */
+export function witnessesOnNodes(
+  names: readonly string[],
+  nodes: ReadonlyMap<string, WitnessNode>,
+  port: number,
+): { endpoints: WitnessEndpoint[] } | { missing: string[] } {
+  const endpoints: WitnessEndpoint[] = [];
+  const missing: string[] = [];
+  for (const name of names) {
+    const ip = nodes.get(name)?.addresses.find((a) => a.type === 'InternalIP')?.address;
+    if (ip === undefined || ip === '') missing.push(name);
+    else endpoints.push({ name, url: `http://${ip.includes(':') ? `[${ip}]` : ip}:${port}` });
+  }
+  return missing.length > 0 ? { missing } : { endpoints };
+}

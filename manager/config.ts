@@ -33,6 +33,7 @@
  * | LEASEHOLD_WATCH_QUIET_TIMEOUT          | 90s                       | restart a watch that delivered nothing this long (bookmarks come every ~60s) |
  * | LEASEHOLD_REQUEST_TIMEOUT              | 5s                        | deadline of each API request |
  * | LEASEHOLD_WITNESSES                    | none                      | the witness set given to share-manager pods created from now on: `node=http://host:port,...` (at least 3), each the manager HTTP endpoint of a witness; none = off: an agent that cannot renew for T fences (docs/design.md, "Serving through an API outage") |
+ * | LEASEHOLD_WITNESS_NODES                | none                      | the witness set by node names (at least 3; instead of LEASEHOLD_WITNESSES): each node's manager at http://<its InternalIP>:<LEASEHOLD_HTTP_PORT> (the chart publishes that port on the node), read from the Node objects; while one of them is unknown, pods get no witnesses |
  * | LEASEHOLD_WITNESS_MAX_HOLD             | 30s                       | as a witness: the longest promise (P + margin) given; also how long after its start it gives no clearance |
  * | LEASEHOLD_WITNESS_API_LOST_AFTER       | 1s                        | as a witness: promise only when the API has not answered this long (and a read of the Lease fails within it) |
  * | LEASEHOLD_HTTP_PORT                    | 8090                      | /healthz /readyz /metrics, POST /witness/promise and /witness/clearance (0 = any free port) |
@@ -89,8 +90,13 @@ export interface ManagerConfig {
   outOfServiceTaint: boolean;
   watchQuietTimeoutMs: number;
   requestTimeoutMs: number;
-  /** The witness set for the agents of pods created from now on; empty = off. */
+  /**
+   * The witness set for the agents of pods created from now on; empty = off. With
+   * `witnessNodes`, main.ts fills it from the Node objects as they change.
+   */
   witnesses: WitnessEndpoint[];
+  /** LEASEHOLD_WITNESS_NODES: node names whose managers are the witnesses; empty = the explicit list. */
+  witnessNodes: string[];
   /** This manager as a witness. */
   witness: WitnessSettings;
   httpPort: number;
@@ -139,6 +145,10 @@ export function readManagerConfig(env: Env): ManagerConfig {
     watchQuietTimeoutMs: r.duration('LEASEHOLD_WATCH_QUIET_TIMEOUT', 90_000, 5000, 3_600_000),
     requestTimeoutMs: r.duration('LEASEHOLD_REQUEST_TIMEOUT', 5000, 100, 120_000),
     witnesses: [],
+    witnessNodes: (r.optionalString('LEASEHOLD_WITNESS_NODES') ?? '')
+      .split(',')
+      .map((n) => n.trim())
+      .filter((n) => n !== ''),
     witness: {
       maxHoldMs: r.duration('LEASEHOLD_WITNESS_MAX_HOLD', 30_000, 1000, 600_000),
       apiLostAfterMs: r.duration('LEASEHOLD_WITNESS_API_LOST_AFTER', 1000, 100, 60_000),
@@ -156,6 +166,19 @@ export function readManagerConfig(env: Env): ManagerConfig {
   if (typeof witnesses === 'string')
     r.require(false, `LEASEHOLD_WITNESSES=${JSON.stringify(witnessList)}: ${witnesses}`);
   else config.witnesses = witnesses;
+  const nodeNames = config.witnessNodes;
+  r.require(
+    nodeNames.length === 0 || (nodeNames.length >= 3 && new Set(nodeNames).size === nodeNames.length),
+    `LEASEHOLD_WITNESS_NODES=${JSON.stringify(nodeNames.join(','))}: at least 3 distinct node names (a majority must remain when one is lost), or none`,
+  );
+  r.require(
+    nodeNames.length === 0 || config.witnesses.length === 0,
+    'LEASEHOLD_WITNESS_NODES and LEASEHOLD_WITNESSES are both set: give the witnesses one way',
+  );
+  r.require(
+    nodeNames.length === 0 || config.httpPort !== 0,
+    'LEASEHOLD_WITNESS_NODES needs a fixed LEASEHOLD_HTTP_PORT (not 0): agents reach each witness at its node address and that port',
+  );
   // NB: replaced, not ignored: a value set for the old variable would silently change meaning.
   r.require(
     env.LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP === undefined,

@@ -23,6 +23,7 @@ import { fromWire, LABEL_SHARE_MANAGER } from '../lib/lease-record.ts';
 import { KubeLeaseStore } from '../lib/lease-store.ts';
 import { createLogger } from '../lib/logger.ts';
 import { createRegistry } from '../lib/metrics.ts';
+import { witnessesOnNodes } from '../lib/witness-protocol.ts';
 import { type ManagerConfig, readManagerConfig } from './config.ts';
 import { durationFloorMs } from './detection/lease-duration.ts';
 import { LeaseLabelCheck } from './detection/lease-label-check.ts';
@@ -185,8 +186,38 @@ const nodes = informer<V1Node>({
   onEvent: (type, node) => {
     outOfService?.nodeSeen(node, type === 'deleted');
     driver?.onNodeChange(node.metadata?.name ?? '');
+    if (config.witnessNodes.length > 0) refreshWitnesses();
   },
 });
+// LEASEHOLD_WITNESS_NODES: the witness set from the Node objects' addresses, for the pods
+// created from now on (pod-spec.ts reads config.witnesses); all of them or none.
+let witnessesMissing = '';
+function refreshWitnesses(): void {
+  const known = new Map(
+    nodes
+      .list()
+      .map((n) => [
+        n.metadata?.name ?? '',
+        { name: n.metadata?.name ?? '', addresses: n.status?.addresses ?? [] },
+      ]),
+  );
+  const found = witnessesOnNodes(config.witnessNodes, known, config.httpPort);
+  const missing = 'missing' in found ? found.missing.join(',') : '';
+  if (missing !== witnessesMissing) {
+    if (missing)
+      log.warn(
+        { nodes: missing },
+        'witness nodes without a known InternalIP: new share pods get no witnesses',
+      );
+    else
+      log.info(
+        { witnesses: config.witnessNodes },
+        'every witness node has an address: new share pods get the witness set',
+      );
+    witnessesMissing = missing;
+  }
+  config.witnesses = 'endpoints' in found ? found.endpoints : [];
+}
 const nodeLeases = informer<k8s.V1Lease>({
   resource: 'node-leases',
   path: '/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases',

@@ -110,6 +110,13 @@ export class RealKernelClient {
     return allResumed(this.kc, sinceMonoMs);
   }
 
+  /** When each of the writer's acknowledged writes came (CLOCK_MONOTONIC ms), in order. */
+  acksMs(): number[] {
+    return eventsOf(this.kc, tagOf(this.kc.name, 'write'))
+      .filter((e) => e.kind === 'ack')
+      .map((e) => e.atMs);
+  }
+
   /** When the writer's first acknowledged write after `sinceMonoMs` came, if one did. */
   firstWriteAfterMs(sinceMonoMs: number): number | undefined {
     return stallsOf(this.kc, sinceMonoMs).write.firstSuccessAfter?.atMs;

@@ -115,6 +115,19 @@ describe('Helm chart', () => {
     assert.match(bad.stderr, /nfsServer\/image\/repository/);
   });
 
+  it('manager.witnesses.nodes: the names to the manager, its HTTP port published on the node; off by default (issue 28)', async () => {
+    const on = await helm(['template', 'x', chartDir, '--set', 'manager.witnesses.nodes={n1,n2,n3}']);
+    assert.equal(on.code, 0, on.stderr);
+    assert.match(on.stdout, /name: LEASEHOLD_WITNESS_NODES, value: "n1,n2,n3"/);
+    assert.match(on.stdout, /name: http, containerPort: 8090, protocol: TCP, hostPort: 8090 /);
+    const off = await helm(['template', 'x', chartDir]);
+    assert.match(off.stdout, /name: LEASEHOLD_WITNESS_NODES, value: ""/);
+    assert.doesNotMatch(off.stdout, /hostPort: \d/);
+    const bad = await helm(['template', 'x', chartDir, '--set', 'manager.witnesses.nodes={Bad_Node}']);
+    assert.notEqual(bad.code, 0);
+    assert.match(bad.stderr, /witnesses\/nodes/);
+  });
+
   it('renders manifests the API server accepts (server-side dry run), then installs them', async () => {
     const created = await kubectl(['create', 'namespace', namespace]);
     assert.equal(created.code, 0, created.stderr);

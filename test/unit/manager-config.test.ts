@@ -137,3 +137,26 @@ test('witnesses: off by default; a set of three; fewer refused, naming the varia
     (err: unknown) => err instanceof ConfigError && /LEASEHOLD_WITNESSES=.*at least 3/.test(err.message),
   );
 });
+
+test('witness nodes: at least 3 distinct, not with an explicit list, not with port 0 (issue 28)', () => {
+  assert.deepEqual(readManagerConfig({ ...base, LEASEHOLD_WITNESS_NODES: 'n1, n2,n3' }).witnessNodes, [
+    'n1',
+    'n2',
+    'n3',
+  ]);
+  const refused = (env: Record<string, string>, rule: RegExp) =>
+    assert.throws(
+      () => readManagerConfig({ ...base, ...env }),
+      (err: unknown) => err instanceof ConfigError && rule.test(err.message),
+    );
+  refused({ LEASEHOLD_WITNESS_NODES: 'n1,n2' }, /LEASEHOLD_WITNESS_NODES="n1,n2": at least 3 distinct/);
+  refused({ LEASEHOLD_WITNESS_NODES: 'n1,n1,n2' }, /at least 3 distinct/);
+  refused(
+    {
+      LEASEHOLD_WITNESS_NODES: 'n1,n2,n3',
+      LEASEHOLD_WITNESSES: 'n1=http://10.0.0.1:8090,n2=http://10.0.0.2:8090,n3=http://10.0.0.3:8090',
+    },
+    /both set/,
+  );
+  refused({ LEASEHOLD_WITNESS_NODES: 'n1,n2,n3', LEASEHOLD_HTTP_PORT: '0' }, /fixed LEASEHOLD_HTTP_PORT/);
+});

@@ -9,6 +9,7 @@ import {
   promiseQuorumEndMs,
   quorumOf,
   servingDeadlineMs,
+  witnessesOnNodes,
 } from '../../lib/witness-protocol.ts';
 import {
   apiAnswered,
@@ -139,5 +140,36 @@ describe('holder: serving deadline and quorums', () => {
     assert.equal(clearanceQuorum(new Set(['a', 'x']), W), false);
     assert.equal(clearanceQuorum(new Set(['a', 'c']), W), true);
     assert.equal(clearanceQuorum(new Set(), []), false);
+  });
+});
+
+describe('witness set by node names', () => {
+  const node = (name: string, ip?: string) => ({
+    name,
+    addresses:
+      ip === undefined ? [{ type: 'Hostname', address: name }] : [{ type: 'InternalIP', address: ip }],
+  });
+
+  it("each node's manager at its InternalIP and the manager's port; IPv6 in brackets", () => {
+    const nodes = new Map([
+      ['a', node('a', '10.0.0.1')],
+      ['b', node('b', 'fd00::2')],
+      ['c', node('c', '10.0.0.3')],
+    ]);
+    assert.deepEqual(witnessesOnNodes(['a', 'b', 'c'], nodes, 8090), {
+      endpoints: [
+        { name: 'a', url: 'http://10.0.0.1:8090' },
+        { name: 'b', url: 'http://[fd00::2]:8090' },
+        { name: 'c', url: 'http://10.0.0.3:8090' },
+      ],
+    });
+  });
+
+  it('all or nothing: an unknown node or one without an InternalIP gives no set, naming them', () => {
+    const nodes = new Map([
+      ['a', node('a', '10.0.0.1')],
+      ['b', node('b')],
+    ]);
+    assert.deepEqual(witnessesOnNodes(['a', 'b', 'c'], nodes, 8090), { missing: ['b', 'c'] });
   });
 });

@@ -403,7 +403,9 @@ function twoServers(o: Outcome): boolean {
   return o.holderStoppedAt === undefined || o.holderStoppedAt > o.replacementOpenedAt;
 }
 
-const SEEDS = 1_000;
+const SEEDS = 600;
+/** Each broken variant is run until its first violation, over at most this many schedules. */
+const VARIANT_SEEDS = 3_000;
 
 describe('witness promises: randomized schedules', () => {
   it(`never two servers: outages, cut-off nodes, partitions, restarts, delays, clock rates (${SEEDS} schedules)`, (t) => {
@@ -418,7 +420,7 @@ describe('witness promises: randomized schedules', () => {
     }
     t.diagnostic(JSON.stringify(seen));
     // The schedules reach every path: failovers, serving on promises, a clearance that waited.
-    assert.ok(seen.failovers > 200, JSON.stringify(seen));
+    assert.ok(seen.failovers > 150, JSON.stringify(seen));
     assert.ok(seen.servedOnPromises > 200, JSON.stringify(seen));
     assert.ok(seen.waitedForPromise > 20, JSON.stringify(seen));
   });
@@ -435,13 +437,13 @@ describe('witness promises: randomized schedules', () => {
 
   it('an outage for everyone (up to 5 min): the holder serves throughout, nothing moves', () => {
     let outages = 0;
-    for (let seed = 1; seed <= 200; seed++) {
+    for (let seed = 1; seed <= 100; seed++) {
       const o = simulate(seed, 'outage-only');
       assert.equal(o.holderStoppedAt, undefined, `seed ${seed}: the holder fenced`);
       assert.equal(o.markedAt, undefined, `seed ${seed}: a failover`);
       if (o.servedOnPromises) outages++;
     }
-    assert.ok(outages > 150, `${outages} of 200 schedules served on promises`);
+    assert.ok(outages > 75, `${outages} of 100 schedules served on promises`);
   });
 
   it('one node cut off from the API: its holder fences on time and the replacement is not slower for the witnesses', () => {
@@ -501,11 +503,11 @@ describe('witness promises: randomized schedules', () => {
     for (const [what, change] of broken) {
       const rules = { ...RULES, ...change };
       let violations = 0;
-      for (let seed = 1; seed <= SEEDS && violations === 0; seed++) {
+      for (let seed = 1; seed <= VARIANT_SEEDS && violations === 0; seed++) {
         const kind = seed % 2 === 0 ? 'restart-after-clearance' : 'any';
         if (twoServers(simulate(seed, kind, rules))) violations++;
       }
-      assert.ok(violations > 0, `${what}: no violation found in ${SEEDS} schedules`);
+      assert.ok(violations > 0, `${what}: no violation found in ${VARIANT_SEEDS} schedules`);
     }
   });
 });
