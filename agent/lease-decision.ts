@@ -101,6 +101,7 @@ export function acquiredRecord(
     ...lease,
     // Our set, which our replacement will ask; none clears the previous holder's.
     witnesses: witnesses.names,
+    servedOnPromises: changesHolder ? '' : lease.servedOnPromises,
     serveWithoutApiMs: witnesses.names.length > 0 ? witnesses.serveWithoutApiMs : undefined,
     holder: me.podName,
     holderNode: me.nodeName,

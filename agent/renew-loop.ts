@@ -89,6 +89,7 @@ export async function renewLoop(
   const status = { failing: false, hedgeWinning: false };
   const provenUntil = deps.provenUntil ?? ((sentAtMs: number) => renewDeadlineAt(sentAtMs, renewDeadlineMs));
   let onPromisesSinceMs: number | undefined;
+  let onPromisesSinceWall: Date | undefined;
 
   for (;;) {
     const deadlineAtMs = provenUntil(lastSuccessSentAtMs);
@@ -98,6 +99,7 @@ export async function renewLoop(
       clock.now() < deadlineAtMs
     ) {
       onPromisesSinceMs = clock.now();
+      onPromisesSinceWall = clock.wallNow();
       log.warn(
         { sinceLastRenewalMs: Math.round(clock.now() - lastSuccessSentAtMs) },
         'lease not renewed for T: serving on the promises of a majority of witnesses (the API server is unreachable for them too)',
@@ -169,6 +171,11 @@ export async function renewLoop(
         { onPromisesMs: Math.round(clock.now() - onPromisesSinceMs) },
         'lease renewed through the API again after serving on witness promises',
       );
+      // Said in the Lease by the next renewal, for the manager's ServedOnPromises condition.
+      lease = {
+        ...lease,
+        servedOnPromises: `${(onPromisesSinceWall as Date).toISOString()}/${clock.wallNow().toISOString()}`,
+      };
       onPromisesSinceMs = undefined;
     }
     if (winner.hedge && !status.hedgeWinning)

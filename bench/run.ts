@@ -6,6 +6,7 @@
  *   kernel-client   bench/kernel-client/run.ts  node crashes on real nodes as Linux 6.1 and 6.12 NFS clients see them
  *   agent           bench/agent/run.ts          one agent's memory, CPU, requests per renewal
  *   manager-scale   bench/manager-scale/run.ts  manager CPU/RSS and detection lag at N leases
+ *   witness-cost    bench/witness-cost/run.ts   witness promises' requests, bytes and manager CPU at N shares
  *   all             each of the above in turn (args go to every one)
  * Exit codes: the benchmark's own; 2 for an unknown name; with `all`, the first failure's.
  */
@@ -20,6 +21,7 @@ const BENCHMARKS = {
   'kernel-client': 'kernel-client/run.ts',
   agent: 'agent/run.ts',
   'manager-scale': 'manager-scale/run.ts',
+  'witness-cost': 'witness-cost/run.ts',
 } as const;
 type Name = keyof typeof BENCHMARKS;
 

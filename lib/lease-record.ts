@@ -20,6 +20,8 @@ export const ANNOTATION_FAILOVER_BY = `${GROUP}/failover-by`;
 export const ANNOTATION_WITNESSES = `${GROUP}/witnesses`;
 /** The holder's cap on serving without the API (ms); absent: none. Its replacement may open after it without clearances. */
 export const ANNOTATION_SERVE_WITHOUT_API = `${GROUP}/serve-without-api-ms`;
+/** `<from>/<to>` (RFC 3339): the holder's last period of serving on witness promises, written at its first renewal after it. */
+export const ANNOTATION_SERVED_ON_PROMISES = `${GROUP}/served-on-promises`;
 /** `<manager pod>@<node>`: the node of the manager named in failover-by, as that manager wrote it. */
 export const ANNOTATION_FAILOVER_BY_NODE = `${GROUP}/failover-by-node`;
 
@@ -45,6 +47,8 @@ export interface LeaseRecord {
   witnesses?: string[];
   /** Written by the agent that acquired: its cap on serving on promises, ms; undefined = none. */
   serveWithoutApiMs?: number | undefined;
+  /** `<from>/<to>`: the holder's last period on witness promises; '' removes it (a new holder). */
+  servedOnPromises?: string | undefined;
   resourceVersion: string;
   /** The object as read, so that a write keeps every field this code does not own. */
   wire: V1Lease;
@@ -73,6 +77,7 @@ export function fromWire(wire: V1Lease): LeaseRecord {
       .map((w) => w.trim())
       .filter((w) => w !== ''),
     serveWithoutApiMs: positiveInteger(annotations[ANNOTATION_SERVE_WITHOUT_API]),
+    servedOnPromises: annotations[ANNOTATION_SERVED_ON_PROMISES] || undefined,
     resourceVersion: wire.metadata?.resourceVersion ?? '',
     wire,
   };
@@ -91,6 +96,8 @@ export function toWire(record: LeaseRecord): V1Lease {
   );
   if (record.witnesses !== undefined)
     setOrDelete(annotations, ANNOTATION_WITNESSES, record.witnesses.join(',') || undefined);
+  if (record.servedOnPromises !== undefined)
+    setOrDelete(annotations, ANNOTATION_SERVED_ON_PROMISES, record.servedOnPromises || undefined);
   if (record.witnesses !== undefined)
     setOrDelete(
       annotations,

@@ -19,6 +19,11 @@ export type EventReason =
   | 'StormGuardActive'
   | 'InvalidSpec'
   | 'FenceDisabled'
+  // A holder asked this manager, a witness that reaches the API, for a promise: its node is
+  // cut off from the API alone, and its agent fences (witness/witness-server.ts).
+  | 'CutOffFromApi'
+  // The agent served on witness promises while the API was away (reconciliation/decide-reconcile.ts).
+  | 'ServedOnPromises'
   // The share's pod cannot be scheduled (the Scheduled condition, reconciliation/decide-reconcile.ts).
   | 'Unschedulable'
   | 'LeaseReleased'

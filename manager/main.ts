@@ -79,6 +79,17 @@ const witness = new WitnessServer({
   readLease: (namespace, name, deadlineMs) => leaseStore.get(namespace, name, deadlineMs),
   log: log.child({ part: 'witness' }),
   metrics,
+  onCutOffAlone: (lease, holder) => {
+    const [namespace, name] = lease.split('/') as [string, string];
+    const sm = shareManagers.get(namespace, name);
+    if (sm)
+      void events.record(
+        sm,
+        'Warning',
+        'CutOffFromApi',
+        `holder ${holder} asked witness ${config.identity} (node ${config.nodeName}) for a promise while this witness reaches the API server: its node is cut off from the API alone, so its agent fences and the share fails over`,
+      );
+  },
 });
 
 function informer<T extends k8s.KubernetesObject>(

@@ -14,12 +14,15 @@
  *                  (nodeLeaseGrace = the cluster's node-monitor grace) on top of
  *                  volume-attachment
  *   nfs            the issue-9 mode: leasehold defaults with --nfs-* settings, own file
+ *   leasehold-witnesses  (real nodes only, 3 or more) the chart's defaults plus
+ *                  manager.witnesses.nodes = every node (docs/design.md, "Serving through
+ *                  an API outage"): the same crash with witness promises on
  */
 
 export const MODES = ['leasehold', 'leasehold-va', 'longhorn', 'stock', 'leasehold-oos', 'nfs'] as const;
 export type Mode = (typeof MODES)[number];
 /** The modes that run a leasehold manager with the crashed share (all but stock and nfs). */
-export type ManagedMode = Exclude<Mode, 'stock' | 'nfs'>;
+export type ManagedMode = Exclude<Mode, 'stock' | 'nfs'> | 'leasehold-witnesses';
 
 export interface LeaseTimingsUsed {
   duration: string;
@@ -31,9 +34,20 @@ export const CHART_LEASE: LeaseTimingsUsed = { duration: '6s', renewInterval: '2
 export const LONGHORN_LEASE: LeaseTimingsUsed = { duration: '7s', renewInterval: '3s', renewDeadline: '5s' };
 export const LONGHORN_LEASE_MS = 7000;
 
-/** helm --set values of a managed mode; `grace` is the cluster's node-monitor grace period. */
-export function modeChartValues(mode: ManagedMode, grace: string): Record<string, string> {
+/**
+ * helm --set values of a managed mode; `grace` is the cluster's node-monitor grace period,
+ * `nodes` the system's node names (the witnesses of `leasehold-witnesses`: 3 or more).
+ */
+export function modeChartValues(
+  mode: ManagedMode,
+  grace: string,
+  nodes: readonly string[] = [],
+): Record<string, string> {
   switch (mode) {
+    case 'leasehold-witnesses':
+      if (nodes.length < 3)
+        throw new Error(`mode leasehold-witnesses needs 3 or more nodes (witnesses), not ${nodes.length}`);
+      return { 'manager.witnesses.nodes': `{${nodes.join(',')}}` };
     case 'longhorn':
       return {
         'agent.leaseDuration': LONGHORN_LEASE.duration,
@@ -61,6 +75,8 @@ export function modeLease(mode: ManagedMode): LeaseTimingsUsed {
 export function modeSettings(mode: ManagedMode, grace: string): string {
   if (mode === 'longhorn')
     return 'leasehold agent+manager with lease 7 s, renew 3 s (deadline 5 s), volume handoff volumes-in-use; detection = emulated Longhorn verdict: first 1 s tick after renewTime + 7 s (wall clock); crash-to-serving, clientWriteGap and server Ready (NFS) or crash-to-serving (toy) = measured + (emulated - measured detection); the other steps as measured';
+  if (mode === 'leasehold-witnesses')
+    return 'leasehold chart defaults (lease 6 s, renew 2 s, deadline 4 s; volume handoff volumes-in-use) with witness promises on (manager.witnesses.nodes = every node); detection = status.lastFailover.detectedAt';
   const va = mode === 'leasehold-va' || mode === 'leasehold-oos';
   return `leasehold chart defaults: lease 6 s, renew 2 s, deadline 4 s; volume handoff ${va ? 'volume-attachment (VolumeAttachment deleted)' : 'volumes-in-use (default)'}${mode === 'leasehold-oos' ? `; out-of-service taint on (node lease grace ${grace})` : ''}; detection = status.lastFailover.detectedAt`;
 }

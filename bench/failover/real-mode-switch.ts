@@ -36,7 +36,11 @@ export async function switchManagedMode(
   timeoutMs = 240_000,
 ): Promise<{ seconds: number; values: Record<string, string> }> {
   const t0 = performance.now();
-  const values = modeChartValues(mode, grace);
+  const values = modeChartValues(
+    mode,
+    grace,
+    sys.nodes.map((n) => n.name),
+  );
   await helmUpgrade({ ...release(sys), base, values });
   const apps = sys.kc.makeApiClient(k8s.AppsV1Api);
   const until = performance.now() + timeoutMs;

@@ -32,11 +32,18 @@ export interface RealNodeBenchArgs {
   stockBudgetS: number;
 }
 
-export const REAL_NODE_MODES = ['leasehold', 'leasehold-va', 'longhorn', 'leasehold-oos', 'stock'] as const;
+export const REAL_NODE_MODES = [
+  'leasehold',
+  'leasehold-va',
+  'longhorn',
+  'leasehold-oos',
+  'leasehold-witnesses',
+  'stock',
+] as const;
 export type RealNodeMode = (typeof REAL_NODE_MODES)[number];
 
 export const REAL_NODE_BENCH_USAGE =
-  'usage: npm run bench -- failover --real-nodes [--runs 1-50 (default 5)] [--nodes 2-5 (default 2)] [--adc-sync DURATION (default 1m)] [--node-monitor-grace DURATION (default 40s)] [--budget SECONDS (per crash, default 150)] [--settle SECONDS (after a reboot, default 0)] [--modes leasehold,leasehold-va,longhorn,leasehold-oos,stock (any of them, in the order to run; default leasehold)] [--stock-budget SECONDS (per stock crash, default 600)]';
+  'usage: npm run bench -- failover --real-nodes [--runs 1-50 (default 5)] [--nodes 2-5 (default 2)] [--adc-sync DURATION (default 1m)] [--node-monitor-grace DURATION (default 40s)] [--budget SECONDS (per crash, default 150)] [--settle SECONDS (after a reboot, default 0)] [--modes leasehold,leasehold-va,longhorn,leasehold-oos,leasehold-witnesses,stock (any of them, in the order to run; default leasehold; leasehold-witnesses needs --nodes 3 or more)] [--stock-budget SECONDS (per stock crash, default 600)]';
 
 const DURATION = /^[1-9]\d*(s|m)$/;
 
@@ -87,6 +94,10 @@ export function parseRealNodeBenchArgs(argv: readonly string[]): RealNodeBenchAr
     };
   if (new Set(modes).size !== modes.length)
     return { problem: `--modes=${values.modes}: a mode may be named once` };
+  if (modes.includes('leasehold-witnesses') && nodes < 3)
+    return {
+      problem: `--modes=${values.modes} with --nodes=${nodes}: leasehold-witnesses needs --nodes 3 or more (a witness set of at least 3)`,
+    };
   const stockBudgetS = Number(values['stock-budget']);
   if (!Number.isFinite(stockBudgetS) || stockBudgetS < 60)
     return { problem: `--stock-budget=${values['stock-budget']}: must be a number of seconds >= 60` };

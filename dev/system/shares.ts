@@ -44,6 +44,7 @@ export interface ShareStatus {
   lastFailover?: Record<string, string | undefined>;
   /** How to mount a share of the shipped NFS server (README "Mounting a share"). */
   export?: { source?: string; mountOptions?: string };
+  conditions?: Array<{ type: string; status: string; reason?: string; message?: string }>;
 }
 
 /** A PV of the sim's test CSI driver (`pv-<name>`) and a PVC bound to it (`<name>-data`). */

@@ -42,7 +42,9 @@
  *     the share's pod as the scheduler sees it: False with the scheduler's reason and
  *     words (a backing claim that does not exist, no node that fits) and a Warning event
  *     (Unschedulable) once per change; True again once the pod has a node. Written only
- *     once scheduling failed: a healthy share costs no status write for it.
+ *     once scheduling failed: a healthy share costs no status write for it. The
+ *     `ServedOnPromises` condition -> the holder's last period on witness promises, from
+ *     the Lease, with a Normal event once per period.
  * 10. `spec.consumer` -> its PersistentVolume and claim (decide-consumer.ts): created,
  *     repaired, or, once the field is removed or the ShareManager is being deleted,
  *     deleted before the finalizer goes (also while deleting, and with a spec in Error
@@ -103,13 +105,17 @@ export type ReconcileAction =
   /** CAS on `lease` (exactly this version): holder emptied, transitions kept. */
   | { kind: 'releaseLease'; lease: LeaseRecord; pod: string; phase: string }
   | { kind: 'claimPodCreation'; requestId: string }
-  /** Set a condition (Fencing, Scheduled); `warn`: also a Warning event with this reason and its message. */
-  | { kind: 'setCondition'; condition: ShareCondition; warn?: 'FenceDisabled' | 'Unschedulable' }
+  /** Set a condition (Fencing, Scheduled, ServedOnPromises); `event`: also an event with its message. */
+  | {
+      kind: 'setCondition';
+      condition: ShareCondition;
+      event?: { type: 'Normal' | 'Warning'; reason: 'FenceDisabled' | 'Unschedulable' | 'ServedOnPromises' };
+    }
   | { kind: 'requeueAfter'; ms: number; reason: string }
   | ConsumerAction;
 
 export interface ShareCondition {
-  type: 'Fencing' | 'Scheduled';
+  type: 'Fencing' | 'Scheduled' | 'ServedOnPromises';
   status: 'True' | 'False';
   reason: string;
   message: string;
@@ -216,7 +222,7 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
     actions.push({
       kind: 'setCondition',
       condition: fencing,
-      ...(fencing.status === 'False' ? { warn: 'FenceDisabled' } : {}),
+      ...(fencing.status === 'False' ? { event: { type: 'Warning', reason: 'FenceDisabled' } as const } : {}),
     });
   // Scheduled is written only once scheduling failed (then kept, True again once the pod
   // has a node): a healthy share costs no status write for it.
@@ -226,7 +232,16 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
     actions.push({
       kind: 'setCondition',
       condition: scheduled,
-      ...(scheduled.status === 'False' ? { warn: 'Unschedulable' as const } : {}),
+      ...(scheduled.status === 'False'
+        ? { event: { type: 'Warning', reason: 'Unschedulable' } as const }
+        : {}),
+    });
+  const served = servedOnPromisesCondition(s.lease);
+  if (served && conditionDiffers(s.sm, served))
+    actions.push({
+      kind: 'setCondition',
+      condition: served,
+      event: { type: 'Normal', reason: 'ServedOnPromises' },
     });
   actions.push(...consumerActions(s, false));
   return actions;
@@ -303,6 +318,31 @@ function shownPod(s: ShareManagerSnapshot, live: V1Pod[]): V1Pod | undefined {
   const lease = s.lease === 'unknown' ? undefined : s.lease;
   const holder = lease?.holder ?? '';
   return live.find((p) => p.metadata?.name === holder) ?? live[0];
+}
+
+/**
+ * The ServedOnPromises condition (step 9): the holder's last period of serving on witness
+ * promises, as its agent wrote it into the Lease at its first renewal after it
+ * (`leasehold.dev/served-on-promises: <from>/<to>`); undefined when it never did. Written
+ * after the fact: while the API is away nobody can write it.
+ */
+export function servedOnPromisesCondition(
+  lease: LeaseRecord | 'unknown' | undefined,
+): ShareCondition | undefined {
+  if (lease === undefined || lease === 'unknown' || !lease.servedOnPromises) return undefined;
+  const [from = '', to = ''] = lease.servedOnPromises.split('/');
+  const seconds = (Date.parse(to) - Date.parse(from)) / 1000;
+  const length = Number.isFinite(seconds) && seconds >= 0 ? ` (${seconds.toFixed(1)} s)` : '';
+  return {
+    type: 'ServedOnPromises',
+    status: 'True',
+    reason: 'ApiUnreachable',
+    message:
+      `holder ${lease.holder} served on witness promises from ${from} to ${to}${length}: the API server was unreachable for it and for a majority of its witnesses`.slice(
+        0,
+        1024,
+      ),
+  };
 }
 
 /**

@@ -199,7 +199,8 @@ export class ReconcileExecutor {
         // NB: a merge patch replaces the whole list, so the other conditions go with it.
         conditions.list = [...others, condition];
         await this.status.patch(namespace, name, { conditions: conditions.list });
-        if (action.warn) await this.events.record(sm, 'Warning', action.warn, condition.message);
+        if (action.event)
+          await this.events.record(sm, action.event.type, action.event.reason, condition.message);
         return undefined;
       }
       case 'requeueAfter':

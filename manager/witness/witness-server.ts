@@ -43,11 +43,18 @@ export interface WitnessDeps {
   readLease: (namespace: string, name: string, deadlineMs: number) => Promise<LeaseRecord | undefined>;
   log: Logger;
   metrics: ManagerMetrics;
+  /**
+   * A holder was refused because this witness reaches the API (its node is cut off from
+   * the API alone, and it fences): said once per lease and holder.
+   */
+  onCutOffAlone?: (lease: string, holder: string) => void;
 }
 
 export class WitnessServer {
   private state: WitnessState;
   private probe: Promise<void> | undefined;
+  /** `${lease} ${holder}` already said cut off (bounded: the oldest go first). */
+  private readonly saidCutOff = new Set<string>();
 
   constructor(private readonly deps: WitnessDeps) {
     this.state = startWitness(deps.clock.now());
@@ -83,6 +90,8 @@ export class WitnessServer {
     this.state = decided.state;
     const { answer } = decided;
     this.count('promise', answer.kind === 'promised' ? 'promised' : `refused_${answer.reason}`);
+    if (answer.kind === 'refused' && answer.reason === 'api-reachable')
+      this.cutOffAlone(request.lease, request.holder);
     if (answer.kind === 'promised')
       this.deps.log.debug({ lease: request.lease, holder: request.holder }, 'promise given');
     return { status: 200, body: answer };
@@ -100,6 +109,19 @@ export class WitnessServer {
         'replacement cleared: no promise to the previous holder any more',
       );
     return { status: 200, body: decided.answer };
+  }
+
+  private cutOffAlone(lease: string, holder: string): void {
+    const key = `${lease} ${holder}`;
+    if (this.saidCutOff.has(key)) return;
+    this.saidCutOff.add(key);
+    if (this.saidCutOff.size > 10_000)
+      this.saidCutOff.delete(this.saidCutOff.values().next().value as string);
+    this.deps.log.warn(
+      { lease, holder },
+      'a holder cannot reach the API while this witness can: its node is cut off alone and it fences',
+    );
+    this.deps.onCutOffAlone?.(lease, holder);
   }
 
   /** One quorum read at a time; its answer (or its failure) is what the rules then see. */

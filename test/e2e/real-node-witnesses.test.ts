@@ -8,14 +8,15 @@
  * - The API server down 12 s (three times T; LEASEHOLD_WITNESS_OUTAGES=12,60,300 adds the
  *   issue's 60 s and 5 min, one after another): the share serves throughout. The same pod,
  *   one ganesha process all along (never stopped), no failover, no LeaseExpired, the lease
- *   never delinquent, its agent said it served on promises; the kernel client's writes
+ *   never delinquent, its agent said it served on promises and the ShareManager says so
+ *   afterwards (condition and event ServedOnPromises); the kernel client's writes
  *   never paused longer than 2 s, nor the libnfs writer's; every acknowledged write of both
  *   on the volume. Without witnesses the same outage stops every share (its agent fences
  *   at T): real-node-disruptions.test.ts.
  * - The share's node cut off from the API server alone (RealNode.partition('close'): the
  *   node fabric carries on, so its agent reaches the other witnesses): they reach the API
- *   and refuse, the agent fences at T, and the share fails over to another node as without
- *   witnesses; never two ganesha; nothing lost.
+ *   and refuse (a CutOffFromApi event), the agent fences at T, and the share fails over to
+ *   another node as without witnesses; never two ganesha; nothing lost.
  * Not here: the cost at 1,000 shares (issue 28).
  */
 import assert from 'node:assert/strict';
@@ -23,7 +24,9 @@ import { after, test } from 'node:test';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
 import { createRealNfsShare, GaneshaTracker, podLog } from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
+import { shareStatus } from '../../dev/system/shares.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { eventually } from '../support/cluster.ts';
 import {
   E2E_NFS,
   eventsOf,
@@ -115,6 +118,14 @@ test(`the API server down ${OUTAGES_S.join(' s, ')} s with witnesses: the share 
   const agentLog = podLog(sys.node(before.node), before.object, 'agent');
   assert.match(agentLog, /serving on the promises of a majority of witnesses/);
   assert.match(agentLog, /lease renewed through the API again after serving on witness promises/);
+  // Said afterwards on the ShareManager (nobody can write while the API is away).
+  const condition = await eventually(
+    'the ServedOnPromises condition',
+    async () => (await shareStatus(sys, SHARE)).conditions?.find((c) => c.type === 'ServedOnPromises'),
+    20_000,
+  );
+  assert.match(condition.message ?? '', new RegExp(`holder ${before.pod} served on witness promises from `));
+  assert.ok((await eventsOf(sys, 'ServedOnPromises')).length >= 1, 'a ServedOnPromises event');
 
   for (const { faultMono, backMono, outageS } of faults) {
     const pauseMs = longestAckPause(kernel, faultMono, backMono + 2_000);
@@ -158,4 +169,9 @@ test("the share's node cut off from the API alone: the witnesses refuse, its age
   await sys.node(before.node).heal();
   const agentLog = podLog(sys.node(before.node), before.object, 'agent');
   assert.match(agentLog, /witness refused a promise.*api-reachable|api-reachable.*witness refused a promise/);
+  const cutOff = await eventsOf(sys, 'CutOffFromApi');
+  assert.ok(
+    cutOff.some((e) => e.includes(`holder ${before.pod} asked witness`)),
+    `a CutOffFromApi event names the holder: ${cutOff.join('; ')}`,
+  );
 });

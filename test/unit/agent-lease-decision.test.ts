@@ -162,6 +162,22 @@ describe('records written', () => {
     assert.equal(next.transitions, 2);
     assert.deepEqual(next.acquireTime, new Date(5));
   });
+  it("writes its own witness set and cap; a new holder clears the previous one's served-on-promises period (issue 28)", () => {
+    const old = lease({
+      holder: 'old-pod',
+      witnesses: ['x', 'y', 'z'],
+      serveWithoutApiMs: 60_000,
+      servedOnPromises: '2026-12-07T10:00:00.000Z/2026-12-07T10:01:00.000Z',
+    });
+    const next = acquiredRecord(old, ME, D, wall, { names: ['a', 'b', 'c'], serveWithoutApiMs: undefined });
+    assert.deepEqual(next.witnesses, ['a', 'b', 'c']);
+    assert.equal(next.serveWithoutApiMs, undefined);
+    assert.equal(next.servedOnPromises, '');
+    const none = acquiredRecord(old, ME, D, wall);
+    assert.deepEqual(none.witnesses, [], 'no witnesses: none written, so no replacement asks for clearances');
+    const own = acquiredRecord({ ...old, holder: ME.podName }, ME, D, wall);
+    assert.equal(own.servedOnPromises, old.servedOnPromises, 'its own period is kept on a restart in place');
+  });
   it('taking a free lease is a change of holder', () => {
     assert.equal(acquiredRecord(lease({ holder: '', transitions: 3 }), ME, D, wall).transitions, 4);
   });

@@ -64,10 +64,16 @@ test('real-node bench args: bad values and the sim-only options rejected, named'
   assert.match(problem(['--settle=-1']), /--settle=-1: .*0 to 600/);
   assert.match(
     problem(['--modes', 'nfs']),
-    /--modes=nfs: "nfs" is not a real-node mode \(leasehold, leasehold-va, longhorn, leasehold-oos, stock/,
+    /--modes=nfs: "nfs" is not a real-node mode \(leasehold, leasehold-va, longhorn, leasehold-oos, leasehold-witnesses, stock/,
   );
   assert.match(problem(['--modes', 'leasehold,,stock']), /--modes=leasehold,,stock: "" is not/);
   assert.match(problem(['--modes', 'stock,stock']), /--modes=stock,stock: a mode may be named once/);
+  assert.match(
+    problem(['--modes', 'leasehold,leasehold-witnesses']),
+    /leasehold-witnesses needs --nodes 3 or more/,
+  );
+  const witnesses = parseRealNodeBenchArgs(['--nodes', '3', '--modes', 'leasehold,leasehold-witnesses']);
+  assert.ok(!('problem' in witnesses), JSON.stringify(witnesses));
   assert.match(problem(['--stock-budget', '30']), /--stock-budget=30: .*>= 60/);
   assert.match(problem(['--stock-budget', 'x']), /--stock-budget=x/);
   assert.match(problem(['--share', 'toy']), /--share/);

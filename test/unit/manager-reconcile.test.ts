@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod, V1Service } from '@kubernetes/client-node';
-import { fromWire } from '../../lib/lease-record.ts';
+import { fromWire, toWire } from '../../lib/lease-record.ts';
 import {
   decideShareManager,
   fencingCondition,
@@ -230,7 +230,11 @@ test('the Fencing condition: set when missing or stale; an explicit none is Fals
     snap({ sm: { ...unfenced, status: { ...running.status, conditions: [fencingCondition('pod')] } } }),
   );
   assert.deepEqual(actions, [
-    { kind: 'setCondition', condition: fencingCondition('none'), warn: 'FenceDisabled' },
+    {
+      kind: 'setCondition',
+      condition: fencingCondition('none'),
+      event: { type: 'Warning', reason: 'FenceDisabled' },
+    },
   ]);
   assert.equal(fencingCondition('none').status, 'False');
   assert.equal(fencingCondition('none').reason, 'FenceDisabled');
@@ -456,7 +460,7 @@ test("a Pending share says why in the scheduler's words (a missing backing claim
       reason: 'Unschedulable',
       message: 'pod vol-a: 0/3 nodes are available: persistentvolumeclaim "data" not found.',
     },
-    warn: 'Unschedulable',
+    event: { type: 'Warning', reason: 'Unschedulable' },
   });
   const placed: V1Pod = { ...pending, spec: { ...pending.spec, containers: [], nodeName: 'n1' } };
   const healthy = decideShareManager(snap({ pods: [placed], lease: lease('') }));
@@ -480,4 +484,55 @@ test("a Pending share says why in the scheduler's words (a missing backing claim
     reason: 'Scheduled',
     message: 'pod vol-a on node n1',
   });
+});
+
+test('a holder that served on witness promises: ServedOnPromises from its Lease, with a Normal event once per period (issue 28)', () => {
+  const period = '2026-12-07T10:00:00.000Z/2026-12-07T10:01:02.500Z';
+  const served = fromWire({
+    metadata: {
+      namespace: 'ns',
+      name: 'vol',
+      resourceVersion: '7',
+      annotations: { 'leasehold.dev/served-on-promises': period },
+    },
+    spec: { holderIdentity: 'vol-a', leaseDurationSeconds: 6 },
+  });
+  const action = decideShareManager(snap({ lease: served })).find(
+    (a) => a.kind === 'setCondition' && a.condition.type === 'ServedOnPromises',
+  );
+  assert.deepEqual(action, {
+    kind: 'setCondition',
+    condition: {
+      type: 'ServedOnPromises',
+      status: 'True',
+      reason: 'ApiUnreachable',
+      message:
+        'holder vol-a served on witness promises from 2026-12-07T10:00:00.000Z to 2026-12-07T10:01:02.500Z (62.5 s): the API server was unreachable for it and for a majority of its witnesses',
+    },
+    event: { type: 'Normal', reason: 'ServedOnPromises' },
+  });
+  // Said once: the same period again writes nothing; none without the annotation.
+  const said = snap({ lease: served });
+  said.sm.status = {
+    ...said.sm.status,
+    conditions: [
+      ...(said.sm.status?.conditions ?? []),
+      action?.kind === 'setCondition' ? action.condition : { type: '', status: '' },
+    ],
+  };
+  assert.ok(
+    !decideShareManager(said).some(
+      (a) => a.kind === 'setCondition' && a.condition.type === 'ServedOnPromises',
+    ),
+  );
+  assert.ok(
+    !decideShareManager(snap()).some(
+      (a) => a.kind === 'setCondition' && a.condition.type === 'ServedOnPromises',
+    ),
+  );
+  // The annotation survives the manager's own Lease writes and a renewal; a new holder clears it.
+  const wire = toWire(served);
+  assert.equal(wire.metadata?.annotations?.['leasehold.dev/served-on-promises'], period);
+  const taken = toWire({ ...served, holder: 'vol-b', servedOnPromises: '' });
+  assert.equal(taken.metadata?.annotations?.['leasehold.dev/served-on-promises'], undefined);
 });
