@@ -44,15 +44,26 @@ export interface LeaseView {
   delinquent: boolean;
 }
 
+/**
+ * One witness's state, owned and changed by its shell only through `apiAnswered`,
+ * `leaseGone` and `applyWitnessChange` (in place: a copy per lease event cost O(shares)
+ * each, O(shares^2) per renewal period).
+ */
 export interface WitnessState {
   startedAtMs: number;
   /** Last successful API answer; undefined: none since the start. */
   apiAnsweredAtMs: number | undefined;
-  views: ReadonlyMap<string, LeaseView>;
+  views: Map<string, LeaseView>;
   /** `${lease}\u0000${holder}` → the end of the latest promise (this clock). */
-  promisedUntilMs: ReadonlyMap<string, number>;
-  cleared: ReadonlySet<string>;
+  promisedUntilMs: Map<string, number>;
+  cleared: Set<string>;
 }
+
+/** What a decision changes in the state; applyWitnessChange makes it so. */
+export type WitnessChange =
+  | { kind: 'none' }
+  | { kind: 'promised'; key: string; untilMs: number }
+  | { kind: 'cleared'; key: string };
 
 export type PromiseAnswer =
   | { kind: 'promised'; validForMs: number }
@@ -78,38 +89,48 @@ export function startWitness(nowMs: number): WitnessState {
   };
 }
 
-/** A quorum read (list or get) of leases answered: record what it said and that the API answered. */
+/** The API answered (`leases`: what a read or a watch event said of them): recorded in place. */
 export function apiAnswered(
   state: WitnessState,
   nowMs: number,
-  leases: ReadonlyMap<string, LeaseView>,
-): WitnessState {
-  const views = new Map(state.views);
-  for (const [name, view] of leases) views.set(name, view);
-  return { ...state, apiAnsweredAtMs: nowMs, views };
+  leases: ReadonlyMap<string, LeaseView> = new Map(),
+): void {
+  state.apiAnsweredAtMs = nowMs;
+  for (const [name, view] of leases) state.views.set(name, view);
 }
 
 /** The lease was deleted (or a read found none): no promise for it. */
-export function leaseGone(state: WitnessState, lease: string): WitnessState {
-  if (!state.views.has(lease)) return state;
-  const views = new Map(state.views);
-  views.delete(lease);
-  return { ...state, views };
+export function leaseGone(state: WitnessState, lease: string): void {
+  state.views.delete(lease);
+}
+
+/** Makes a decision's change so, in place. */
+export function applyWitnessChange(state: WitnessState, change: WitnessChange): void {
+  if (change.kind === 'promised')
+    state.promisedUntilMs.set(
+      change.key,
+      Math.max(change.untilMs, state.promisedUntilMs.get(change.key) ?? Number.NEGATIVE_INFINITY),
+    );
+  if (change.kind === 'cleared') {
+    state.cleared.add(change.key);
+    state.promisedUntilMs.delete(change.key);
+  }
 }
 
 export function apiReachable(state: WitnessState, nowMs: number, settings: WitnessSettings): boolean {
   return state.apiAnsweredAtMs !== undefined && nowMs - state.apiAnsweredAtMs < settings.apiLostAfterMs;
 }
 
+/** Pure: reads `state`, changes nothing (applyWitnessChange applies `change`). */
 export function decidePromise(
-  state: WitnessState,
+  state: Readonly<WitnessState>,
   request: PromiseRequest,
   nowMs: number,
   settings: WitnessSettings,
-): { answer: PromiseAnswer; state: WitnessState } {
+): { answer: PromiseAnswer; change: WitnessChange } {
   const refuse = (reason: Extract<PromiseAnswer, { kind: 'refused' }>['reason']) => ({
     answer: { kind: 'refused', reason } as PromiseAnswer,
-    state,
+    change: { kind: 'none' } as WitnessChange,
   });
   const holdMs = request.validForMs + request.marginMs;
   if (!(request.validForMs > 0 && request.marginMs >= 0 && holdMs <= settings.maxHoldMs))
@@ -121,34 +142,29 @@ export function decidePromise(
   if (view.holder !== request.holder) return refuse('not-holder');
   if (view.delinquent) return refuse('delinquent');
   if (apiReachable(state, nowMs, settings)) return refuse('api-reachable');
-  const until = nowMs + holdMs;
-  const promisedUntilMs = new Map(state.promisedUntilMs);
-  promisedUntilMs.set(k, Math.max(until, state.promisedUntilMs.get(k) ?? Number.NEGATIVE_INFINITY));
   return {
     answer: { kind: 'promised', validForMs: request.validForMs },
-    state: { ...state, promisedUntilMs },
+    change: { kind: 'promised', key: k, untilMs: nowMs + holdMs },
   };
 }
 
+/** Pure: reads `state`, changes nothing (applyWitnessChange applies `change`). */
 export function decideClearance(
-  state: WitnessState,
+  state: Readonly<WitnessState>,
   request: { lease: string; previousHolder: string },
   nowMs: number,
   settings: WitnessSettings,
-): { answer: ClearanceAnswer; state: WitnessState } {
+): { answer: ClearanceAnswer; change: WitnessChange } {
+  const none: WitnessChange = { kind: 'none' };
   const k = key(request.lease, request.previousHolder);
-  if (state.cleared.has(k)) return { answer: { kind: 'cleared' }, state };
+  if (state.cleared.has(k)) return { answer: { kind: 'cleared' }, change: none };
   const startWaitEnd = state.startedAtMs + settings.maxHoldMs;
   if (nowMs < startWaitEnd) {
-    return { answer: { kind: 'wait', retryInMs: startWaitEnd - nowMs, reason: 'starting' }, state };
+    return { answer: { kind: 'wait', retryInMs: startWaitEnd - nowMs, reason: 'starting' }, change: none };
   }
   const promisedUntil = state.promisedUntilMs.get(k);
   if (promisedUntil !== undefined && nowMs < promisedUntil) {
-    return { answer: { kind: 'wait', retryInMs: promisedUntil - nowMs, reason: 'promised' }, state };
+    return { answer: { kind: 'wait', retryInMs: promisedUntil - nowMs, reason: 'promised' }, change: none };
   }
-  const cleared = new Set(state.cleared);
-  cleared.add(k);
-  const promisedUntilMs = new Map(state.promisedUntilMs);
-  promisedUntilMs.delete(k);
-  return { answer: { kind: 'cleared' }, state: { ...state, cleared, promisedUntilMs } };
+  return { answer: { kind: 'cleared' }, change: { kind: 'cleared', key: k } };
 }

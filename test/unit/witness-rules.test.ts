@@ -13,88 +13,97 @@ import {
 } from '../../lib/witness-protocol.ts';
 import {
   apiAnswered,
+  applyWitnessChange,
   decideClearance,
   decidePromise,
+  type PromiseRequest,
   startWitness,
   type WitnessSettings,
+  type WitnessState,
 } from '../../manager/witness/witness-rules.ts';
 
 const SETTINGS: WitnessSettings = { maxHoldMs: 20_000, apiLostAfterMs: 1_000 };
 const ASK = { lease: 'ns/share', holder: 'pod-a', validForMs: 4_000, marginMs: 2_000 };
 const held = (holder = 'pod-a', delinquent = false) => new Map([['ns/share', { holder, delinquent }]]);
 
-/** A witness started long ago that read the lease at 30 s and has heard nothing since. */
-function cutOff() {
-  return apiAnswered(startWitness(0), 30_000, held());
+/** A witness started at `startMs` that read the leases at `readAtMs` and has heard nothing since. */
+function witness(startMs: number, readAtMs: number, leases = held()): WitnessState {
+  const state = startWitness(startMs);
+  apiAnswered(state, readAtMs, leases);
+  return state;
+}
+const cutOff = () => witness(0, 30_000);
+
+/** Decides a promise and applies its change, as the server does; the answer. */
+function promise(state: WitnessState, ask: PromiseRequest, nowMs: number) {
+  const decided = decidePromise(state, ask, nowMs, SETTINGS);
+  applyWitnessChange(state, decided.change);
+  return decided.answer;
+}
+
+function clearance(state: WitnessState, previousHolder: string, nowMs: number) {
+  const decided = decideClearance(state, { lease: 'ns/share', previousHolder }, nowMs, SETTINGS);
+  applyWitnessChange(state, decided.change);
+  return decided.answer;
 }
 
 describe('witness: promises', () => {
   it('promised while the API is unreachable for the witness, held for P + margin', () => {
-    const { answer, state } = decidePromise(cutOff(), ASK, 31_500, SETTINGS);
-    assert.deepEqual(answer, { kind: 'promised', validForMs: 4_000 });
-    const early = decideClearance(state, { lease: 'ns/share', previousHolder: 'pod-a' }, 37_000, SETTINGS);
-    assert.deepEqual(early.answer, { kind: 'wait', retryInMs: 500, reason: 'promised' });
-    assert.equal(
-      decideClearance(state, { lease: 'ns/share', previousHolder: 'pod-a' }, 37_500, SETTINGS).answer.kind,
-      'cleared',
-    );
+    const state = cutOff();
+    assert.deepEqual(promise(state, ASK, 31_500), { kind: 'promised', validForMs: 4_000 });
+    assert.deepEqual(clearance(state, 'pod-a', 37_000), { kind: 'wait', retryInMs: 500, reason: 'promised' });
+    assert.equal(clearance(state, 'pod-a', 37_500).kind, 'cleared');
+  });
+
+  it('a decision changes nothing by itself: only its change, applied', () => {
+    const state = cutOff();
+    const decided = decidePromise(state, ASK, 31_500, SETTINGS);
+    assert.equal(decided.answer.kind, 'promised');
+    assert.equal(state.promisedUntilMs.size, 0);
+    applyWitnessChange(state, decided.change);
+    assert.equal(state.promisedUntilMs.get('ns/share\u0000pod-a'), 37_500);
   });
 
   it('refused while the witness reaches the API: a node cut off alone fences as before', () => {
-    assert.deepEqual(decidePromise(cutOff(), ASK, 30_900, SETTINGS).answer, {
-      kind: 'refused',
-      reason: 'api-reachable',
-    });
+    assert.deepEqual(promise(cutOff(), ASK, 30_900), { kind: 'refused', reason: 'api-reachable' });
   });
 
   it('refused without a read since the start, for another holder, for a delinquent one', () => {
-    assert.equal(decidePromise(startWitness(0), ASK, 30_000, SETTINGS).answer.kind, 'refused');
-    const other = apiAnswered(startWitness(0), 30_000, held('pod-b'));
-    assert.deepEqual(decidePromise(other, ASK, 32_000, SETTINGS).answer, {
+    assert.equal(promise(startWitness(0), ASK, 30_000).kind, 'refused');
+    assert.deepEqual(promise(witness(0, 30_000, held('pod-b')), ASK, 32_000), {
       kind: 'refused',
       reason: 'not-holder',
     });
-    const marked = apiAnswered(startWitness(0), 30_000, held('pod-a', true));
-    assert.deepEqual(decidePromise(marked, ASK, 32_000, SETTINGS).answer, {
+    assert.deepEqual(promise(witness(0, 30_000, held('pod-a', true)), ASK, 32_000), {
       kind: 'refused',
       reason: 'delinquent',
     });
   });
 
   it('refused when P + margin exceeds the longest hold, or P is not positive', () => {
-    const long = { ...ASK, validForMs: 19_000 };
-    assert.deepEqual(decidePromise(cutOff(), long, 32_000, SETTINGS).answer, {
+    assert.deepEqual(promise(cutOff(), { ...ASK, validForMs: 19_000 }, 32_000), {
       kind: 'refused',
       reason: 'too-long',
     });
-    assert.equal(decidePromise(cutOff(), { ...ASK, validForMs: 0 }, 32_000, SETTINGS).answer.kind, 'refused');
+    assert.equal(promise(cutOff(), { ...ASK, validForMs: 0 }, 32_000).kind, 'refused');
   });
 
   it('after a clearance: that holder gets no promise any more, the next one can', () => {
-    const { state } = decideClearance(
-      cutOff(),
-      { lease: 'ns/share', previousHolder: 'pod-a' },
-      32_000,
-      SETTINGS,
-    );
-    assert.deepEqual(decidePromise(state, ASK, 32_100, SETTINGS).answer, {
-      kind: 'refused',
-      reason: 'cleared',
-    });
-    const next = apiAnswered(state, 32_200, held('pod-b'));
-    assert.equal(decidePromise(next, { ...ASK, holder: 'pod-b' }, 34_000, SETTINGS).answer.kind, 'promised');
+    const state = cutOff();
+    assert.equal(clearance(state, 'pod-a', 32_000).kind, 'cleared');
+    assert.deepEqual(promise(state, ASK, 32_100), { kind: 'refused', reason: 'cleared' });
+    apiAnswered(state, 32_200, held('pod-b'));
+    assert.equal(promise(state, { ...ASK, holder: 'pod-b' }, 34_000).kind, 'promised');
   });
 
   it('no clearance for the longest hold after a start', () => {
-    const fresh = apiAnswered(startWitness(100_000), 100_100, held());
-    assert.deepEqual(
-      decideClearance(fresh, { lease: 'ns/share', previousHolder: 'pod-a' }, 110_000, SETTINGS).answer,
-      { kind: 'wait', retryInMs: 10_000, reason: 'starting' },
-    );
-    assert.equal(
-      decideClearance(fresh, { lease: 'ns/share', previousHolder: 'pod-a' }, 120_000, SETTINGS).answer.kind,
-      'cleared',
-    );
+    const fresh = witness(100_000, 100_100);
+    assert.deepEqual(clearance(fresh, 'pod-a', 110_000), {
+      kind: 'wait',
+      retryInMs: 10_000,
+      reason: 'starting',
+    });
+    assert.equal(clearance(fresh, 'pod-a', 120_000).kind, 'cleared');
   });
 });
 

@@ -20,6 +20,7 @@ import { describe, it } from 'node:test';
 import { clearanceQuorum, type HeldPromise, servingDeadlineMs } from '../../lib/witness-protocol.ts';
 import {
   apiAnswered,
+  applyWitnessChange,
   decideClearance,
   decidePromise,
   startWitness,
@@ -243,7 +244,7 @@ function simulate(seed: number, kind: Kind, rules: Rules = RULES): Outcome {
       if (t > horizon) return;
       if (running(w, t) && apiUp(w, t)) {
         const view = { holder: lease.holder, delinquent: lease.marked && lease.holder === 'A' };
-        witness.set(w, apiAnswered(witness.get(w) as WitnessState, local(w, t), new Map([[LEASE, view]])));
+        apiAnswered(witness.get(w) as WitnessState, local(w, t), new Map([[LEASE, view]]));
       }
       events.add(t + WITNESS_READ_EVERY, () => read(t + WITNESS_READ_EVERY));
     };
@@ -317,7 +318,7 @@ function simulate(seed: number, kind: Kind, rules: Rules = RULES): Outcome {
             local(w, at),
             SETTINGS,
           );
-          witness.set(w, decided.state);
+          applyWitnessChange(witness.get(w) as WitnessState, decided.change);
           const { answer } = decided;
           if (answer.kind !== 'promised') return;
           send(w, 'w0', at, (back) => {
@@ -376,7 +377,7 @@ function simulate(seed: number, kind: Kind, rules: Rules = RULES): Outcome {
             local(w, arrived),
             SETTINGS,
           );
-          witness.set(w, decided.state);
+          applyWitnessChange(witness.get(w) as WitnessState, decided.change);
           if (decided.answer.kind === 'wait' && decided.answer.reason === 'promised')
             out.waitedForPromise = true;
           if (decided.answer.kind !== 'cleared') return;
