@@ -66,6 +66,14 @@ export interface NfsServerConfig {
   serverOwner: string | undefined;
   clients: readonly string[];
   squash: SquashMode;
+  /** EXPORT Anonymous_Uid/Anonymous_Gid: who a squashed client becomes; undefined: ganesha's -2 (nobody). */
+  anonymousUid: number | undefined;
+  anonymousGid: number | undefined;
+  /**
+   * The export root's owner, group and mode, applied at every start (volume.ts), so that
+   * non-root pods can write; undefined: left as the volume has them.
+   */
+  exportRoot: { uid: number | undefined; gid: number | undefined; mode: number | undefined };
   logLevel: GaneshaLogLevel;
   /** Rendered config, pid file and Kerberos cache: a writable directory off the volume. */
   runDir: string;
@@ -156,6 +164,13 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     );
   const clients = readClients(r);
   const squash = r.oneOf('LEASEHOLD_NFS_SQUASH', SQUASH_MODES, 'no_root_squash');
+  const anonymousUid = optionalId(r, 'LEASEHOLD_NFS_ANONYMOUS_UID');
+  const anonymousGid = optionalId(r, 'LEASEHOLD_NFS_ANONYMOUS_GID');
+  const exportRoot = {
+    uid: optionalId(r, 'LEASEHOLD_NFS_EXPORT_UID'),
+    gid: optionalId(r, 'LEASEHOLD_NFS_EXPORT_GID'),
+    mode: optionalMode(r, 'LEASEHOLD_NFS_EXPORT_MODE'),
+  };
   const logLevel = r.oneOf('LEASEHOLD_NFS_LOG_LEVEL', GANESHA_LOG_LEVELS, 'EVENT');
   const runDir = absolutePath(r, 'LEASEHOLD_NFS_RUN_DIR', '/run/leasehold-nfs');
   const ganeshaBin = r.string('LEASEHOLD_NFS_GANESHA_BIN', {
@@ -204,6 +219,9 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     serverOwner,
     clients,
     squash,
+    anonymousUid,
+    anonymousGid,
+    exportRoot,
     logLevel,
     runDir,
     ganeshaBin,
@@ -216,6 +234,32 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     leaseGateTimeoutMs,
     leaseProofToleranceMs,
   };
+}
+
+/** A uid or gid (0 .. 2^32 - 2: -1 means "unchanged" to chown(2)); undefined when unset. */
+function optionalId(r: EnvReader, name: string): number | undefined {
+  const text = r.optionalString(name);
+  if (text === undefined) return undefined;
+  const id = Number(text);
+  if (!/^\d{1,10}$/.test(text) || id > 4_294_967_294) {
+    r.require(false, `${name}=${JSON.stringify(text)}: must be a numeric id from 0 to 4294967294`);
+    return undefined;
+  }
+  return id;
+}
+
+/** A permission mode in octal (e.g. 0775 or 2775); undefined when unset. */
+function optionalMode(r: EnvReader, name: string): number | undefined {
+  const text = r.optionalString(name);
+  if (text === undefined) return undefined;
+  if (!/^0?[0-7]{3,4}$/.test(text)) {
+    r.require(
+      false,
+      `${name}=${JSON.stringify(text)}: must be an octal mode such as 0775 or 2775 (setgid: new files get the directory's group)`,
+    );
+    return undefined;
+  }
+  return Number.parseInt(text, 8);
 }
 
 /** An absolute, normalised path of safe characters; '' when unsound (a problem is recorded). */

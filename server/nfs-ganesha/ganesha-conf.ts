@@ -122,6 +122,8 @@ export function renderGaneshaConfig(config: NfsServerConfig, serverOwner: string
     '    Transports = TCP;',
     '    Access_Type = RW;',
     `    Squash = ${config.squash};`,
+    ...(config.anonymousUid === undefined ? [] : [`    Anonymous_Uid = ${config.anonymousUid};`]),
+    ...(config.anonymousGid === undefined ? [] : [`    Anonymous_Gid = ${config.anonymousGid};`]),
     '  }',
     '  FSAL {',
     '    Name = VFS;',

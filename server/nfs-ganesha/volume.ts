@@ -9,7 +9,10 @@
  *    volume (`<recovery dir>/server-owner`), created once as `leasehold-<random UUID>`.
  *    Stored on the volume, it is the same in every incarnation on every node and differs
  *    between volumes without any setting (ganesha-conf.ts says why both matter);
- *  - the run directory (rendered config, pid file) is writable.
+ *  - the run directory (rendered config, pid file) is writable;
+ *  - the export root's owner, group and mode, when set (LEASEHOLD_NFS_EXPORT_UID/GID/
+ *    MODE), applied at every start: the root only, never recursively (a recursive chown
+ *    of a large volume would delay every failover by its size).
  *
  * Invariant: the identity file is written to a temporary name, fsynced, then renamed and
  * the directory fsynced, so a node crash leaves it absent or whole, never empty. A file
@@ -18,6 +21,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import {
+  chmodSync,
+  chownSync,
   closeSync,
   existsSync,
   fsyncSync,
@@ -53,6 +58,7 @@ export function prepareServer(
       `LEASEHOLD_NFS_RECOVERY_SHIM=${config.recoveryShim}: no such file (server/nfs-ganesha/native/build.sh builds it beside main.js; \`none\` runs ganesha without it, and a client whose address changes across a failover then loses its opens and locks)`,
     );
   const exportDev = checkExportDir(config.exportPath);
+  applyExportRoot(config);
   const recoveryDev = ensureDir(config.recoveryRoot, 'LEASEHOLD_NFS_RECOVERY_DIR');
   if (recoveryDev !== exportDev) {
     throw new ServerStartError(
@@ -74,6 +80,32 @@ export function prepareServer(
     );
   }
   return { serverOwner, serverOwnerSource: source, configPath, pidPath: join(config.runDir, 'ganesha.pid') };
+}
+
+/** chown/chmod of the export root as configured; a failure names the setting and the errno. */
+function applyExportRoot(config: NfsServerConfig): void {
+  const { uid, gid, mode } = config.exportRoot;
+  if (uid !== undefined || gid !== undefined) {
+    try {
+      // -1 leaves that id unchanged (chown(2)).
+      chownSync(config.exportPath, uid ?? -1, gid ?? -1);
+    } catch (err) {
+      throw new ServerStartError(
+        `LEASEHOLD_NFS_EXPORT_UID/GID=${uid ?? '-'}/${gid ?? '-'}: cannot chown ${config.exportPath}: ${(err as Error).message}`,
+        { cause: err },
+      );
+    }
+  }
+  if (mode !== undefined) {
+    try {
+      chmodSync(config.exportPath, mode);
+    } catch (err) {
+      throw new ServerStartError(
+        `LEASEHOLD_NFS_EXPORT_MODE=${mode.toString(8).padStart(4, '0')}: cannot chmod ${config.exportPath}: ${(err as Error).message}`,
+        { cause: err },
+      );
+    }
+  }
 }
 
 /** The export's device number; throws when it is missing or not a directory. */

@@ -181,6 +181,55 @@ describe('nfs-ganesha server (real ganesha.nfsd, libnfs client)', () => {
     assertNoGaneshaLeft(second, runDir2);
   });
 
+  it('the export root owner and mode let a non-root client write; a squashed root client becomes the anonymous ids', async () => {
+    // Two fresh volumes: a second incarnation on the first would hold grace for its client.
+    const port = await freePort();
+    const url = (name: string, uid?: number) =>
+      `${nfsUrl(port, '/export', name)}${uid === undefined ? '' : `&uid=${uid}&gid=${uid}`}`;
+    let exportPath = '';
+    let runDir = '';
+    let local = '';
+    const start = async (name: string, extra: Record<string, string>) => {
+      const v = await volume(name);
+      ({ exportPath, runDir } = v);
+      local = join(v.base, 'small.bin');
+      writeFileSync(local, randomBytes(256));
+      const server = spawnNfsServer(
+        serverEnv(exportPath, runDir, port, { LEASEHOLD_NFS_VERSIONS: '4.0,4.1,4.2', ...extra }),
+      );
+      await server.waitForLog('serving');
+      return server;
+    };
+    // As the volume comes (root, 0755): a client running as uid 1000 cannot write.
+    let server = await start('owner-unset', {});
+    const refused = await runNfsTool('nfs-cp', [local, url('as-1000.bin', 1000)]);
+    assert.notEqual(refused.code, 0, 'uid 1000 wrote into a root-owned 0755 export');
+    assert.match(refused.stderr, /ACCES|PERM/);
+    assert.deepEqual((await stopBySigterm(server)).code, 0);
+
+    server = await start('owner-set', {
+      LEASEHOLD_NFS_EXPORT_UID: '1000',
+      LEASEHOLD_NFS_EXPORT_GID: '1000',
+      LEASEHOLD_NFS_EXPORT_MODE: '2770',
+      LEASEHOLD_NFS_SQUASH: 'root_squash',
+      LEASEHOLD_NFS_ANONYMOUS_UID: '1000',
+      LEASEHOLD_NFS_ANONYMOUS_GID: '1000',
+    });
+    const root = statSync(exportPath);
+    assert.deepEqual([root.uid, root.gid, root.mode & 0o7777], [1000, 1000, 0o2770]);
+    const written = await runNfsTool('nfs-cp', [local, url('as-1000.bin', 1000)]);
+    assert.equal(written.code, 0, `uid 1000 could not write: ${written.stderr}`);
+    assert.equal(statSync(join(exportPath, 'as-1000.bin')).uid, 1000);
+    const other = await runNfsTool('nfs-cp', [local, url('as-2000.bin', 2000)]);
+    assert.notEqual(other.code, 0, 'uid 2000 wrote into a 2770 export it is not in the group of');
+    const squashed = await runNfsTool('nfs-cp', [local, url('as-root.bin', 0)]);
+    assert.equal(squashed.code, 0, `squashed root could not write: ${squashed.stderr}`);
+    const file = statSync(join(exportPath, 'as-root.bin'));
+    assert.deepEqual([file.uid, file.gid], [1000, 1000], 'root became the anonymous ids');
+    assert.deepEqual((await stopBySigterm(server)).code, 0);
+    assertNoGaneshaLeft(server, runDir);
+  });
+
   it('serves NFSv4.1/4.2 only by default: a v4.0 client is refused', async (t) => {
     const { exportPath, runDir } = await volume('default');
     const port = await freePort();

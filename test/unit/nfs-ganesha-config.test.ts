@@ -45,6 +45,9 @@ describe('nfs-ganesha config', () => {
       serverOwner: undefined,
       clients: ['*'],
       squash: 'no_root_squash',
+      anonymousUid: undefined,
+      anonymousGid: undefined,
+      exportRoot: { uid: undefined, gid: undefined, mode: undefined },
       logLevel: 'EVENT',
       runDir: '/run/leasehold-nfs',
       ganeshaBin: 'ganesha.nfsd',
@@ -75,6 +78,11 @@ describe('nfs-ganesha config', () => {
       LEASEHOLD_NFS_SERVER_OWNER: 'vol-1.ns1',
       LEASEHOLD_NFS_CLIENTS: '10.0.0.0/8, *.cluster.local',
       LEASEHOLD_NFS_SQUASH: 'root_squash',
+      LEASEHOLD_NFS_ANONYMOUS_UID: '65534',
+      LEASEHOLD_NFS_ANONYMOUS_GID: '0',
+      LEASEHOLD_NFS_EXPORT_UID: '1000',
+      LEASEHOLD_NFS_EXPORT_GID: '2000',
+      LEASEHOLD_NFS_EXPORT_MODE: '2775',
       LEASEHOLD_NFS_LOG_LEVEL: 'DEBUG',
       LEASEHOLD_NFS_RUN_DIR: '/tmp/run',
       LEASEHOLD_NFS_GANESHA_BIN: '/opt/ganesha/bin/ganesha.nfsd',
@@ -95,6 +103,9 @@ describe('nfs-ganesha config', () => {
     assert.deepEqual(config.clients, ['10.0.0.0/8', '*.cluster.local']);
     assert.equal(config.stopTimeoutMs, 500);
     assert.equal(config.bindAddr, '::');
+    assert.equal(config.anonymousUid, 65534);
+    assert.equal(config.anonymousGid, 0);
+    assert.deepEqual(config.exportRoot, { uid: 1000, gid: 2000, mode: 0o2775 });
   });
 
   it('defaults the pseudo path to the export path', () => {
@@ -110,6 +121,15 @@ describe('nfs-ganesha config', () => {
   });
 
   const bad: Array<[Record<string, string>, ...string[]]> = [
+    [
+      { LEASEHOLD_NFS_ANONYMOUS_UID: '-2' },
+      'LEASEHOLD_NFS_ANONYMOUS_UID="-2"',
+      'numeric id from 0 to 4294967294',
+    ],
+    [{ LEASEHOLD_NFS_EXPORT_GID: '4294967295' }, 'LEASEHOLD_NFS_EXPORT_GID="4294967295"', 'numeric id'],
+    [{ LEASEHOLD_NFS_EXPORT_UID: 'nobody' }, 'LEASEHOLD_NFS_EXPORT_UID="nobody"', 'numeric id'],
+    [{ LEASEHOLD_NFS_EXPORT_MODE: '777x' }, 'LEASEHOLD_NFS_EXPORT_MODE="777x"', 'octal mode'],
+    [{ LEASEHOLD_NFS_EXPORT_MODE: '0888' }, 'LEASEHOLD_NFS_EXPORT_MODE="0888"', 'octal mode'],
     [{ LEASEHOLD_NFS_RPCBIND: 'yes' }, 'LEASEHOLD_NFS_RPCBIND', 'auto', 'external'],
     [{ LEASEHOLD_NFS_RPCBIND_BIN: 'rpc bind' }, 'LEASEHOLD_NFS_RPCBIND_BIN', 'program name'],
     [{ LEASEHOLD_NFS_EXPORT_PATH: 'export' }, 'LEASEHOLD_NFS_EXPORT_PATH="export"', 'absolute path'],

@@ -62,6 +62,7 @@ describe('ganesha config rendering', () => {
     assert.equal(settingOf(client, 'Clients'), '*');
     assert.equal(settingOf(client, 'Access_Type'), 'RW');
     assert.equal(settingOf(client, 'Squash'), 'no_root_squash');
+    assert.equal(settingOf(client, 'Anonymous_Uid'), undefined, "ganesha's own default");
     assert.equal(settingOf(block(exp, 'FSAL', '  '), 'Name'), 'VFS');
     assert.equal(settingOf(block(defaults, 'LOG'), 'Default_Log_Level'), 'EVENT');
   });
@@ -77,6 +78,8 @@ describe('ganesha config rendering', () => {
         LEASEHOLD_NFS_LEASE_LIFETIME: '60s',
         LEASEHOLD_NFS_CLIENTS: '10.0.0.0/8,192.168.1.7',
         LEASEHOLD_NFS_SQUASH: 'all_squash',
+        LEASEHOLD_NFS_ANONYMOUS_UID: '1000',
+        LEASEHOLD_NFS_ANONYMOUS_GID: '2000',
         LEASEHOLD_NFS_RUN_DIR: '/tmp/r',
         LEASEHOLD_NFS_LOG_LEVEL: 'DEBUG',
       }),
@@ -91,6 +94,8 @@ describe('ganesha config rendering', () => {
     // NB: ganesha rejects quoted client entries.
     assert.equal(settingOf(block(text, 'CLIENT', '  '), 'Clients'), '10.0.0.0/8, 192.168.1.7');
     assert.equal(settingOf(block(text, 'CLIENT', '  '), 'Squash'), 'all_squash');
+    assert.equal(settingOf(block(text, 'CLIENT', '  '), 'Anonymous_Uid'), '1000');
+    assert.equal(settingOf(block(text, 'CLIENT', '  '), 'Anonymous_Gid'), '2000');
     assert.equal(settingOf(block(text, 'NFS_KRB5'), 'CCacheDir'), '"/tmp/r"');
     assert.equal(settingOf(block(text, 'LOG'), 'Default_Log_Level'), 'DEBUG');
   });
