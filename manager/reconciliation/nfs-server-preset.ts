@@ -70,6 +70,13 @@ export interface NfsSettings {
   leaseLifetime?: string;
   clients?: string[];
   squash?: SquashMode;
+  /** Who a squashed client becomes. */
+  anonymousUid?: number;
+  anonymousGid?: number;
+  /** The export root's owner, group and mode (octal text, e.g. "2775"), applied at each server start. */
+  exportUid?: number;
+  exportGid?: number;
+  exportMode?: string;
 }
 
 /** spec.nfs field -> the server's env var (one place, used both ways). */
@@ -79,6 +86,11 @@ const NFS_SETTING_ENV = {
   leaseLifetime: 'LEASEHOLD_NFS_LEASE_LIFETIME',
   clients: 'LEASEHOLD_NFS_CLIENTS',
   squash: 'LEASEHOLD_NFS_SQUASH',
+  anonymousUid: 'LEASEHOLD_NFS_ANONYMOUS_UID',
+  anonymousGid: 'LEASEHOLD_NFS_ANONYMOUS_GID',
+  exportUid: 'LEASEHOLD_NFS_EXPORT_UID',
+  exportGid: 'LEASEHOLD_NFS_EXPORT_GID',
+  exportMode: 'LEASEHOLD_NFS_EXPORT_MODE',
 } as const satisfies Record<keyof NfsSettings, string>;
 /** The entrypoint's run directory (LEASEHOLD_NFS_RUN_DIR default), in the emptyDir on /run. */
 export const NFS_RUN_DIR = '/run/leasehold-nfs';
@@ -188,7 +200,7 @@ export function nfsServerEnv(mountPath: string, nfs: NfsSettings = {}): V1EnvVar
   for (const field of Object.keys(NFS_SETTING_ENV) as (keyof NfsSettings)[]) {
     const value = nfs[field];
     if (value === undefined) continue;
-    env.push({ name: NFS_SETTING_ENV[field], value: Array.isArray(value) ? value.join(',') : value });
+    env.push({ name: NFS_SETTING_ENV[field], value: Array.isArray(value) ? value.join(',') : String(value) });
   }
   return env;
 }

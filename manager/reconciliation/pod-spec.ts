@@ -230,7 +230,8 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
   const name = sm.metadata.name ?? '';
   const namespace = sm.metadata.namespace ?? '';
   const spec = sm.spec;
-  const affinity = antiAffinity(input.avoid);
+  const affinity = placement(spec.scheduling?.affinity, antiAffinity(input.avoid));
+  const resources = spec.resources;
   const serviceAccount = spec.serviceAccountName ?? input.agentServiceAccount;
   return {
     apiVersion: 'v1',
@@ -261,6 +262,7 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
       ...(serviceAccount ? { serviceAccountName: serviceAccount } : {}),
       ...(spec.scheduling?.nodeSelector ? { nodeSelector: spec.scheduling.nodeSelector } : {}),
       ...(spec.scheduling?.tolerations ? { tolerations: spec.scheduling.tolerations } : {}),
+      ...(spec.scheduling?.priorityClassName ? { priorityClassName: spec.scheduling.priorityClassName } : {}),
       ...(affinity ? { affinity } : {}),
       initContainers: [
         {
@@ -278,6 +280,7 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
             input.witnesses ?? [],
           ),
           securityContext: AGENT_SECURITY_CONTEXT,
+          ...(resources?.agent ? { resources: resources.agent } : {}),
           ports: [{ name: 'agent-http', containerPort: agentPort, protocol: 'TCP' }],
           // The shipped NFS server gates itself (see the header); a user's server image
           // is gated by this probe.
@@ -290,7 +293,9 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
           readinessProbe: { httpGet: { path: '/readyz', port: agentPort }, periodSeconds: 1 },
         },
       ],
-      containers: [serverContainer(input)],
+      containers: [
+        { ...serverContainer(input), ...(resources?.server ? { resources: resources.server } : {}) },
+      ],
       volumes: [
         { name: VOLUME_NAME, persistentVolumeClaim: { claimName: spec.volume.pvc } },
         ...(spec.server ? [] : [NFS_RUN_EMPTY_DIR]),
@@ -445,6 +450,41 @@ function agentEnv(
       env.push({ name: 'LEASEHOLD_SERVER_CHECK_FAILURES', value: String(check.failures) });
   }
   return env;
+}
+
+/**
+ * The user's spec.scheduling.affinity with the failover's anti-affinity added: each of
+ * the user's required node terms (ORed by the scheduler) gets the anti-affinity's
+ * requirements ANDed in, preferences are concatenated, pod (anti-)affinity kept as is.
+ */
+export function placement(
+  user: V1Affinity | undefined,
+  anti: V1Affinity | undefined,
+): V1Affinity | undefined {
+  if (!user) return anti;
+  if (!anti?.nodeAffinity) return user;
+  const mine = anti.nodeAffinity;
+  const theirs = user.nodeAffinity ?? {};
+  const antiFields =
+    mine.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms[0]?.matchFields ?? [];
+  const userTerms = theirs.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms;
+  const terms =
+    userTerms && userTerms.length > 0
+      ? userTerms.map((t) => ({ ...t, matchFields: [...(t.matchFields ?? []), ...antiFields] }))
+      : mine.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms;
+  const preferred = [
+    ...(theirs.preferredDuringSchedulingIgnoredDuringExecution ?? []),
+    ...(mine.preferredDuringSchedulingIgnoredDuringExecution ?? []),
+  ];
+  return {
+    ...user,
+    nodeAffinity: {
+      ...(terms && terms.length > 0
+        ? { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: terms } }
+        : {}),
+      ...(preferred.length > 0 ? { preferredDuringSchedulingIgnoredDuringExecution: preferred } : {}),
+    },
+  };
 }
 
 /**

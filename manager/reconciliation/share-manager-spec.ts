@@ -16,7 +16,14 @@
  * the shipped server, and its claim must not be the backing claim.
  */
 import { posix } from 'node:path';
-import type { V1EnvVar, V1ObjectMeta, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
+import type {
+  V1Affinity,
+  V1EnvVar,
+  V1ObjectMeta,
+  V1ResourceRequirements,
+  V1SecurityContext,
+  V1Toleration,
+} from '@kubernetes/client-node';
 import { formatDuration, parseDuration } from '../../lib/env-config.ts';
 import { defaultFenceTiming, fenceTimingProblems } from '../../lib/fence-timing.ts';
 import { type LeaseTimings, timingProblem } from '../config.ts';
@@ -59,7 +66,15 @@ export interface ShareManagerSpec {
     timeout?: string;
   };
   serverCheck?: { target: string; timeout?: string; failures?: number };
-  scheduling?: { nodeSelector?: Record<string, string>; tolerations?: V1Toleration[] };
+  scheduling?: {
+    nodeSelector?: Record<string, string>;
+    tolerations?: V1Toleration[];
+    /** The share pod's affinity; the failover's anti-affinity against a lost node is added (pod-spec.ts). */
+    affinity?: V1Affinity;
+    priorityClassName?: string;
+  };
+  /** Requests and limits of the two containers of the share pod. */
+  resources?: { server?: V1ResourceRequirements; agent?: V1ResourceRequirements };
   serviceAccountName?: string;
   /** Publish the share as an RWX PV + claim (shipped NFS server only): decide-consumer.ts. */
   consumer?: { claimName: string };

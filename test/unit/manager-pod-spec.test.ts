@@ -558,3 +558,89 @@ test('after a lost replacement the next pod avoids every lost node, each with it
   ]);
   assert.equal(build([]).spec?.affinity, undefined);
 });
+
+describe('placement and resources from the spec (issue 26)', () => {
+  const withPlacement = (avoid?: NodeAvoidance) => {
+    const spec = {
+      ...sm.spec,
+      scheduling: {
+        priorityClassName: 'storage-critical',
+        affinity: {
+          nodeAffinity: {
+            requiredDuringSchedulingIgnoredDuringExecution: {
+              nodeSelectorTerms: [
+                { matchExpressions: [{ key: 'zone', operator: 'In', values: ['a'] }] },
+                { matchExpressions: [{ key: 'zone', operator: 'In', values: ['b'] }] },
+              ],
+            },
+            preferredDuringSchedulingIgnoredDuringExecution: [
+              {
+                weight: 10,
+                preference: { matchExpressions: [{ key: 'disk', operator: 'In', values: ['ssd'] }] },
+              },
+            ],
+          },
+          podAntiAffinity: { preferredDuringSchedulingIgnoredDuringExecution: [] },
+        },
+      },
+      resources: {
+        server: { requests: { memory: '64Mi' }, limits: { memory: '1Gi' } },
+        agent: { requests: { cpu: '10m' } },
+      },
+    };
+    const resolved = resolveSpec(spec, defaults);
+    assert.ok(resolved.ok);
+    return buildSharePod({
+      sm: { ...sm, spec },
+      timings: resolved.timings,
+      mountPath: resolved.mountPath,
+      fenceAction: resolved.fenceAction,
+      nfsServerImage: 'leasehold.dev/nfs-ganesha:dev',
+      agentImage: 'leasehold.dev/leasehold:dev',
+      agentPort: 8081,
+      avoid,
+    });
+  };
+
+  it('priorityClassName, the affinity as written and each container its resources', () => {
+    const pod = withPlacement();
+    assert.equal(pod.spec?.priorityClassName, 'storage-critical');
+    assert.deepEqual(pod.spec?.affinity?.podAntiAffinity, {
+      preferredDuringSchedulingIgnoredDuringExecution: [],
+    });
+    assert.equal(
+      pod.spec?.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms
+        .length,
+      2,
+    );
+    assert.deepEqual(pod.spec?.containers[0]?.resources, {
+      requests: { memory: '64Mi' },
+      limits: { memory: '1Gi' },
+    });
+    assert.deepEqual(pod.spec?.initContainers?.[0]?.resources, { requests: { cpu: '10m' } });
+  });
+
+  it("after a failover the lost node is excluded from each of the user's required terms and avoided among the preferences", () => {
+    const required = withPlacement({ node: 'node-1', mode: 'required' });
+    const notOn = { key: 'metadata.name', operator: 'NotIn', values: ['node-1'] };
+    assert.deepEqual(
+      required.spec?.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution
+        ?.nodeSelectorTerms,
+      [
+        { matchExpressions: [{ key: 'zone', operator: 'In', values: ['a'] }], matchFields: [notOn] },
+        { matchExpressions: [{ key: 'zone', operator: 'In', values: ['b'] }], matchFields: [notOn] },
+      ],
+    );
+    const preferred = withPlacement({ node: 'node-1', mode: 'preferred' });
+    const prefs =
+      preferred.spec?.affinity?.nodeAffinity?.preferredDuringSchedulingIgnoredDuringExecution ?? [];
+    assert.equal(prefs.length, 2, 'the user preference and the avoidance');
+    assert.deepEqual(prefs[1]?.preference, { matchFields: [notOn] });
+    assert.equal(
+      preferred.spec?.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution
+        ?.nodeSelectorTerms.length,
+      2,
+      "the user's required terms kept as written",
+    );
+  });
+});
