@@ -159,6 +159,7 @@ export async function awaitClearance(
   const cleared = new Set<string>();
   const inFlight = new Set<string>();
   const nextAskAt = new Map<string, number>();
+  const waitSaid = new Map<string, unknown>();
   const body = { lease: `${config.namespace}/${config.leaseName}`, previousHolder: previous.holder };
   const { retryPeriodMs } = config.timings;
   while (!stop.aborted) {
@@ -173,9 +174,17 @@ export async function awaitClearance(
       inFlight.add(name);
       call(name, url, CLEARANCE_PATH, body, retryPeriodMs * 2)
         .then((answer) => {
-          const a = answer as { kind?: unknown };
+          const a = answer as { kind?: unknown; reason?: unknown; retryInMs?: unknown };
           metrics.witnessAnswered('clearance', typeof a.kind === 'string' ? a.kind : 'unknown');
           if (a.kind === 'cleared') cleared.add(name);
+          // Why the server waits: said once per witness and reason.
+          else if (a.kind === 'wait' && waitSaid.get(name) !== a.reason) {
+            waitSaid.set(name, a.reason);
+            log.info(
+              { witness: name, reason: a.reason, retryInMs: a.retryInMs },
+              'witness asks to wait before clearing',
+            );
+          }
         })
         .catch(() => metrics.witnessAnswered('clearance', 'failed'))
         .finally(() => inFlight.delete(name));
