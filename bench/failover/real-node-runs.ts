@@ -30,7 +30,7 @@ import { startNodeNfsClient } from '../../dev/demo/real-nfs-client.ts';
 import { servingPod, waitServingPod } from '../../dev/demo/real-pods.ts';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
 import { PodTracker } from '../../dev/system/failover-facts.ts';
-import { createRealNfsShare, GaneshaTracker, realVolumeHandle } from '../../dev/system/real-share.ts';
+import { createRealNfsShare, GaneshaTracker, podLog, realVolumeHandle } from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
 import { shareStatus } from '../../dev/system/shares.ts';
 import { managerPodsByNode, waitForManagers } from '../../dev/system/system.ts';
@@ -66,6 +66,8 @@ export interface RealCrashSample {
   attachedS?: number;
   agentAcquiredS?: number;
   serverServingS?: number;
+  /** With witnesses: each witness that asked the replacement to wait before clearing, and why (its agent's log). */
+  clearanceWaits?: { witness: string; reason: string; retryInMs: number }[];
   writesResumedS?: number;
   clientWriteGapS?: number;
   rebootS?: number;
@@ -187,6 +189,9 @@ export async function realNodeCrashRuns(
           attachedS: sinceS(attach?.atMs, crashWall),
           agentAcquiredS: sinceS(wall(lf.completedAt), crashWall),
           serverServingS: sinceS(after?.servingWall, crashWall),
+          ...(mode === 'leasehold-witnesses' && after
+            ? { clearanceWaits: clearanceWaitsOf(sys, after) }
+            : {}),
           writesResumedS: resumedMs === undefined ? undefined : round((resumedMs - crashMono) / 1000),
           clientWriteGapS:
             resumedMs === undefined ? undefined : round(resumedGapMs(acks(), resumedMs) / 1000),
@@ -306,4 +311,27 @@ export async function waitManagerRestarted(
     if (pod && again && c?.ready) return;
   }
   throw new Error(`the manager on ${node} did not run again within ${timeoutMs / 1000} s of the reboot`);
+}
+
+/** The replacement agent's "witness asks to wait before clearing" lines (agent/witness-promises.ts). */
+function clearanceWaitsOf(
+  sys: RealSystem,
+  serving: { node: string; object: k8s.V1Pod },
+): { witness: string; reason: string; retryInMs: number }[] {
+  const node = sys.nodes.find((n) => n.name === serving.node);
+  if (!node) return [];
+  return podLog(node, serving.object, 'agent')
+    .split('\n')
+    .flatMap((line) => {
+      const at = line.indexOf('{');
+      if (at < 0) return [];
+      try {
+        const l = JSON.parse(line.slice(at)) as Record<string, unknown>;
+        return l.msg === 'witness asks to wait before clearing'
+          ? [{ witness: String(l.witness), reason: String(l.reason), retryInMs: Number(l.retryInMs) }]
+          : [];
+      } catch {
+        return [];
+      }
+    });
 }
