@@ -34,8 +34,11 @@
  * | LEASEHOLD_REQUEST_TIMEOUT              | 5s                        | deadline of each API request |
  * | LEASEHOLD_WITNESSES                    | none                      | the witness set given to share-manager pods created from now on: `node=http://host:port,...` (at least 3), each the manager HTTP endpoint of a witness; none = off: an agent that cannot renew for T fences (docs/design.md, "Serving through an API outage") |
  * | LEASEHOLD_WITNESS_NODES                | none                      | the witness set by node names (at least 3; instead of LEASEHOLD_WITNESSES): each node's manager at http://<its InternalIP>:<LEASEHOLD_HTTP_PORT> (the chart publishes that port on the node), read from the Node objects; while one of them is unknown, pods get no witnesses |
- * | LEASEHOLD_WITNESS_MAX_HOLD             | 30s                       | as a witness: the longest promise (P + margin) given; also how long after its start it gives no clearance |
+ * | LEASEHOLD_WITNESS_MAX_HOLD             | 2 × LEASE_DURATION (12s)  | as a witness: the longest promise (P + margin) given; also how long after its start it gives no clearance |
  * | LEASEHOLD_WITNESS_API_LOST_AFTER       | 1s                        | as a witness: promise only when the API has not answered this long (and a read of the Lease fails within it) |
+ * | LEASEHOLD_PROVISIONING                 | false                     | true: provision claims of StorageClasses whose provisioner is leasehold.dev/nfs (manager/provisioning/); one manager (the holder of Lease leasehold-provisioner) acts |
+ * | LEASEHOLD_PROVISIONER_NAMESPACE        | required with provisioning | where backing claims and ShareManagers go unless a class says backingNamespace, and where the leadership Lease lives (the chart: its release namespace) |
+ * | LEASEHOLD_PROVISIONER_LEASE_DURATION   | 15s                       | the leadership Lease's duration: a leader gone this long (by our clock) is replaced |
  * | LEASEHOLD_HTTP_PORT                    | 8090                      | /healthz /readyz /metrics, POST /witness/promise and /witness/clearance (0 = any free port) |
  * | LEASEHOLD_HTTP_HOST                    | 0.0.0.0                   | address the endpoints listen on |
  * | LEASEHOLD_LOG_LEVEL                    | info                      | fatal, error, warn, info, debug, trace, silent |
@@ -99,6 +102,8 @@ export interface ManagerConfig {
   witnessNodes: string[];
   /** This manager as a witness. */
   witness: WitnessSettings;
+  /** LEASEHOLD_PROVISIONING: undefined = off. */
+  provisioning: { namespace: string; leaseDurationMs: number } | undefined;
   httpPort: number;
   httpHost: string;
   logLevel: LogLevel;
@@ -150,9 +155,14 @@ export function readManagerConfig(env: Env): ManagerConfig {
       .map((n) => n.trim())
       .filter((n) => n !== ''),
     witness: {
-      maxHoldMs: r.duration('LEASEHOLD_WITNESS_MAX_HOLD', 30_000, 1000, 600_000),
+      // Default 2 D: the hold a share of the default timings asks (P + D - T = D with P = T)
+      // with room for twice as long a lease. Also the restart wait before any clearance, so
+      // not more: 30 s made a crash within 30 s of a manager's restart wait that long
+      // (measured, docs/design.md). Read after `defaults` (below).
+      maxHoldMs: 0,
       apiLostAfterMs: r.duration('LEASEHOLD_WITNESS_API_LOST_AFTER', 1000, 100, 60_000),
     },
+    provisioning: undefined,
     httpPort: r.port('LEASEHOLD_HTTP_PORT', 8090),
     httpHost: r.string('LEASEHOLD_HTTP_HOST', { fallback: '0.0.0.0' }),
     logLevel: r.oneOf('LEASEHOLD_LOG_LEVEL', LOG_LEVELS, 'info'),
@@ -179,10 +189,33 @@ export function readManagerConfig(env: Env): ManagerConfig {
     nodeNames.length === 0 || config.httpPort !== 0,
     'LEASEHOLD_WITNESS_NODES needs a fixed LEASEHOLD_HTTP_PORT (not 0): agents reach each witness at its node address and that port',
   );
+  if (r.boolean('LEASEHOLD_PROVISIONING', false)) {
+    const namespace = env.LEASEHOLD_PROVISIONER_NAMESPACE?.trim()
+      ? r.objectName('LEASEHOLD_PROVISIONER_NAMESPACE')
+      : undefined;
+    r.require(
+      namespace !== undefined,
+      'LEASEHOLD_PROVISIONER_NAMESPACE: required with LEASEHOLD_PROVISIONING=true (where backing claims, ShareManagers and the leadership Lease go)',
+    );
+    r.require(
+      namespace === undefined || config.namespace === undefined || namespace === config.namespace,
+      `LEASEHOLD_PROVISIONER_NAMESPACE=${namespace}: must equal LEASEHOLD_WATCH_NAMESPACE=${config.namespace} (the manager would never reconcile shares made elsewhere)`,
+    );
+    config.provisioning = {
+      namespace: namespace ?? '',
+      leaseDurationMs: r.duration('LEASEHOLD_PROVISIONER_LEASE_DURATION', 15_000, 3000, 600_000),
+    };
+  }
   // NB: replaced, not ignored: a value set for the old variable would silently change meaning.
   r.require(
     env.LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP === undefined,
     `LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP=${env.LEASEHOLD_VOLUME_ATTACHMENT_CLEANUP}: replaced by LEASEHOLD_VOLUME_HANDOFF (volume-attachment = the old true, none = the old false)`,
+  );
+  config.witness.maxHoldMs = r.duration(
+    'LEASEHOLD_WITNESS_MAX_HOLD',
+    2 * config.defaults.leaseDurationMs,
+    1000,
+    600_000,
   );
   if (r.ok) {
     const problem = timingProblem(config.defaults);

@@ -49,7 +49,15 @@ export type EventReason =
   | 'ServiceRepaired'
   // A reconcile that failed several times in a row (reconciliation/share-manager-controller.ts).
   | 'ReconcileFailing'
-  | 'ImmutableFieldChanged';
+  | 'ImmutableFieldChanged'
+  // Kubernetes' external-provisioner events, on a claim of a leasehold StorageClass (provisioning/).
+  | 'Provisioning'
+  | 'ProvisioningSucceeded'
+  | 'ProvisioningFailed'
+  // Kubernetes' external-resizer events, on a claim of a leasehold StorageClass (provisioning/).
+  | 'Resizing'
+  | 'VolumeResizeSuccessful'
+  | 'VolumeResizeFailed';
 
 /** The object an event is about. */
 export interface InvolvedObject {

@@ -13,6 +13,7 @@ import type {
   V1PersistentVolumeClaim,
   V1Pod,
   V1Service,
+  V1StorageClass,
 } from '@kubernetes/client-node';
 import { systemClock } from '../lib/clock.ts';
 import { ConfigError } from '../lib/errors.ts';
@@ -39,6 +40,10 @@ import {
   createOutOfServiceMetrics,
   OutOfServiceReconciler,
 } from './node-handling/out-of-service-reconciler.ts';
+import { ProvisionExecutor } from './provisioning/execute-provisioning.ts';
+import { LABEL_PROVISIONED_FOR } from './provisioning/provisioned-objects.ts';
+import { Provisioner } from './provisioning/provisioner.ts';
+import { ProvisionerLeadership } from './provisioning/provisioner-leadership.ts';
 import { LABEL_CONSUMER_NAMESPACE, LABEL_CONSUMER_OF } from './reconciliation/consumer-objects.ts';
 import { isLive } from './reconciliation/decide-reconcile.ts';
 import { ConsumerExecutor } from './reconciliation/execute-consumer.ts';
@@ -134,6 +139,7 @@ let driver: FailoverDriver | undefined;
 let monitor: LeaseMonitor | undefined;
 let nodeObserver: NodeObserver | undefined;
 let outOfService: OutOfServiceReconciler | undefined;
+let provisioner: Provisioner | undefined;
 
 const shareManagers = informer<ShareManager>({
   resource: 'sharemanagers',
@@ -143,6 +149,7 @@ const shareManagers = informer<ShareManager>({
     const key = `${sm.metadata?.namespace ?? ''}/${sm.metadata?.name ?? ''}`;
     monitor?.floorChanged(key);
     if (type !== 'deleted') driver?.shareManagerSeen(key);
+    provisioner?.shareSeen(sm, type === 'deleted');
   },
 });
 // A removed share-manager label looks like a deletion to the label-selected watch: say so.
@@ -255,6 +262,53 @@ const claims = informer<V1PersistentVolumeClaim>({
   labelSelector: LABEL_CONSUMER_OF,
   onEvent: (_type, claim) => controller?.enqueueForConsumer(claim),
 });
+// Provisioning (LEASEHOLD_PROVISIONING): every claim (the users' and the backing ones),
+// the StorageClasses and our PVs.
+const provisioningSources = config.provisioning
+  ? {
+      claims: informer<V1PersistentVolumeClaim>({
+        resource: 'provisioning-claims',
+        path: '/api/v1/persistentvolumeclaims',
+        onEvent: (type, claim) => provisioner?.claimSeen(claim, type === 'deleted'),
+      }),
+      storageClasses: informer<V1StorageClass>({
+        resource: 'storageclasses',
+        path: '/apis/storage.k8s.io/v1/storageclasses',
+        onEvent: (_type, storageClass) => provisioner?.storageClassSeen(storageClass),
+      }),
+      volumes: informer<V1PersistentVolume>({
+        resource: 'provisioned-volumes',
+        path: '/api/v1/persistentvolumes',
+        labelSelector: LABEL_PROVISIONED_FOR,
+        onEvent: (type, volume) => provisioner?.volumeSeen(volume, type === 'deleted'),
+      }),
+      shareManagers,
+    }
+  : undefined;
+let leadership: ProvisionerLeadership | undefined;
+if (config.provisioning && provisioningSources) {
+  const settings = config.provisioning;
+  leadership = new ProvisionerLeadership({
+    identity: config.identity,
+    namespace: settings.namespace,
+    durationMs: settings.leaseDurationMs,
+    requestTimeoutMs: config.requestTimeoutMs,
+    store: leaseStore,
+    clock,
+    log: log.child({ part: 'provisioner' }),
+    onChange: (leader) => {
+      if (leader) provisioner?.resync();
+    },
+  });
+  const lead = leadership;
+  provisioner = new Provisioner(
+    { defaultNamespace: settings.namespace, onlyNamespace: config.namespace, defaults: config.defaults },
+    log.child({ part: 'provisioner' }),
+    provisioningSources,
+    new ProvisionExecutor(kc, events, log.child({ part: 'provisioner' }), config.requestTimeoutMs),
+    () => lead.leader,
+  );
+}
 nodeObserver = new NodeObserver(clock, nodes, config.nodeLeaseGraceMs);
 const observer = nodeObserver;
 outOfService = new OutOfServiceReconciler(
@@ -350,7 +404,19 @@ controller = new ShareManagerController(
   consumerExecutor,
 );
 
-const all = [shareManagers, leases, pods, services, nodes, nodeLeases, volumes, claims];
+const all = [
+  shareManagers,
+  leases,
+  pods,
+  services,
+  nodes,
+  nodeLeases,
+  volumes,
+  claims,
+  ...(provisioningSources
+    ? [provisioningSources.claims, provisioningSources.storageClasses, provisioningSources.volumes]
+    : []),
+];
 const stormTimer = setInterval(() => failovers.refreshStormGauge(), 5000);
 const endpoints = await serveEndpoints({
   port: config.httpPort,
@@ -370,6 +436,7 @@ const endpoints = await serveEndpoints({
 });
 for (const i of all) i.start();
 outOfService.start();
+leadership?.start();
 log.info(
   {
     port: endpoints.port,
@@ -388,6 +455,8 @@ async function shutdown(signal: string): Promise<void> {
   log.info({ signal }, 'stopping');
   clearInterval(stormTimer);
   controller?.queue.stop();
+  leadership?.stop();
+  provisioner?.queue.stop();
   monitor?.stop();
   confirmation.stop();
   failovers.stop();

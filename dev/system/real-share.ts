@@ -216,7 +216,11 @@ function schedulingOf(node?: string, labels?: Record<string, string>) {
  * directory volume (no image: the attach-less driver's) from the directory itself.
  */
 export function readRealShareFile(sys: RealSystem, share: string, file: string): Buffer {
-  const handle = realVolumeHandle(share);
+  return readRealVolumeFile(sys, realVolumeHandle(share), file);
+}
+
+/** readRealShareFile by the CSI volume handle (a dynamically provisioned volume's). */
+export function readRealVolumeFile(sys: RealSystem, handle: string, file: string): Buffer {
   const mounted = sys.nodes
     .flatMap((node) => {
       const pid1 = /^\/proc\/(\d+)\/ns\/net$/.exec(node.netnsPath ?? '')?.[1];

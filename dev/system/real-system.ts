@@ -62,6 +62,12 @@ export interface RealSystemOptions {
    * `noAttach`). Default false (two processes a node less).
    */
   noAttachDriver?: boolean;
+  /**
+   * Also dynamic provisioning of backing volumes: the real external-provisioner and the
+   * testbed driver's StorageClass (dev/csi STORAGE_CLASS), as the backing class of the
+   * chart's leasehold StorageClass. Default false (one process less).
+   */
+  csiProvisioning?: boolean;
 }
 
 export interface RealSystem {
@@ -124,7 +130,11 @@ export async function startRealSystem(opts: RealSystemOptions = {}): Promise<Rea
     // Fencing: each node reaches a volume only through its own revocable view, granted at
     // ControllerPublish and revoked at ControllerUnpublish (dev/csi README).
     const noAttachDriver = opts.noAttachDriver === true;
-    csi = await startCsiController(cluster, { fencing: true, noAttachDriver });
+    csi = await startCsiController(cluster, {
+      fencing: true,
+      noAttachDriver,
+      provisioning: opts.csiProvisioning === true,
+    });
     progress(`CSI controller up (${since()}); starting ${count} real nodes`);
     const names = Array.from({ length: count }, (_, i) => `real-${i + 1}`);
     const backingDir = csi.backingDir;

@@ -157,9 +157,13 @@ export async function fetchRecords(
 }
 
 /** The pods of a share (label leasehold.dev/share-manager=<name>), live ones only. */
-export async function sharePods(sys: Pick<System, 'core'>, name: string): Promise<k8s.V1Pod[]> {
+export async function sharePods(
+  sys: Pick<System, 'core'>,
+  name: string,
+  namespace = SHARES_NAMESPACE,
+): Promise<k8s.V1Pod[]> {
   const list = await sys.core.listNamespacedPod(
-    { namespace: SHARES_NAMESPACE, labelSelector: `leasehold.dev/share-manager=${name}` },
+    { namespace, labelSelector: `leasehold.dev/share-manager=${name}` },
     withDeadline(5_000),
   );
   return list.items.filter((p) => !p.metadata?.deletionTimestamp);

@@ -150,13 +150,13 @@ export const REAL_SERVING_WITHIN_MS = 120_000;
 export async function servingRealPod(
   sys: RealSystem,
   share: string,
-  opts: { notPod?: string; timeoutMs?: number; running?: (pod: string) => boolean } = {},
+  opts: { notPod?: string; timeoutMs?: number; running?: (pod: string) => boolean; namespace?: string } = {},
 ): Promise<ReadyRealPod & { servingWall: number }> {
-  const { notPod, running } = opts;
+  const { notPod, running, namespace } = opts;
   return eventually(
     `${share}: a Ready pod${notPod ? ` other than ${notPod}` : ''} whose server logged serving${running ? ' and whose ganesha runs' : ''}`,
     async () => {
-      const ready = await readyRealPod(sys, share, notPod);
+      const ready = await readyRealPod(sys, share, notPod, namespace);
       const servingWall = ready ? realLogLineWall(sys, ready.object, 'serving') : undefined;
       if (!ready || servingWall === undefined || (running && !running(ready.pod))) return undefined;
       return { ...ready, servingWall };
@@ -197,8 +197,9 @@ export async function readyRealPod(
   sys: RealSystem,
   share: string,
   notPod?: string,
+  namespace?: string,
 ): Promise<ReadyRealPod | undefined> {
-  for (const p of await sharePods(sys, share).catch(() => [])) {
+  for (const p of await sharePods(sys, share, namespace).catch(() => [])) {
     const name = p.metadata?.name ?? '';
     if (name === notPod || !p.spec?.nodeName) continue;
     if (p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'))

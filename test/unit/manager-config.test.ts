@@ -123,7 +123,7 @@ test('kubelet unmount timeout: 30 s by default, 0 turns the check off, under 5 s
 test('witnesses: off by default; a set of three; fewer refused, naming the variable (issue 28)', () => {
   const c = readManagerConfig(base);
   assert.deepEqual(c.witnesses, []);
-  assert.deepEqual(c.witness, { maxHoldMs: 30_000, apiLostAfterMs: 1000 });
+  assert.deepEqual(c.witness, { maxHoldMs: 12_000, apiLostAfterMs: 1000 }, 'max hold: 2 D by default');
   const on = readManagerConfig({
     ...base,
     LEASEHOLD_WITNESSES: 'n1=http://10.0.0.1:8090,n2=http://10.0.0.2:8090,n3=http://10.0.0.3:8090',
