@@ -7,6 +7,8 @@
  *   agent           bench/agent/run.ts          one agent's memory, CPU, requests per renewal
  *   manager-scale   bench/manager-scale/run.ts  manager CPU/RSS and detection lag at N leases
  *   witness-cost    bench/witness-cost/run.ts   witness promises' requests, bytes and manager CPU at N shares
+ *   provisioning    bench/provisioning/run.ts   N claims of the StorageClass at once: time to Bound, manager CPU/RSS, requests per claim
+ *   share-resources bench/share-resources/run.ts the share pod's server and agent memory and CPU under a kernel client's writes
  *   all             each of the above in turn (args go to every one)
  * Exit codes: the benchmark's own; 2 for an unknown name; with `all`, the first failure's.
  */
@@ -22,6 +24,8 @@ const BENCHMARKS = {
   agent: 'agent/run.ts',
   'manager-scale': 'manager-scale/run.ts',
   'witness-cost': 'witness-cost/run.ts',
+  provisioning: 'provisioning/run.ts',
+  'share-resources': 'share-resources/run.ts',
 } as const;
 type Name = keyof typeof BENCHMARKS;
 

@@ -184,7 +184,23 @@ async function startOnce(opts: ClusterOptions): Promise<Cluster> {
       );
     }
 
+    const auditArgs: string[] = [];
+    if (opts.audit) {
+      const policy = join(dir, 'audit-policy.yaml');
+      await writeFile(
+        policy,
+        'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n',
+      );
+      auditArgs.push(
+        `--audit-policy-file=${policy}`,
+        `--audit-log-path=${join(logDir, 'audit.log')}`,
+        '--audit-log-format=json',
+        // Batching would lose the tail at a stop; one write per event is fine for a bench.
+        '--audit-log-mode=blocking',
+      );
+    }
     const apiserverArgs = [
+      ...auditArgs,
       `--etcd-servers=http://127.0.0.1:${etcdClient}`,
       `--secure-port=${apiPort}`,
       '--bind-address=127.0.0.1',

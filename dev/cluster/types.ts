@@ -27,6 +27,13 @@ export interface ClusterOptions {
    * namespaces (the relay comes from dev/node/build.sh). Default false.
    */
   realNodes?: boolean;
+  /**
+   * Write the API server's audit log (level Metadata, one JSON line per request at
+   * ResponseComplete, long-running watches at ResponseStarted) to `<dir>/logs/audit.log`:
+   * who sent which request, for benchmarks that count a component's requests. Default
+   * false (it costs the API server a write per request).
+   */
+  audit?: boolean;
   /** Progress lines (component started, ready) go here; silent when unset. */
   onProgress?: (line: string) => void;
 }
