@@ -10,7 +10,8 @@
  *  - The ShareManager is deleted in the foreground: it stays, with a deletionTimestamp,
  *    until the garbage collector has deleted its pods, Service and Lease (they block its
  *    deletion), so "ShareManager gone" means "server stopped".
- *  - The PV's finalizer is removed by an update carrying the resourceVersion read.
+ *  - The PV's finalizer is removed by an update carrying the resourceVersion read, before
+ *    its delete (one delete that ends it).
  * Every error names the claim and the object.
  */
 import type { V1PersistentVolume, V1PersistentVolumeClaim } from '@kubernetes/client-node';
@@ -37,8 +38,15 @@ export class ProvisionExecutor {
     this.objects = kc.makeApiClient(k8s.CustomObjectsApi);
   }
 
-  /** One action for the claim of UID `uid` (`claim` when it still exists). */
-  async run(uid: string, claim: V1PersistentVolumeClaim | undefined, action: ProvisionAction): Promise<void> {
+  /**
+   * One action for the claim of UID `uid` (`claim` when it still exists). Resolves true
+   * when a PV's delete was sent (deleteVolume; false: not yet, a later pass retries).
+   */
+  async run(
+    uid: string,
+    claim: V1PersistentVolumeClaim | undefined,
+    action: ProvisionAction,
+  ): Promise<boolean | undefined> {
     const about = claim ? `claim ${claimKey(claim)}` : `deleted claim ${uid}`;
     const log = this.log.child({ claim: claim ? claimKey(claim) : uid });
     const deadline = () => withDeadline(this.deadlineMs);
@@ -147,10 +155,11 @@ export class ProvisionExecutor {
         log.info({ backing: `${namespace}/${name}` }, 'backing claim deleted');
         return;
       }
-      case 'deleteVolume':
-        await this.deleteVolume(action.name, action.uid, action.removeFinalizer, about);
-        log.info({ volume: action.name }, 'persistent volume deleted');
-        return;
+      case 'deleteVolume': {
+        const sent = await this.deleteVolume(action.name, action.uid, action.removeFinalizer, about);
+        if (sent) log.info({ volume: action.name }, 'persistent volume deleted');
+        return sent;
+      }
       case 'expandBacking':
         if (claim) await this.expandBacking(uid, claim, action, about);
         return;
@@ -288,13 +297,59 @@ export class ProvisionExecutor {
       );
   }
 
+  /**
+   * Our finalizer first (an update by resourceVersion), then the delete (UID
+   * precondition): one delete that ends the PV at once. A kill between the two leaves a
+   * Released PV without the finalizer, which the next pass deletes.
+   */
   private async deleteVolume(
     name: string,
     uid: string,
     removeFinalizer: boolean,
     about: string,
-  ): Promise<void> {
+  ): Promise<boolean> {
     const deadline = () => withDeadline(this.deadlineMs);
+    if (removeFinalizer) {
+      let fresh: V1PersistentVolume;
+      try {
+        fresh = await this.core.readPersistentVolume({ name }, deadline());
+      } catch (err) {
+        if (statusOf(err) === 404) return true;
+        throw new KubeApiError(`reading persistent volume ${name} of ${about}`, statusOf(err), {
+          cause: err,
+        });
+      }
+      if (fresh.metadata?.uid !== uid) return true;
+      const finalizers = fresh.metadata?.finalizers ?? [];
+      if (finalizers.includes(FINALIZER_PROVISIONED)) {
+        try {
+          await this.core.replacePersistentVolume(
+            {
+              name,
+              body: {
+                ...fresh,
+                metadata: {
+                  ...fresh.metadata,
+                  finalizers: finalizers.filter((f) => f !== FINALIZER_PROVISIONED),
+                },
+              },
+            },
+            deadline(),
+          );
+        } catch (err) {
+          // 409: changed since read; the next pass reads it again.
+          if (statusOf(err) === 409) return false;
+          if (statusOf(err) === 404) return true;
+          throw new KubeApiError(
+            `removing finalizer ${FINALIZER_PROVISIONED} of persistent volume ${name}`,
+            statusOf(err),
+            { cause: err },
+          );
+        }
+        // Already deleted by hand: the finalizer was all that kept it.
+        if (fresh.metadata?.deletionTimestamp) return true;
+      }
+    }
     try {
       await this.core.deletePersistentVolume({ name, body: { preconditions: { uid } } }, deadline());
     } catch (err) {
@@ -303,43 +358,7 @@ export class ProvisionExecutor {
           cause: err,
         });
     }
-    if (!removeFinalizer) return;
-    let fresh: V1PersistentVolume;
-    try {
-      fresh = await this.core.readPersistentVolume({ name }, deadline());
-    } catch (err) {
-      if (statusOf(err) === 404) return;
-      throw new KubeApiError(`reading persistent volume ${name} of ${about}`, statusOf(err), { cause: err });
-    }
-    if (fresh.metadata?.uid !== uid) return;
-    const finalizers = fresh.metadata?.finalizers ?? [];
-    if (!finalizers.includes(FINALIZER_PROVISIONED)) return;
-    try {
-      // An update carrying the resourceVersion read (compare-and-swap; RBAC has no patch).
-      await this.core.replacePersistentVolume(
-        {
-          name,
-          body: {
-            ...fresh,
-            metadata: {
-              ...fresh.metadata,
-              finalizers: finalizers.filter((f) => f !== FINALIZER_PROVISIONED),
-            },
-          },
-        },
-        deadline(),
-      );
-    } catch (err) {
-      // 409: changed since read; the next pass reads it again.
-      if (!gone(err))
-        throw new KubeApiError(
-          `removing finalizer ${FINALIZER_PROVISIONED} of persistent volume ${name}`,
-          statusOf(err),
-          {
-            cause: err,
-          },
-        );
-    }
+    return true;
   }
 }
 

@@ -50,6 +50,8 @@ export class Provisioner {
   private readonly volumesByUid = new Map<string, V1PersistentVolume>();
   /** Claim UID -> the last ProvisioningFailed message recorded. */
   private readonly failedSaid = new Map<string, string>();
+  /** PV UIDs this manager deleted, until the PV leaves the cache (a stale pass would delete again). */
+  private readonly volumesDeleted = new Set<string>();
   /** Parsed parameters per class, by resourceVersion (classes are immutable but may be re-created). */
   private readonly parsed = new Map<string, { resourceVersion: string; result: ParsedParameters }>();
 
@@ -88,6 +90,7 @@ export class Provisioner {
   volumeSeen(volume: V1PersistentVolume, deleted: boolean): void {
     const owner = volume.metadata?.labels?.[LABEL_PROVISIONED_FOR];
     if (!owner) return;
+    if (deleted) this.volumesDeleted.delete(volume.metadata?.uid ?? '');
     this.index(this.volumesByUid, owner, volume, deleted);
     this.enqueue(owner);
   }
@@ -160,6 +163,11 @@ export class Provisioner {
       if (action.kind === 'event' && action.reason === 'ProvisioningFailed') {
         if (this.failedSaid.get(uid) === action.message) continue;
         this.failedSaid.set(uid, action.message);
+      }
+      if (action.kind === 'deleteVolume') {
+        if (this.volumesDeleted.has(action.uid)) continue;
+        if (await this.executor.run(uid, claim, action)) this.volumesDeleted.add(action.uid);
+        continue;
       }
       await this.executor.run(uid, claim, action);
     }

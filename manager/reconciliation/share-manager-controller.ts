@@ -171,7 +171,10 @@ export class ShareManagerController {
   private async judgeSpec(sm: ShareManager): Promise<ResolvedSpec> {
     const resolved = resolveShare(sm, this.config);
     const uid = sm.metadata.uid ?? '';
-    if (!resolved.ok || uid === '') return resolved;
+    // NB: a deleted ShareManager gets no new pod (decide-reconcile.ts), and its deletion
+    // bumps metadata.generation: a dry run then would be one wasted pod and Service create
+    // per deletion (measured: bench/provisioning).
+    if (!resolved.ok || uid === '' || sm.metadata.deletionTimestamp) return resolved;
     const generation = sm.metadata.generation ?? 0;
     let judged = this.dryRuns.get(uid);
     if (judged?.generation !== generation) {

@@ -158,7 +158,8 @@ describe('provisioning from a StorageClass', () => {
       const sm = await share(name)();
       assert.equal(sm.spec.volume.pvc, name);
       assert.equal(sm.status?.export?.clusterIP, service.spec?.clusterIP);
-      assert.deepEqual(await reasonsOn('shared'), ['Provisioning', 'ProvisioningSucceeded']);
+      // NB: a list is in name order, not time order.
+      assert.deepEqual((await reasonsOn('shared')).sort(), ['Provisioning', 'ProvisioningSucceeded']);
 
       // Expansion a backing volume cannot follow (unbound here: the API refuses to resize
       // it): VolumeResizeFailed in the API's words, nothing changed but the claim's status.
