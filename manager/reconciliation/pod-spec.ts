@@ -56,6 +56,7 @@ import type {
   V1EnvVar,
   V1Pod,
   V1Probe,
+  V1ResourceRequirements,
   V1SecurityContext,
   V1Volume,
 } from '@kubernetes/client-node';
@@ -280,7 +281,7 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
             input.witnesses ?? [],
           ),
           securityContext: AGENT_SECURITY_CONTEXT,
-          ...(resources?.agent ? { resources: resources.agent } : {}),
+          resources: resources?.agent ?? AGENT_RESOURCES,
           ports: [{ name: 'agent-http', containerPort: agentPort, protocol: 'TCP' }],
           // The shipped NFS server gates itself (see the header); a user's server image
           // is gated by this probe.
@@ -294,7 +295,14 @@ export function buildSharePod(input: PodSpecInput): V1Pod {
         },
       ],
       containers: [
-        { ...serverContainer(input), ...(resources?.server ? { resources: resources.server } : {}) },
+        {
+          ...serverContainer(input),
+          ...(resources?.server
+            ? { resources: resources.server }
+            : spec.server
+              ? {}
+              : { resources: NFS_SERVER_RESOURCES }),
+        },
       ],
       volumes: [
         { name: VOLUME_NAME, persistentVolumeClaim: { claimName: spec.volume.pvc } },
@@ -451,6 +459,27 @@ function agentEnv(
   }
   return env;
 }
+
+/**
+ * Default requests and limits, from what the containers used under a Linux kernel
+ * client's writes (npm run bench -- share-resources, 2026-12-07, bench/results/
+ * share-resources.json): the shipped server (entrypoint + ganesha) 75 MiB idle and at
+ * most 120 MiB resident while 400 MiB streamed in and 4,000 small files were made, 53 %
+ * of a core while streaming; the agent 57-59 MiB, under 1 % of a core throughout; the server cgroup, page cache included, peaked at 476 MiB.
+ * Requests near the measured peak, so the scheduler places the server where it fits;
+ * memory limits far above it (a server killed for memory is a failover nobody needed;
+ * the page cache of the files it writes is charged to its cgroup too, and reclaimed
+ * under the limit); no CPU limit (throttling stalls every client's I/O). A user's own
+ * server (spec.server) gets none: we do not know it.
+ */
+export const NFS_SERVER_RESOURCES: V1ResourceRequirements = {
+  requests: { cpu: '100m', memory: '128Mi' },
+  limits: { memory: '1Gi' },
+};
+export const AGENT_RESOURCES: V1ResourceRequirements = {
+  requests: { cpu: '10m', memory: '64Mi' },
+  limits: { memory: '256Mi' },
+};
 
 /**
  * The user's spec.scheduling.affinity with the failover's anti-affinity added: each of
