@@ -180,13 +180,17 @@ export async function awaitClearance(
           // Why the server waits: said once per witness and reason.
           else if (a.kind === 'wait' && waitSaid.get(name) !== a.reason) {
             waitSaid.set(name, a.reason);
-            log.info(
-              { witness: name, reason: a.reason, retryInMs: a.retryInMs },
-              'witness asks to wait before clearing',
-            );
+            log.info({ witness: name, reason: a.reason, retryInMs: a.retryInMs }, 'clearance not given yet');
           }
         })
-        .catch(() => metrics.witnessAnswered('clearance', 'failed'))
+        .catch((err: unknown) => {
+          metrics.witnessAnswered('clearance', 'failed');
+          const reason = `no answer: ${err instanceof Error ? err.message : String(err)}`;
+          if (waitSaid.get(name) !== reason) {
+            waitSaid.set(name, reason);
+            log.info({ witness: name, reason }, 'clearance not given yet');
+          }
+        })
         .finally(() => inFlight.delete(name));
     }
     try {

@@ -66,7 +66,7 @@ export interface RealCrashSample {
   attachedS?: number;
   agentAcquiredS?: number;
   serverServingS?: number;
-  /** With witnesses: each witness that asked the replacement to wait before clearing, and why (its agent's log). */
+  /** With witnesses: each witness that did not clear the replacement at first (a wait, or no answer), and why (its agent's log). */
   clearanceWaits?: { witness: string; reason: string; retryInMs: number }[];
   writesResumedS?: number;
   clientWriteGapS?: number;
@@ -313,7 +313,7 @@ export async function waitManagerRestarted(
   throw new Error(`the manager on ${node} did not run again within ${timeoutMs / 1000} s of the reboot`);
 }
 
-/** The replacement agent's "witness asks to wait before clearing" lines (agent/witness-promises.ts). */
+/** The replacement agent's "clearance not given yet" lines (agent/witness-promises.ts). */
 function clearanceWaitsOf(
   sys: RealSystem,
   serving: { node: string; object: k8s.V1Pod },
@@ -327,8 +327,14 @@ function clearanceWaitsOf(
       if (at < 0) return [];
       try {
         const l = JSON.parse(line.slice(at)) as Record<string, unknown>;
-        return l.msg === 'witness asks to wait before clearing'
-          ? [{ witness: String(l.witness), reason: String(l.reason), retryInMs: Number(l.retryInMs) }]
+        return l.msg === 'clearance not given yet'
+          ? [
+              {
+                witness: String(l.witness),
+                reason: String(l.reason),
+                retryInMs: l.retryInMs === undefined ? 0 : Number(l.retryInMs),
+              },
+            ]
           : [];
       } catch {
         return [];
