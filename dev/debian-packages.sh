@@ -15,6 +15,8 @@
 #   it runs in root mode and needs none of them) and zstd (their layers' compression),
 #   e2fsprogs (mkfs.ext4, e2fsck, debugfs) and mount (losetup, mount -o loop): the
 #   fencing storage's block kind, an ext4 image per volume (dev/sim/storage/block-image.ts);
+#   xfsprogs (mkfs.xfs, xfs_growfs): the block kind with XFS, which grows online (ext4 needs
+#   CAP_SYS_RESOURCE to, which these machines lack);
 #   user-mode-linux (Linux 6.1 as a process, its NFS client as modules: the kernel NFS
 #   client of dev/kernel-client), nfs-common (mount.nfs, which the guest runs from the
 #   host's root) and kmod (modprobe, for the guest's NFS modules); conntrack (the bench's
@@ -47,6 +49,8 @@ command -v mmdebstrap >/dev/null 2>&1 || lean+=(mmdebstrap)
 command -v zstd >/dev/null 2>&1 || missing+=(zstd)
 # dpkg, not command -v: mkfs.ext4, debugfs and losetup live in /sbin, off a user's PATH.
 dpkg -s e2fsprogs >/dev/null 2>&1 || missing+=(e2fsprogs)
+# mkfs.xfs, xfs_growfs: the testbed driver's XFS volumes, which grow online (dev/csi).
+dpkg -s xfsprogs >/dev/null 2>&1 || missing+=(xfsprogs)
 dpkg -s mount >/dev/null 2>&1 || missing+=(mount)
 dpkg -s user-mode-linux >/dev/null 2>&1 || missing+=(user-mode-linux)
 dpkg -s nfs-common >/dev/null 2>&1 || missing+=(nfs-common)

@@ -12,6 +12,7 @@ import { LeaseholdError } from '../../lib/errors.ts';
 export const CSI_BINARIES = [
   'csi-attacher',
   'csi-provisioner',
+  'csi-resizer',
   'leasehold-csi-hostdir',
   'leasehold-csi-registrar',
 ] as const;
@@ -21,6 +22,8 @@ export interface CsiBinaries {
   attacher: string;
   /** external-provisioner's cmd/csi-provisioner. */
   provisioner: string;
+  /** external-resizer's cmd/csi-resizer. */
+  resizer: string;
   /** The testbed's driver (plugin/driver): `-mode=controller` or `-mode=node`. */
   driver: string;
   /** Registers the driver's node socket with the kubelet (plugin/registrar). */
@@ -44,6 +47,7 @@ export async function csiBinaries(): Promise<CsiBinaries> {
   return {
     attacher: join(dir, 'csi-attacher'),
     provisioner: join(dir, 'csi-provisioner'),
+    resizer: join(dir, 'csi-resizer'),
     driver: join(dir, 'leasehold-csi-hostdir'),
     registrar: join(dir, 'leasehold-csi-registrar'),
   };

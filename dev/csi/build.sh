@@ -5,6 +5,8 @@
 #                             at the release pinned in ./attacher/go.mod
 #   csi-provisioner           github.com/kubernetes-csi/external-provisioner/v6 cmd/csi-provisioner
 #                             at the release pinned in ./provisioner/go.mod
+#   csi-resizer               github.com/kubernetes-csi/external-resizer/v2 cmd/csi-resizer
+#                             at the release pinned in ./resizer/go.mod
 #   leasehold-csi-hostdir     ./plugin/driver: the testbed's CSI driver (controller and node parts)
 #   leasehold-csi-registrar   ./plugin/registrar: registers the driver's node socket with the kubelet
 # Why the driver and the registrar are the project's own: README.md beside this file.
@@ -20,11 +22,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 ATTACHER_VERSION="$(awk '$1=="require" && $2=="github.com/kubernetes-csi/external-attacher/v4"{print $3}' "$here/attacher/go.mod")"
 PROVISIONER_VERSION="$(awk '$1=="require" && $2=="github.com/kubernetes-csi/external-provisioner/v6"{print $3}' "$here/provisioner/go.mod")"
+RESIZER_VERSION="$(awk '$1=="require" && $2=="github.com/kubernetes-csi/external-resizer/v2"{print $3}' "$here/resizer/go.mod")"
 PLUGIN_REV="$(cat "$here/plugin/go.mod" "$here/plugin/go.sum" "$here"/plugin/driver/*.go "$here"/plugin/registrar/*.go | sha256sum | cut -c1-12)"
 
 cache_root="${LEASEHOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold}"
-bin="$cache_root/csi/attacher$ATTACHER_VERSION-provisioner$PROVISIONER_VERSION-plugin$PLUGIN_REV"
-files=(csi-attacher csi-provisioner leasehold-csi-hostdir leasehold-csi-registrar)
+bin="$cache_root/csi/attacher$ATTACHER_VERSION-provisioner$PROVISIONER_VERSION-resizer$RESIZER_VERSION-plugin$PLUGIN_REV"
+files=(csi-attacher csi-provisioner csi-resizer leasehold-csi-hostdir leasehold-csi-registrar)
 
 complete() {
   [ -f "$bin/.complete" ] || return 1
@@ -63,6 +66,8 @@ step csi-attacher "$here/attacher" github.com/kubernetes-csi/external-attacher/v
   "-s -w -X main.version=$ATTACHER_VERSION"
 step csi-provisioner "$here/provisioner" github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner \
   "-s -w -X main.version=$PROVISIONER_VERSION"
+step csi-resizer "$here/resizer" github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer \
+  "-s -w -X main.version=$RESIZER_VERSION"
 step leasehold-csi-hostdir "$here/plugin" ./driver "-s -w"
 step leasehold-csi-registrar "$here/plugin" ./registrar "-s -w"
 

@@ -122,8 +122,56 @@ export const attacherArgs = (socket: string, kubeconfig: string): string[] => [
 /** The external-provisioner's ServiceAccount (its upstream rbac.yaml names it so). */
 export const PROVISIONER_ACCOUNT = { namespace: 'default', name: 'csi-provisioner' } as const;
 
+/** The external-resizer's ServiceAccount (its upstream rbac.yaml names it so). */
+export const RESIZER_ACCOUNT = { namespace: 'default', name: 'csi-resizer' } as const;
+
+/** The resizer with one replica (no leader election), the same short back-off. */
+export const resizerArgs = (socket: string, kubeconfig: string): string[] => [
+  `--csi-address=${socket}`,
+  `--kubeconfig=${kubeconfig}`,
+  '--leader-election=false',
+  '--timeout=30s',
+  '--retry-interval-start=500ms',
+  '--retry-interval-max=5s',
+  '-v=2',
+];
+
+/** external-resizer's deploy/kubernetes/rbac.yaml (v2.3.0): its ClusterRole. */
+export const resizerClusterRole = (): V1ClusterRole => ({
+  metadata: { name: 'external-resizer-runner' },
+  rules: [
+    { apiGroups: [''], resources: ['persistentvolumes'], verbs: ['get', 'list', 'watch', 'patch'] },
+    { apiGroups: [''], resources: ['persistentvolumeclaims'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: [''], resources: ['persistentvolumeclaims/status'], verbs: ['patch'] },
+    { apiGroups: [''], resources: ['events'], verbs: ['list', 'watch', 'create', 'update', 'patch'] },
+    {
+      apiGroups: ['storage.k8s.io'],
+      resources: ['volumeattributesclasses'],
+      verbs: ['get', 'list', 'watch'],
+    },
+  ],
+});
+
+/** ... and its Role (leader election's Leases; unused with one replica, kept as upstream has it). */
+export const resizerRole = (): V1Role => ({
+  metadata: { name: 'external-resizer-cfg', namespace: RESIZER_ACCOUNT.namespace },
+  rules: [
+    {
+      apiGroups: ['coordination.k8s.io'],
+      resources: ['leases'],
+      verbs: ['get', 'watch', 'list', 'delete', 'update', 'create'],
+    },
+  ],
+});
+
 /** The StorageClass of the driver's dynamically provisioned volumes. */
 export const STORAGE_CLASS = 'leasehold-hostdir';
+/**
+ * With `expansion`: XFS volumes that grow online (ext4's online resize needs
+ * CAP_SYS_RESOURCE, which these machines do not grant; XFS's needs CAP_SYS_ADMIN).
+ */
+export const STORAGE_CLASS_XFS = 'leasehold-hostdir-xfs';
 
 /**
  * The provisioner with one replica, so no leader election. NB: its retry back-off is
@@ -150,14 +198,17 @@ export const BLOCK_FS_ATTRIBUTE = 'storage.leasehold.dev/block-filesystem';
 /**
  * Immediate binding (the PVC is provisioned when made, before a pod picks a node: the
  * driver has no topology) and Delete: deleting the PVC deletes the volume. Its volumes
- * are of the block kind (`filesystem: ext4`): file handles that survive a move.
+ * are of the block kind (`filesystem: ext4`): file handles that survive a move. With the
+ * resizer running (`expansion`), allowVolumeExpansion: the image grows, then the node's
+ * ext4 online (plugin/driver/expand.go).
  */
-export const storageClassObject = (): V1StorageClass => ({
-  metadata: { name: STORAGE_CLASS },
+export const storageClassObject = (expansion = false, fs: 'ext4' | 'xfs' = 'ext4'): V1StorageClass => ({
+  metadata: { name: fs === 'xfs' ? STORAGE_CLASS_XFS : STORAGE_CLASS },
   provisioner: DRIVER_NAME,
-  parameters: { filesystem: 'ext4' },
+  parameters: { filesystem: fs },
   reclaimPolicy: 'Delete',
   volumeBindingMode: 'Immediate',
+  ...(expansion ? { allowVolumeExpansion: true } : {}),
 });
 
 /** external-provisioner's deploy/kubernetes/rbac.yaml (v6.4.0): its ClusterRole. */

@@ -60,7 +60,12 @@ import {
   provisionerArgs,
   provisionerClusterRole,
   provisionerRole,
+  RESIZER_ACCOUNT,
+  resizerArgs,
+  resizerClusterRole,
+  resizerRole,
   STORAGE_CLASS,
+  STORAGE_CLASS_XFS,
   socketPathProblem,
   storageClassObject,
 } from './config.ts';
@@ -130,6 +135,11 @@ export interface CsiControllerOptions {
    * Default false (one process and a few API objects less; static PVs work either way).
    */
   provisioning?: boolean;
+  /**
+   * With `provisioning`: also the real external-resizer, and the StorageClass allows
+   * expansion (the driver grows the image and, on the node, the mounted ext4 online).
+   */
+  expansion?: boolean;
   /**
    * Also the CSIDriver NOATTACH_DRIVER_NAME (attachRequired: false): storage that cannot
    * fence. No process here serves it (there is no attach); the nodes need
@@ -306,7 +316,7 @@ export async function startCsiController(
       await identity(PROVISIONER_ACCOUNT, provisionerClusterRole(), provisionerRole(), provisionerKubeconfig);
       await ensure(
         `StorageClass ${STORAGE_CLASS}`,
-        () => storage.createStorageClass({ body: storageClassObject() }),
+        () => storage.createStorageClass({ body: storageClassObject(opts.expansion === true) }),
         () => storage.deleteStorageClass({ name: STORAGE_CLASS }),
       );
       const provisioner = new Component(
@@ -321,6 +331,32 @@ export async function startCsiController(
         async () => (await readFile(provisioner.logPath, 'utf8')).includes('Started provisioner controller'),
         30_000,
       );
+      if (opts.expansion) {
+        await ensure(
+          `StorageClass ${STORAGE_CLASS_XFS}`,
+          () => storage.createStorageClass({ body: storageClassObject(true, 'xfs') }),
+          () => storage.deleteStorageClass({ name: STORAGE_CLASS_XFS }),
+        );
+        const resizerKubeconfig = join(dir, 'csi-resizer.kubeconfig');
+        await identity(RESIZER_ACCOUNT, resizerClusterRole(), resizerRole(), resizerKubeconfig);
+        const resizer = new Component(
+          'csi/external-resizer',
+          bins.resizer,
+          resizerArgs(socket, resizerKubeconfig),
+          join(logDir, 'csi-resizer.log'),
+        );
+        components.push(resizer);
+        resizer.start();
+        // NB: the resizer logs its controller's start with klog; any line after the CSI
+        // driver's name was read means it connected and probed the plugin's capabilities.
+        await resizer.waitReady(
+          async () =>
+            /Starting external resizer|Started external resizer|Starting resize controller/i.test(
+              await readFile(resizer.logPath, 'utf8'),
+            ),
+          30_000,
+        );
+      }
     }
     progress(
       `csi: driver controller${opts.fencing ? ' (fencing)' : ''}, external-attacher${opts.provisioning ? ', external-provisioner' : ''}${opts.noAttachDriver ? `, CSIDriver ${NOATTACH_DRIVER_NAME}` : ''} up (logs: ${logDir})`,

@@ -261,7 +261,7 @@ const loopBackingFile = (dev: string): string | undefined => {
 };
 
 /**
- * Pure but for `backingFile`: the ext4 mounts in one node's mountinfo of a loop device
+ * Pure but for `backingFile`: the ext4 and XFS mounts in one node's mountinfo of a loop device
  * over an image in a view of `handle` (`.../views/<handle>/<node>.<grant>/disk.img`),
  * with the view's grant number (higher: later).
  */
@@ -275,7 +275,7 @@ export function volumeMountsIn(
     const [left, right] = line.split(' - ');
     const [fstype, source] = (right ?? '').split(' ');
     const mountPoint = left?.split(' ')[4];
-    if (fstype !== 'ext4' || !source?.startsWith('/dev/loop') || !mountPoint) continue;
+    if ((fstype !== 'ext4' && fstype !== 'xfs') || !source?.startsWith('/dev/loop') || !mountPoint) continue;
     const m = new RegExp(`/views/${handle.replace(/[.]/g, '\\.')}/[^/]+\\.(\\d+)/disk\\.img$`).exec(
       backingFile(source) ?? '',
     );

@@ -68,6 +68,8 @@ export interface RealSystemOptions {
    * chart's leasehold StorageClass. Default false (one process less).
    */
   csiProvisioning?: boolean;
+  /** With csiProvisioning: also the real external-resizer; the backing class allows expansion. */
+  csiExpansion?: boolean;
 }
 
 export interface RealSystem {
@@ -134,6 +136,7 @@ export async function startRealSystem(opts: RealSystemOptions = {}): Promise<Rea
       fencing: true,
       noAttachDriver,
       provisioning: opts.csiProvisioning === true,
+      expansion: opts.csiExpansion === true,
     });
     progress(`CSI controller up (${since()}); starting ${count} real nodes`);
     const names = Array.from({ length: count }, (_, i) => `real-${i + 1}`);

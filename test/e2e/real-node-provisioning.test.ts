@@ -6,21 +6,27 @@
  * (dev/kernel-client, 6.12) on the other node mounting exactly the PV's own `nfs` source
  * and `mountOptions` (what a kubelet would mount) and writing acknowledged records; the
  * serving node crashed; the share failed over like a hand-made one; every acknowledged
- * record read back from the volume; then the claim deleted and every object gone.
+ * record read back from the volume; the claim expanded while the client writes on
+ * (the real external-resizer grows the backing volume, the replacement's kubelet its
+ * ext4 online under ganesha; the client's statfs shows the new size); then the claim
+ * deleted and every object gone.
  * NB: no kubelet here can mount an `nfs` volume into a pod (the host kernel has no NFS
  * client), so the kernel client mounts the PV's source as a kubelet would.
  * Cost: one two-node system start (25-40 s), provisioning (~10 s), a client boot, one
  * failover and the resumption (~30 s), the deletion (~10 s).
  */
 import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
-import { STORAGE_CLASS } from '../../dev/csi/config.ts';
+import { STORAGE_CLASS_XFS } from '../../dev/csi/config.ts';
 import { type KernelClient, startKernelClient } from '../../dev/kernel-client/machine.ts';
 import {
   allResumed,
   eventsOf,
   filesOf,
+  GUEST_MOUNT,
   mountShare,
   RECORD_SIZE,
   stallLines,
@@ -38,7 +44,9 @@ import { servingRealPod, useRealSystem } from './e2e-support.ts';
 const system = useRealSystem({
   nodes: 2,
   csiProvisioning: true,
-  values: { 'provisioning.storageClass.parameters.backingStorageClass': STORAGE_CLASS },
+  csiExpansion: true,
+  // XFS backing volumes: they grow online here (ext4's online resize needs CAP_SYS_RESOURCE).
+  values: { 'provisioning.storageClass.parameters.backingStorageClass': STORAGE_CLASS_XFS },
   cluster: { attachDetachReconcileSyncPeriod: '2s' },
 });
 const CLAIM = 'team-data';
@@ -55,7 +63,7 @@ test('a claim of leasehold-rwx: provisioned on the real external-provisioner, mo
       spec: {
         accessModes: ['ReadWriteMany'],
         storageClassName: 'leasehold-rwx',
-        resources: { requests: { storage: '256Mi' } },
+        resources: { requests: { storage: '320Mi' } },
       },
     },
   });
@@ -76,7 +84,7 @@ test('a claim of leasehold-rwx: provisioned on the real external-provisioner, mo
   const pv = await core.readPersistentVolume({ name });
   assert.equal(pv.metadata?.annotations?.['pv.kubernetes.io/provisioned-by'], PROVISIONER_NAME);
   const backing = await core.readNamespacedPersistentVolumeClaim({ namespace: SYSTEM_NAMESPACE, name });
-  assert.equal(backing.spec?.storageClassName, STORAGE_CLASS);
+  assert.equal(backing.spec?.storageClassName, STORAGE_CLASS_XFS);
   assert.equal(backing.status?.phase, 'Bound', 'the backing claim was provisioned by the CSI driver');
   const backingPv = await core.readPersistentVolume({ name: backing.spec?.volumeName ?? '' });
   const handle = backingPv.spec?.csi?.volumeHandle ?? '';
@@ -124,6 +132,96 @@ test('a claim of leasehold-rwx: provisioned on the real external-provisioner, mo
       `${readBack.acked} acknowledged records, 0 lost`,
     ].join('\n'),
   );
+
+  // Expansion while serving: 320Mi -> 640Mi. The client sees the file system grow.
+  const sizeSeen = async () => {
+    const lines = await client.run(`stat -f -c '%b %S' ${GUEST_MOUNT}`);
+    const [blocks, size] = (lines.join(' ').trim().split(/\s+/) as [string, string]).map(Number);
+    return (blocks ?? 0) * (size ?? 0);
+  };
+  const smaller = await sizeSeen();
+  await core.patchNamespacedPersistentVolumeClaim(
+    {
+      namespace: SHARES_NAMESPACE,
+      name: CLAIM,
+      body: { spec: { resources: { requests: { storage: '640Mi' } } } },
+    },
+    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+  );
+  const expandT0 = performance.now();
+  const expanded = await eventually(
+    `${CLAIM} status.capacity 640Mi`,
+    async () => {
+      const c = await core.readNamespacedPersistentVolumeClaim({ namespace: SHARES_NAMESPACE, name: CLAIM });
+      return String(c.status?.capacity?.storage) === '640Mi' ? c : undefined;
+    },
+    180_000,
+    500,
+  ).catch(async (err) => {
+    // What each part saw: the backing claim's status and events, the resizer, the node parts.
+    const b = await core.readNamespacedPersistentVolumeClaim({ namespace: SYSTEM_NAMESPACE, name });
+    const events = await core.listNamespacedEvent({
+      namespace: SYSTEM_NAMESPACE,
+      fieldSelector: `involvedObject.name=${name}`,
+    });
+    t.diagnostic(`backing claim status: ${JSON.stringify(b.status)}`);
+    t.diagnostic(`backing claim events: ${events.items.map((e) => `${e.reason}: ${e.message}`).join(' | ')}`);
+    const tail = (path: string) => {
+      try {
+        return readFileSync(path, 'utf8').split('\n').slice(-40).join('\n');
+      } catch (e) {
+        return String(e);
+      }
+    };
+    t.diagnostic(`csi-resizer log:\n${tail(join(sys.csi.logDir, 'csi-resizer.log'))}`);
+    for (const n of sys.nodes)
+      for (const f of readdirSync(n.layout.logDir).filter((f) => f.includes('csi')))
+        t.diagnostic(`${n.name} ${f}:\n${tail(join(n.layout.logDir, f))}`);
+    throw err;
+  });
+  t.diagnostic(
+    `expansion 320Mi -> 640Mi: claim status after ${((performance.now() - expandT0) / 1000).toFixed(1)} s`,
+  );
+  assert.equal(expanded.status?.allocatedResourceStatuses?.storage, undefined, 'no resize left in progress');
+  assert.ok(
+    !expanded.status?.conditions?.some((c) => c.type === 'Resizing'),
+    'the Resizing condition cleared',
+  );
+  assert.equal(String((await core.readPersistentVolume({ name })).spec?.capacity?.storage), '640Mi');
+  const grownBacking = await core.readNamespacedPersistentVolumeClaim({ namespace: SYSTEM_NAMESPACE, name });
+  assert.equal(
+    String(grownBacking.status?.capacity?.storage),
+    '640Mi',
+    "the backing claim's file system grew (the kubelet says so)",
+  );
+  const reasons = (
+    await core.listNamespacedEvent({
+      namespace: SHARES_NAMESPACE,
+      fieldSelector: `involvedObject.name=${CLAIM}`,
+    })
+  ).items.map((e) => e.reason);
+  assert.ok(reasons.includes('Resizing') && reasons.includes('VolumeResizeSuccessful'), String(reasons));
+  const grown = await eventually(
+    'the client sees the larger file system',
+    async () => {
+      const now = await sizeSeen();
+      return now > smaller + 200 * 2 ** 20 ? now : undefined;
+    },
+    30_000,
+    500,
+  );
+  t.diagnostic(
+    `the client's statfs: ${(smaller / 2 ** 20).toFixed(0)} MiB before, ${(grown / 2 ** 20).toFixed(0)} MiB after`,
+  );
+  const acked = () => eventsOf(client, tagOf(client.name, 'write')).filter((e) => e.kind === 'ack').length;
+  const ackedAfterGrowth = acked();
+  await eventually(
+    'the writer goes on after the growth',
+    async () => (acked() > ackedAfterGrowth + 5 ? true : undefined),
+    30_000,
+    250,
+  );
+
   await client.stop();
   kc = undefined;
 

@@ -4,7 +4,8 @@
  * the class gets a backing claim, a ShareManager and an nfs PV that the real PV
  * controller binds, with the external-provisioner's events; deleting the claim takes
  * the ShareManager (foreground), the backing claim and the PV away in that order; a bad
- * parameter is a ProvisioningFailed naming it, with nothing created; what a manager
+ * parameter is a ProvisioningFailed naming it, with nothing created; WaitForFirstConsumer
+ * waits for the selected node and prefers it; Retain keeps it all; what a manager
  * killed after any step leaves is finished or cleaned by the next; one leader acts, and
  * another takes over when it dies.
  * NB: no scheduler or kubelet: share pods stay Pending (status.export needs only the
@@ -15,6 +16,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
+import { sleep } from '../../lib/clock.ts';
 import { PROVISIONER_NAME } from '../../manager/provisioning/class-parameters.ts';
 import {
   backingClaim,
@@ -248,6 +250,62 @@ describe('provisioning from a StorageClass', () => {
       assert.equal(await exists(volume(name)), false);
       assert.equal((await readClaim('typo')).status?.phase, 'Pending');
       await core.deleteNamespacedPersistentVolumeClaim({ namespace: APPS, name: 'typo' });
+    } finally {
+      await m.kill();
+    }
+  });
+
+  it('WaitForFirstConsumer waits for the selected node, then prefers it; Retain keeps everything', async () => {
+    const storage = cluster().kubeConfig.makeApiClient(k8s.StorageV1Api);
+    await storage.createStorageClass({
+      body: {
+        metadata: { name: 'wffc-retain' },
+        provisioner: PROVISIONER_NAME,
+        volumeBindingMode: 'WaitForFirstConsumer',
+        reclaimPolicy: 'Retain',
+      },
+    });
+    const m = manager('p5');
+    try {
+      const uid = (await createClaim('late', 'wffc-retain')).metadata?.uid ?? '';
+      const name = `pvc-${uid}`;
+      await sleep(3000);
+      assert.equal(await exists(backing(name)), false, 'nothing before a node is selected');
+      // What the scheduler writes once the claim's first pod has a node.
+      await core.patchNamespacedPersistentVolumeClaim(
+        {
+          namespace: APPS,
+          name: 'late',
+          body: { metadata: { annotations: { 'volume.kubernetes.io/selected-node': 'node-7' } } },
+        },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+      );
+      await eventually(
+        'late Bound',
+        async () => ((await readClaim('late')).status?.phase === 'Bound' ? true : undefined),
+        60_000,
+      );
+      const sm = await share(name)();
+      assert.deepEqual(
+        sm.spec.scheduling?.affinity?.nodeAffinity?.preferredDuringSchedulingIgnoredDuringExecution,
+        [
+          {
+            weight: 50,
+            preference: { matchFields: [{ key: 'metadata.name', operator: 'In', values: ['node-7'] }] },
+          },
+        ],
+      );
+      assert.equal((await volume(name)()).spec?.persistentVolumeReclaimPolicy, 'Retain');
+      await core.deleteNamespacedPersistentVolumeClaim({ namespace: APPS, name: 'late' });
+      await eventually(
+        'the PV Released',
+        async () => ((await volume(name)()).status?.phase === 'Released' ? true : undefined),
+        60_000,
+      );
+      await sleep(3000);
+      assert.equal(await exists(share(name)), true, 'Retain: the ShareManager kept');
+      assert.equal(await exists(backing(name)), true, 'Retain: the backing claim kept');
+      assert.equal(await exists(volume(name)), true, 'Retain: the PV kept');
     } finally {
       await m.kill();
     }

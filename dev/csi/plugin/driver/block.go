@@ -43,27 +43,29 @@ const (
 	// parameterFS is the StorageClass parameter asking CreateVolume for the block kind.
 	parameterFS = "filesystem"
 	blockFS     = "ext4"
-	imageFile   = "disk.img"
+	// xfsFS is the other file system made: XFS grows online with CAP_SYS_ADMIN, where
+	// ext4's online resize needs CAP_SYS_RESOURCE, which these machines do not grant
+	// (resize2fs: "Permission denied to resize filesystem", measured 2026-12-07).
+	xfsFS     = "xfs"
+	imageFile = "disk.img"
 	// staticImageBytes is a static volume's image (no capacity is asked for); sparse.
 	staticImageBytes = 512 << 20
 	minImageBytes    = 32 << 20
 )
 
-// blockKind reports whether a volume context asks for the block kind; an error names
-// a file system this driver cannot make.
-func blockKind(volumeContext map[string]string) (bool, error) {
-	fs, ok := volumeContext[volumeContextFS]
-	if !ok || fs == "" {
-		return false, nil
+// blockKind is the file system a volume context asks for ("" for a directory volume);
+// an error names a file system this driver cannot make.
+func blockKind(volumeContext map[string]string) (string, error) {
+	fs := volumeContext[volumeContextFS]
+	if fs != "" && fs != blockFS && fs != xfsFS {
+		return "", fmt.Errorf("%s=%q: only %s and %s are made", volumeContextFS, fs, blockFS, xfsFS)
 	}
-	if fs != blockFS {
-		return false, fmt.Errorf("%s=%q: only %s is made", volumeContextFS, fs, blockFS)
-	}
-	return true, nil
+	return fs, nil
 }
 
-// createImage makes dir/disk.img, an ext4 file system of bytes (sparse), unless it is there.
-func createImage(dir string, bytes int64) error {
+// createImage makes dir/disk.img, a file system fs (ext4 or xfs) of bytes (sparse),
+// unless it is there.
+func createImage(dir string, bytes int64, fs string) error {
 	image := filepath.Join(dir, imageFile)
 	if _, err := os.Stat(image); err == nil {
 		return nil
@@ -73,28 +75,53 @@ func createImage(dir string, bytes int64) error {
 	}
 	tmp := image + ".mkfs"
 	_ = os.Remove(tmp)
-	// -e remount-ro: an I/O error never panics the (host's) kernel. -b 4096: the loop
-	// device's logical block size (direct I/O); mkfs would pick 1024 for a small image.
-	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-b", "4096", "-e", "remount-ro", "-m", "0",
-		"-E", "lazy_itable_init=0,lazy_journal_init=0,root_owner=0:0", tmp, fmt.Sprintf("%dk", bytes/1024)).CombinedOutput()
+	var out []byte
+	var err error
+	if fs == xfsFS {
+		// XFS's own minimum is 300 MiB; the image is made at least that large.
+		if bytes < 300<<20 {
+			bytes = 300 << 20
+		}
+		if err = os.WriteFile(tmp, nil, 0o600); err == nil {
+			err = os.Truncate(tmp, bytes)
+		}
+		// A protofile gives the root directory mode 0777, as debugfs does for ext4 below.
+		proto := tmp + ".proto"
+		if err == nil {
+			err = os.WriteFile(proto, []byte("/dev/null\n0 0\nd--777 0 0\n$\n"), 0o600)
+		}
+		if err == nil {
+			// -s size=4096: the loop device's logical block size (direct I/O); XFS
+			// refuses to mount a file system of smaller sectors on it.
+			out, err = exec.Command("mkfs.xfs", "-q", "-f", "-s", "size=4096", "-p", proto, tmp).CombinedOutput()
+		}
+		_ = os.Remove(proto)
+	} else {
+		// -e remount-ro: an I/O error never panics the (host's) kernel. -b 4096: the loop
+		// device's logical block size (direct I/O); mkfs would pick 1024 for a small image.
+		out, err = exec.Command("mkfs.ext4", "-q", "-F", "-b", "4096", "-e", "remount-ro", "-m", "0",
+			"-E", "lazy_itable_init=0,lazy_journal_init=0,root_owner=0:0", tmp, fmt.Sprintf("%dk", bytes/1024)).CombinedOutput()
+	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("making the ext4 image %s: mkfs.ext4: %v: %s", image, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("making the %s image %s: mkfs: %v: %s", fs, image, err, strings.TrimSpace(string(out)))
 	}
 	// World-writable root, as the directory kind's: the pods run as non-root.
-	if out, err := exec.Command("debugfs", "-w", "-R", "sif / mode 041777", tmp).CombinedOutput(); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("making the ext4 image %s: debugfs: %v: %s", image, err, strings.TrimSpace(string(out)))
+	if fs != xfsFS {
+		if out, err := exec.Command("debugfs", "-w", "-R", "sif / mode 041777", tmp).CombinedOutput(); err != nil {
+			_ = os.Remove(tmp)
+			return fmt.Errorf("making the ext4 image %s: debugfs: %v: %s", image, err, strings.TrimSpace(string(out)))
+		}
 	}
 	if err := os.Rename(tmp, image); err != nil {
-		return fmt.Errorf("making the ext4 image %s: %w", image, err)
+		return fmt.Errorf("making the %s image %s: %w", fs, image, err)
 	}
 	return nil
 }
 
 // stageImage attaches a loop device over image (direct I/O, autoclear) and mounts its
-// ext4 at staging, unless staging is mounted already.
-func stageImage(image, staging string) error {
+// file system fs at staging, unless staging is mounted already.
+func stageImage(image, staging, fs string) error {
 	if mounted, err := isMountPoint(staging); err != nil {
 		return fmt.Errorf("reading the mount table: %w", err)
 	} else if mounted {
@@ -111,8 +138,12 @@ func stageImage(image, staging string) error {
 	}
 	// NB: held open until mounted: autoclear detaches at the last close.
 	defer loop.Close()
-	if err := unix.Mount(loop.Name(), staging, "ext4", unix.MS_NODEV|unix.MS_NOSUID, "errors=remount-ro"); err != nil {
-		return fmt.Errorf("mounting ext4 of %s (%s) at %s: %w", image, loop.Name(), staging, err)
+	options := "errors=remount-ro"
+	if fs == xfsFS {
+		options = "" // XFS shuts the file system down on an I/O error by itself.
+	}
+	if err := unix.Mount(loop.Name(), staging, fs, unix.MS_NODEV|unix.MS_NOSUID, options); err != nil {
+		return fmt.Errorf("mounting %s of %s (%s) at %s: %w", fs, image, loop.Name(), staging, err)
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ func (c *controller) ControllerGetCapabilities(context.Context, *csi.ControllerG
 	return &csi.ControllerGetCapabilitiesResponse{Capabilities: []*csi.ControllerServiceCapability{
 		rpc(csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME),
 		rpc(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME),
+		rpc(csi.ControllerServiceCapability_RPC_EXPAND_VOLUME),
 	}}, nil
 }
 
@@ -61,16 +62,16 @@ func (c *controller) ControllerPublishVolume(_ context.Context, req *csi.Control
 		return nil, status.Errorf(codes.NotFound, "volume %s: no directory %s", volume, filepath.Join(c.backingDir, volume))
 	}
 	publishContext := map[string]string{publishContextNode: node}
-	block, err := blockKind(req.GetVolumeContext())
+	fs, err := blockKind(req.GetVolumeContext())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "publishing volume %s to node %s: %v", volume, node, err)
 	}
-	if block {
+	if fs != "" {
 		// A static volume's image is made at its first publish (CreateVolume makes a provisioned one's).
-		if err := createImage(filepath.Join(c.backingDir, volume), staticImageBytes); err != nil {
+		if err := createImage(filepath.Join(c.backingDir, volume), staticImageBytes, fs); err != nil {
 			return nil, status.Errorf(codes.Internal, "publishing volume %s to node %s: %v", volume, node, err)
 		}
-		publishContext[volumeContextFS] = blockFS
+		publishContext[volumeContextFS] = fs
 	}
 	if c.fence != nil {
 		view, err := c.fence.grant(volume, node, sharedReadOnly(req.GetVolumeCapability()))

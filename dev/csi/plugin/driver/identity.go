@@ -28,6 +28,11 @@ func (i *identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabili
 			Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{
 				Type: csi.PluginCapability_Service_CONTROLLER_SERVICE,
 			}},
+		}, &csi.PluginCapability{
+			// The image grows at once, the node's ext4 while mounted (expand.go).
+			Type: &csi.PluginCapability_VolumeExpansion_{VolumeExpansion: &csi.PluginCapability_VolumeExpansion{
+				Type: csi.PluginCapability_VolumeExpansion_ONLINE,
+			}},
 		})
 	}
 	return resp, nil

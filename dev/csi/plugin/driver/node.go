@@ -33,11 +33,13 @@ func (n *node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeG
 }
 
 func (n *node) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	return &csi.NodeGetCapabilitiesResponse{Capabilities: []*csi.NodeServiceCapability{{
-		Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{
-			Type: csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
-		}},
-	}}}, nil
+	rpc := func(t csi.NodeServiceCapability_RPC_Type) *csi.NodeServiceCapability {
+		return &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}}
+	}
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: []*csi.NodeServiceCapability{
+		rpc(csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME),
+		rpc(csi.NodeServiceCapability_RPC_EXPAND_VOLUME),
+	}}, nil
 }
 
 func (n *node) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
@@ -58,11 +60,11 @@ func (n *node) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeReques
 	if got := req.GetPublishContext()[publishContextNode]; got != n.nodeID {
 		return nil, status.Errorf(codes.FailedPrecondition, "staging volume %s on node %s: it is attached to %q", volume, n.nodeID, got)
 	}
-	block, err := blockKind(req.GetPublishContext())
+	fs, err := blockKind(req.GetPublishContext())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "staging volume %s: %v", volume, err)
 	}
-	if block {
+	if fs != "" {
 		// The block kind (block.go): the image through this node's view when fenced.
 		if view, fenced := req.GetPublishContext()[publishContextView]; fenced {
 			source = view
@@ -70,7 +72,7 @@ func (n *node) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeReques
 		if err := os.MkdirAll(staging, 0o750); err != nil {
 			return nil, status.Errorf(codes.Internal, "staging volume %s: making %s: %v", volume, staging, err)
 		}
-		if err := stageImage(filepath.Join(source, imageFile), staging); err != nil {
+		if err := stageImage(filepath.Join(source, imageFile), staging, fs); err != nil {
 			return nil, status.Errorf(codes.FailedPrecondition, "staging volume %s on node %s: %v", volume, n.nodeID, err)
 		}
 		return &csi.NodeStageVolumeResponse{}, nil

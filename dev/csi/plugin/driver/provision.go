@@ -92,8 +92,8 @@ func (c *controller) CreateVolume(_ context.Context, req *csi.CreateVolumeReques
 		return nil, status.Errorf(codes.Internal, "creating volume %s: %v", name, err)
 	}
 	fs := req.GetParameters()[parameterFS]
-	if fs != "" && fs != blockFS {
-		return nil, status.Errorf(codes.InvalidArgument, "creating volume %s: StorageClass parameter %s=%q: only %s (or none: a directory) is made", name, parameterFS, fs, blockFS)
+	if fs != "" && fs != blockFS && fs != xfsFS {
+		return nil, status.Errorf(codes.InvalidArgument, "creating volume %s: StorageClass parameter %s=%q: only %s or %s (or none: a directory) is made", name, parameterFS, fs, blockFS, xfsFS)
 	}
 	dir := filepath.Join(c.backingDir, name)
 	if err := os.MkdirAll(dir, 0o777); err != nil {
@@ -113,11 +113,11 @@ func (c *controller) CreateVolume(_ context.Context, req *csi.CreateVolumeReques
 		return nil, status.Errorf(codes.Internal, "creating volume %s: writing its metadata: %v", name, err)
 	}
 	volumeContext := map[string]string{}
-	if fs == blockFS {
-		if err := createImage(dir, capacity); err != nil {
+	if fs != "" {
+		if err := createImage(dir, capacity, fs); err != nil {
 			return nil, status.Errorf(codes.Internal, "creating volume %s: %v", name, err)
 		}
-		volumeContext[volumeContextFS] = blockFS
+		volumeContext[volumeContextFS] = fs
 	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: name, CapacityBytes: capacity, VolumeContext: volumeContext}}, nil
 }
