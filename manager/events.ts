@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { k8s, withDeadline } from '../lib/kube-client.ts';
 import type { Logger } from '../lib/logger.ts';
+import type { ClaimEventReason } from './provisioning/decide-provisioning.ts';
 import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './reconciliation/share-manager-spec.ts';
 
 export type EventReason =
@@ -50,14 +51,9 @@ export type EventReason =
   // A reconcile that failed several times in a row (reconciliation/share-manager-controller.ts).
   | 'ReconcileFailing'
   | 'ImmutableFieldChanged'
-  // Kubernetes' external-provisioner events, on a claim of a leasehold StorageClass (provisioning/).
-  | 'Provisioning'
-  | 'ProvisioningSucceeded'
-  | 'ProvisioningFailed'
-  // Kubernetes' external-resizer events, on a claim of a leasehold StorageClass (provisioning/).
-  | 'Resizing'
-  | 'VolumeResizeSuccessful'
-  | 'VolumeResizeFailed';
+  // Kubernetes' external-provisioner's and external-resizer's events, on a claim of a
+  // leasehold StorageClass (provisioning/decide-provisioning.ts).
+  | ClaimEventReason;
 
 /** The object an event is about. */
 export interface InvolvedObject {

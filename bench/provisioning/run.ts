@@ -30,7 +30,8 @@ import { availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { startCluster } from '../../dev/cluster/cluster.ts';
-import { CHART_DIR, helm, runTool } from '../../dev/helm/helm.ts';
+import { CHART_DIR, runTool } from '../../dev/helm/helm.ts';
+import { applyChartManagerIdentity } from '../../dev/system/chart-manager-identity.ts';
 import { sleep } from '../../lib/clock.ts';
 import { PROVISIONER_LEASE } from '../../manager/provisioning/provisioner-leadership.ts';
 import { cpuSeconds, rssMiB } from '../manager-scale/proc-stats.ts';
@@ -159,31 +160,16 @@ async function main(): Promise<void> {
       '--timeout=60s',
       'crd/sharemanagers.leasehold.dev',
     ]);
-    for (const ns of [SYSTEM, 'floor', 'apps'])
-      await core.createNamespace({ body: { metadata: { name: ns } } });
+    for (const ns of ['floor', 'apps']) await core.createNamespace({ body: { metadata: { name: ns } } });
+    const managerKubeconfig = join(cluster.dir, 'manager.kubeconfig');
+    await applyChartManagerIdentity(cluster, {
+      namespace: SYSTEM,
+      kubeconfigPath: managerKubeconfig,
+      templates: ['templates/storage-class.yaml'],
+    });
     await core
       .createNamespacedServiceAccount({ namespace: SYSTEM, body: { metadata: { name: 'default' } } })
       .catch(() => {});
-    const rendered = await helm([
-      'template',
-      'leasehold',
-      CHART_DIR,
-      '--namespace',
-      SYSTEM,
-      '--show-only',
-      'templates/manager-rbac.yaml',
-      '--show-only',
-      'templates/storage-class.yaml',
-    ]);
-    if (rendered.code !== 0) throw new Error(`helm template: ${rendered.stderr}`);
-    await kubectl(['apply', '-f', '-'], rendered.stdout);
-    const token = await core.createNamespacedServiceAccountToken({
-      namespace: SYSTEM,
-      name: 'leasehold-manager',
-      body: { spec: { audiences: [], expirationSeconds: 3600 } },
-    });
-    const managerKubeconfig = join(cluster.dir, 'manager.kubeconfig');
-    await cluster.writeTokenKubeconfig(managerKubeconfig, token.status?.token ?? '');
 
     // The floor: static PVs, bound by the PV controller alone.
     for (let i = 0; i < N; i++)

@@ -15,9 +15,9 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
+import { applyChartManagerIdentity } from '../../dev/system/chart-manager-identity.ts';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
-import { chartDir, helm } from '../support/tools.ts';
 import {
   createNamespace,
   createShareManager,
@@ -603,26 +603,12 @@ describe('manager modes', () => {
     const ns = 'consumer';
     await createNamespace(kc, ns);
     // The manager runs as the chart's manager ServiceAccount, with exactly its RBAC.
-    await createNamespace(kc, 'leasehold-system');
-    const rbac = await helm([
-      'template',
-      'leasehold',
-      chartDir,
-      '--namespace',
-      'leasehold-system',
-      '--show-only',
-      'templates/manager-rbac.yaml',
-    ]);
-    assert.equal(rbac.code, 0, rbac.stderr);
-    const applied = await kubectl(cluster(), ['apply', '-f', '-'], rbac.stdout);
-    assert.equal(applied.code, 0, applied.stderr);
-    const token = await core.createNamespacedServiceAccountToken({
-      namespace: 'leasehold-system',
-      name: 'leasehold-manager',
-      body: { spec: { audiences: [], expirationSeconds: 600 } },
-    });
     const managerKubeconfig = join(cluster().dir, 'consumer-manager.kubeconfig');
-    await cluster().writeTokenKubeconfig(managerKubeconfig, token.status?.token ?? '');
+    await applyChartManagerIdentity(cluster(), {
+      namespace: 'leasehold-system',
+      kubeconfigPath: managerKubeconfig,
+      expirationSeconds: 600,
+    });
     const manager = startManager(cluster(), 'c1', {
       KUBECONFIG: managerKubeconfig,
       LEASEHOLD_WATCH_NAMESPACE: ns,

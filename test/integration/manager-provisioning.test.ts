@@ -16,6 +16,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
+import { applyChartManagerIdentity } from '../../dev/system/chart-manager-identity.ts';
 import { sleep } from '../../lib/clock.ts';
 import { PROVISIONER_NAME } from '../../manager/provisioning/class-parameters.ts';
 import {
@@ -26,11 +27,9 @@ import {
 import { PROVISIONER_LEASE } from '../../manager/provisioning/provisioner-leadership.ts';
 import type { ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
-import { chartDir, helm } from '../support/tools.ts';
 import {
   applyCrd,
   createNamespace,
-  kubectl,
   type ManagerProcess,
   startManager,
   stopAllManagers,
@@ -54,28 +53,13 @@ describe('provisioning from a StorageClass', () => {
     await applyCrd(cluster());
     await createNamespace(kc, SYSTEM);
     await createNamespace(kc, APPS);
-    // The chart's manager RBAC and StorageClass, rendered by helm.
-    const rendered = await helm([
-      'template',
-      'leasehold',
-      chartDir,
-      '--namespace',
-      SYSTEM,
-      '--show-only',
-      'templates/manager-rbac.yaml',
-      '--show-only',
-      'templates/storage-class.yaml',
-    ]);
-    assert.equal(rendered.code, 0, rendered.stderr);
-    const applied = await kubectl(cluster(), ['apply', '-f', '-'], rendered.stdout);
-    assert.equal(applied.code, 0, applied.stderr);
-    const token = await core.createNamespacedServiceAccountToken({
-      namespace: SYSTEM,
-      name: 'leasehold-manager',
-      body: { spec: { audiences: [], expirationSeconds: 3600 } },
-    });
+    // The chart's manager RBAC and StorageClass, rendered by helm, and its ServiceAccount's token.
     kubeconfig = join(cluster().dir, 'provisioner.kubeconfig');
-    await cluster().writeTokenKubeconfig(kubeconfig, token.status?.token ?? '');
+    await applyChartManagerIdentity(cluster(), {
+      namespace: SYSTEM,
+      kubeconfigPath: kubeconfig,
+      templates: ['templates/storage-class.yaml'],
+    });
   });
   after(stopAllManagers);
 
