@@ -141,6 +141,16 @@ export class ProvisionExecutor {
       }
       case 'deleteBackingClaim': {
         const { namespace, name } = action;
+        // The order's safety step, checked against the API, not the cache: the ShareManager
+        // (same namespace and name) must be gone, its server stopped, before the volume goes.
+        const shareLeft = await this.shareStillThere(uid, namespace, name, about);
+        if (shareLeft) {
+          log.info(
+            { share: `${namespace}/${name}`, why: shareLeft },
+            'backing claim kept: its share is still there',
+          );
+          return;
+        }
         try {
           await this.core.deleteNamespacedPersistentVolumeClaim(
             { namespace, name, body: { preconditions: { uid: action.uid } } },
@@ -269,6 +279,32 @@ export class ProvisionExecutor {
           cause: err,
         });
     }
+  }
+
+  /**
+   * Why the ShareManager of claim `uid` still counts as there (a fresh read: it exists
+   * for that claim, deleting or not), or undefined when it is gone.
+   */
+  private async shareStillThere(
+    uid: string,
+    namespace: string,
+    name: string,
+    about: string,
+  ): Promise<string | undefined> {
+    let found: ShareManager;
+    try {
+      found = (await this.objects.getNamespacedCustomObject(
+        { group: SM_GROUP, version: SM_VERSION, namespace, plural: SM_PLURAL, name },
+        withDeadline(this.deadlineMs),
+      )) as ShareManager;
+    } catch (err) {
+      if (statusOf(err) === 404) return undefined;
+      throw new KubeApiError(`reading share manager ${namespace}/${name} of ${about}`, statusOf(err), {
+        cause: err,
+      });
+    }
+    if (found.metadata.labels?.[LABEL_PROVISIONED_FOR] !== uid) return undefined;
+    return found.metadata.deletionTimestamp ? 'being deleted (its pod stopping)' : 'not deleted';
   }
 
   /** Create, and on 409 accept the object found only when it is ours for this claim. */
