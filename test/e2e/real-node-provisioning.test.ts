@@ -24,6 +24,7 @@ import { STORAGE_CLASS_XFS } from '../../dev/csi/config.ts';
 import { type KernelClient, startKernelClient } from '../../dev/kernel-client/machine.ts';
 import {
   allResumed,
+  consoleSince,
   eventsOf,
   filesOf,
   GUEST_MOUNT,
@@ -117,7 +118,11 @@ test('a claim of leasehold-rwx: provisioned on the real external-provisioner, mo
     async () => (allResumed(client, servedMs) ? true : undefined),
     120_000,
     250,
-  );
+  ).catch((err: Error) => {
+    throw new Error(
+      `${err.message}\n${stallLines(client, crashMs, servedMs).join('\n')}\nits console since the crash:\n${consoleSince(client, crashMs)}`,
+    );
+  });
   const acks = eventsOf(client, tagOf(client.name, 'write')).filter((e) => e.kind === 'ack');
   const readBack = checkReadBack(
     acks,
