@@ -8,7 +8,7 @@
  *    lease held`, server/nfs-ganesha/lease-gate.ts), and the server container's
  *    liveness probe is this endpoint too, so the kubelet stops the server once the
  *    proof lapses even when the agent cannot (hung, dead, unable to signal) and even
- *    while the node is cut off from the API server (manager/reconciliation/pod-spec.ts).
+ *    while the node is cut off from the API server (manager/share-model/pod-spec.ts).
  *  - /healthz: 200 unless the agent has fenced, cannot fence (see fence-targets.ts), or
  *    holds the lease but its last successful renewal is older than T (the loop is stuck).
  */

@@ -22,7 +22,7 @@
  *    may signal only processes of its own user, and an NFS server typically runs as root.
  *    NB: on a real node a non-root container gets no effective capabilities even with
  *    `capabilities.add` (Kubernetes sets no ambient capabilities), so the agent runs as
- *    uid 0 with every capability dropped but KILL (manager/reconciliation/pod-spec.ts).
+ *    uid 0 with every capability dropped but KILL (manager/share-model/pod-spec.ts).
  *  - `command` and `none` need nothing.
  */
 import { basename, extname } from 'node:path';

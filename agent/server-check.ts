@@ -10,7 +10,7 @@
  *
  * NB: the HTTP check uses node:http (required, see lib/http-endpoints.ts), never `fetch`:
  * fetch loads Node's bundled undici (~28 MB of RSS) and needs WebAssembly, which the
- * agent's default `--jitless` (manager/reconciliation/pod-spec.ts) turns off. Redirects are not
+ * agent's default `--jitless` (manager/share-model/pod-spec.ts) turns off. Redirects are not
  * followed (a 3xx is healthy); the timeout covers connect and the response head.
  */
 import { createRequire } from 'node:module';

@@ -1,4 +1,4 @@
-import { retryAfterMsOf, retryPauseMs } from '../../lib/retry-backoff.ts';
+import { retryAfterMsOf, retryPauseMs } from './retry-backoff.ts';
 
 /**
  * A keyed work queue: a key is queued at most once, is never processed by two workers at

@@ -50,9 +50,15 @@
 import { type Env, EnvReader, formatDuration } from '../lib/env-config.ts';
 import { LOG_LEVELS, type LogLevel } from '../lib/logger.ts';
 import { parseWitnesses, type WitnessEndpoint } from '../lib/witness-protocol.ts';
-import { NONFENCING_POLICIES, type NonFencingPolicy } from './failover/storage-fencing.ts';
-import { VOLUME_HANDOFF_MODES, type VolumeHandoffMode } from './failover/volume-handoff.ts';
 import type { WitnessSettings } from './witness/witness-rules.ts';
+
+/** What a failover on storage that does not fence waits for (failover/storage-fencing.ts). */
+export const NONFENCING_POLICIES = ['require-node-down', 'lease-only'] as const;
+export type NonFencingPolicy = (typeof NONFENCING_POLICIES)[number];
+
+/** How the failover hands the volume over to the new node (failover/volume-handoff.ts). */
+export const VOLUME_HANDOFF_MODES = ['volumes-in-use', 'volume-attachment', 'none'] as const;
+export type VolumeHandoffMode = (typeof VOLUME_HANDOFF_MODES)[number];
 
 export const ANTI_AFFINITY_MODES = ['auto', 'required', 'preferred', 'none'] as const;
 export type AntiAffinityMode = (typeof ANTI_AFFINITY_MODES)[number];

@@ -6,8 +6,16 @@
 import { randomBytes } from 'node:crypto';
 import { k8s, withDeadline } from '../lib/kube-client.ts';
 import type { Logger } from '../lib/logger.ts';
-import type { ClaimEventReason } from './provisioning/decide-provisioning.ts';
-import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './reconciliation/share-manager-spec.ts';
+import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-model/share-manager-spec.ts';
+
+/** Kubernetes' external-provisioner's and external-resizer's reasons, on a claim of a leasehold StorageClass. */
+export type ClaimEventReason =
+  | 'Provisioning'
+  | 'ProvisioningSucceeded'
+  | 'ProvisioningFailed'
+  | 'Resizing'
+  | 'VolumeResizeSuccessful'
+  | 'VolumeResizeFailed';
 
 export type EventReason =
   | 'LeaseExpired'

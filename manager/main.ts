@@ -45,12 +45,12 @@ import { LABEL_PROVISIONED_FOR } from './provisioning/provisioned-objects.ts';
 import { Provisioner } from './provisioning/provisioner.ts';
 import { ProvisionerLeadership } from './provisioning/provisioner-leadership.ts';
 import { LABEL_CONSUMER_NAMESPACE, LABEL_CONSUMER_OF } from './reconciliation/consumer-objects.ts';
-import { isLive } from './reconciliation/decide-reconcile.ts';
 import { ConsumerExecutor } from './reconciliation/execute-consumer.ts';
 import { ReconcileExecutor } from './reconciliation/execute-reconcile.ts';
 import { ShareManagerController } from './reconciliation/share-manager-controller.ts';
-import { type ShareManager, SM_GROUP, SM_PLURAL, SM_VERSION } from './reconciliation/share-manager-spec.ts';
-import { StatusWriter } from './reconciliation/status-writer.ts';
+import { isLive } from './share-model/pod-spec.ts';
+import { type ShareManager, SM_GROUP, SM_PLURAL, SM_VERSION } from './share-model/share-manager-spec.ts';
+import { StatusWriter } from './share-model/status-writer.ts';
 import { WitnessServer } from './witness/witness-server.ts';
 
 let config: ManagerConfig;

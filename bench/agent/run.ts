@@ -6,7 +6,7 @@
  *  - the HTTPS floor: node keeping one keep-alive HTTPS connection to the API server
  *    and sending one GET every 2 s: what any Node process talking to the API costs;
  *  - the agent as deployed: with the env the manager gives its container
- *    (AGENT_RUNTIME_ENV in manager/reconciliation/pod-spec.ts: NODE_OPTIONS=--jitless … and
+ *    (AGENT_RUNTIME_ENV in manager/share-model/pod-spec.ts: NODE_OPTIONS=--jitless … and
  *    MALLOC_ARENA_MAX), and a second agent without it, to show what the settings save.
  * Bare node and the HTTPS floor run twice too, with and without the same env, so each
  * comparison is between processes started the same way.
@@ -43,7 +43,7 @@ import { join } from 'node:path';
 import { Watch } from '@kubernetes/client-node';
 import { startCluster } from '../../dev/cluster/cluster.ts';
 import { startTcpProxy } from '../../dev/net/tcp-proxy.ts';
-import { AGENT_RUNTIME_ENV } from '../../manager/reconciliation/pod-spec.ts';
+import { AGENT_RUNTIME_ENV } from '../../manager/share-model/pod-spec.ts';
 import {
   BARE_NODE_SCRIPT,
   bareNodeStartMs,
@@ -260,7 +260,7 @@ async function main(): Promise<void> {
     const agentMetrics = await get(ports[0] as number, '/metrics');
     const noFlagsMetrics = await get(ports[1] as number, '/metrics');
 
-    // Then kubelet-like probes of the agent, as manager/reconciliation/pod-spec.ts sets them: /readyz every
+    // Then kubelet-like probes of the agent, as manager/share-model/pod-spec.ts sets them: /readyz every
     // 2 s (the agent's readiness) and every 1 s (the server's liveness), a connection each.
     process.stderr.write(`bench agent: ${PROBE_S} s with kubelet-like probes\n`);
     const probeTicksBefore = await cpuTicks(agent.pid);

@@ -44,7 +44,7 @@ import {
   NFS_TMP_SUBPATH,
   nfsPorts,
   nfsServerContainer,
-} from '../../manager/reconciliation/nfs-server-preset.ts';
+} from '../../manager/share-model/nfs-server-preset.ts';
 import type { RealCrashSample, RealNodeResult } from './real-node-runs.ts';
 import { managerRestarts, waitManagerRestarted } from './real-node-runs.ts';
 import { judgeStockSample, stockCapReasons, stockResumePath } from './real-stock-cap.ts';

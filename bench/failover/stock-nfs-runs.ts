@@ -1,7 +1,7 @@
 /**
  * Stock Kubernetes, no leasehold manager, measured from the NFS client's side: each
  * volume is served by the shipped NFS server (server/nfs-ganesha/, the same container
- * the manager would build: manager/reconciliation/nfs-server-preset.ts) in a Deployment
+ * the manager would build: manager/share-model/nfs-server-preset.ts) in a Deployment
  * (replicas 1) whose pod tolerates an unreachable or not-ready node for 30 s (not the
  * default 300 s), behind a Service of its own (publishing not-ready pods, as the
  * manager's does), with one real NFS client (libnfs nfs-writer, through the Service's
@@ -38,7 +38,7 @@ import {
   NFS_RUN_VOLUME,
   nfsPorts,
   nfsServerContainer,
-} from '../../manager/reconciliation/nfs-server-preset.ts';
+} from '../../manager/share-model/nfs-server-preset.ts';
 import type { NfsCrashSample, NfsSettingsUsed } from './nfs-client-runs.ts';
 import { crashToServing, round } from './stats.ts';
 import { cappedNotes, cordon, createStockDeployment } from './stock-runs.ts';

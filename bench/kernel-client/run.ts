@@ -54,7 +54,7 @@ import { createRealNfsShare, readRealShareFile } from '../../dev/system/real-sha
 import { startRealSystem } from '../../dev/system/real-system.ts';
 import { managerPodsByNode, SHARES_NAMESPACE, waitForManagers } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
-import { mountOptionsFor, NFS_MOUNT_OPTIONS } from '../../manager/reconciliation/nfs-server-preset.ts';
+import { mountOptionsFor, NFS_MOUNT_OPTIONS } from '../../manager/share-model/nfs-server-preset.ts';
 import { managerRestarts, waitManagerRestarted } from '../failover/real-node-runs.ts';
 import { round, type Summary, summarize } from '../failover/stats.ts';
 

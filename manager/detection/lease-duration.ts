@@ -28,7 +28,7 @@
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
 import { parseDuration } from '../../lib/env-config.ts';
 import type { LeaseTimings } from '../config.ts';
-import { resolveSpec, type ShareManager } from '../reconciliation/share-manager-spec.ts';
+import { resolveSpec, type ShareManager } from '../share-model/share-manager-spec.ts';
 
 /** The longest delay a Node.js timer holds; beyond it setTimeout fires after 1 ms. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;

@@ -16,7 +16,15 @@
  */
 import type { V1Node } from '@kubernetes/client-node';
 import type { AntiAffinityMode } from '../config.ts';
-import type { NodeAvoidance } from '../reconciliation/pod-spec.ts';
+import type { NodeAvoidance } from '../share-model/pod-spec.ts';
+
+/** A node's heartbeat Lease as this manager saw it change. */
+export interface HeartbeatSeen {
+  /** Our monotonic time of the last heartbeat change, or of the last watch (re)connect. */
+  observedAt: number;
+  /** The node's heartbeat period as we observed it; undefined until two changes were seen. */
+  periodMs: number | undefined;
+}
 
 export type NodeHealth = 'healthy' | 'unhealthy' | 'unknown';
 

@@ -13,8 +13,7 @@ import type { V1Node } from '@kubernetes/client-node';
 import type { Clock } from '../../lib/clock.ts';
 import type { ConnectKind, Informer, RestartReason } from '../../lib/informer.ts';
 import type { k8s } from '../../lib/kube-client.ts';
-import type { HeartbeatSeen } from '../failover/replacement-lost.ts';
-import { type NodeHealth, nodeHealth } from './node-health.ts';
+import { type HeartbeatSeen, type NodeHealth, nodeHealth } from './node-health.ts';
 import {
   DEFAULT_WATCH_CONTINUITY,
   decideWatch,

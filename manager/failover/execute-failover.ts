@@ -30,10 +30,9 @@ import { k8s, kubeCall, statusOf, withDeadline } from '../../lib/kube-client.ts'
 import { fromWire, LABEL_SHARE_MANAGER, type LeaseRecord } from '../../lib/lease-record.ts';
 import type { LeaseStore } from '../../lib/lease-store.ts';
 import type { ManagerConfig } from '../config.ts';
-import { isLive } from '../reconciliation/decide-reconcile.ts';
-import { isPodOfShare, type NodeAvoidances, sharePodFor } from '../reconciliation/pod-spec.ts';
-import type { ShareManager } from '../reconciliation/share-manager-spec.ts';
-import type { StatusWriter } from '../reconciliation/status-writer.ts';
+import { isLive, isPodOfShare, type NodeAvoidances, sharePodFor } from '../share-model/pod-spec.ts';
+import type { ShareManager } from '../share-model/share-manager-spec.ts';
+import type { StatusWriter } from '../share-model/status-writer.ts';
 import {
   type CsiDriverRead,
   classifyStorage,

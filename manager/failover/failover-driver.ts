@@ -50,7 +50,7 @@ import {
 } from '../detection/storm-guard.ts';
 import type { EventRecorder } from '../events.ts';
 import type { ManagerMetrics } from '../manager-metrics.ts';
-import type { LastFailover } from '../reconciliation/share-manager-spec.ts';
+import type { LastFailover } from '../share-model/share-manager-spec.ts';
 import type { FailoverExecutor } from './execute-failover.ts';
 import {
   announceFailover,

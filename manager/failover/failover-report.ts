@@ -18,8 +18,8 @@
 import type { Logger } from '../../lib/logger.ts';
 import type { EventRecorder } from '../events.ts';
 import type { FailoverPhaseName, ManagerMetrics } from '../manager-metrics.ts';
-import type { LastFailover, ShareManager } from '../reconciliation/share-manager-spec.ts';
-import type { StatusWriter } from '../reconciliation/status-writer.ts';
+import type { LastFailover, ShareManager } from '../share-model/share-manager-spec.ts';
+import type { StatusWriter } from '../share-model/status-writer.ts';
 import { conditionChanged, type FencingCondition } from './storage-fencing.ts';
 
 export interface Instant {

@@ -29,7 +29,8 @@
  * Not guaranteed: a lease written by a manager that predates the annotation has no owner
  * node; such a failover is taken over by the timeout as before.
  */
-import { type HeartbeatSeen, judgeNodeSilence, type NodeSilence } from './replacement-lost.ts';
+import type { HeartbeatSeen } from '../detection/node-health.ts';
+import { judgeNodeSilence, type NodeSilence } from './replacement-lost.ts';
 
 export interface OwnerInput {
   /** Monotonic ms, read once. */

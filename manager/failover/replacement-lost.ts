@@ -50,12 +50,7 @@
  * alone) is judged lost too; that is safe by the above, at the cost of a needless move.
  */
 
-export interface HeartbeatSeen {
-  /** Our monotonic time of the last heartbeat change, or of the last watch (re)connect. */
-  observedAt: number;
-  /** The node's heartbeat period as we observed it; undefined until two changes were seen. */
-  periodMs: number | undefined;
-}
+import type { HeartbeatSeen } from '../detection/node-health.ts';
 
 export interface ReplacementInput {
   /** Monotonic ms, read once. */

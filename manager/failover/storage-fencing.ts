@@ -55,6 +55,7 @@
  * checks the machine is really off.
  */
 import type { V1Node } from '@kubernetes/client-node';
+import type { NonFencingPolicy } from '../config.ts';
 import { OUT_OF_SERVICE_TAINT_KEY, taintStateOf } from '../node-handling/decide-out-of-service.ts';
 
 export type StorageFencingKind = 'fences' | 'cannot-fence' | 'unknown';
@@ -104,9 +105,6 @@ export function classifyStorage(
 export function unclassifiable(claim: string, why: string): StorageFencing {
   return { kind: 'unknown', reason: `PVC ${claim} ${why}: what the old server wrote to is unknown` };
 }
-
-export const NONFENCING_POLICIES = ['require-node-down', 'lease-only'] as const;
-export type NonFencingPolicy = (typeof NONFENCING_POLICIES)[number];
 
 export const OUT_OF_SERVICE_TAINT = OUT_OF_SERVICE_TAINT_KEY;
 

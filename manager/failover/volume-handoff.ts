@@ -86,9 +86,7 @@
  * fall back to deleting the VolumeAttachment (their unique volume names are plugin-
  * specific); a PV the ADC never saw attached is left alone.
  */
-
-export const VOLUME_HANDOFF_MODES = ['volumes-in-use', 'volume-attachment', 'none'] as const;
-export type VolumeHandoffMode = (typeof VOLUME_HANDOFF_MODES)[number];
+import type { VolumeHandoffMode } from '../config.ts';
 
 export interface HandoffPv {
   name: string;

@@ -19,8 +19,8 @@
  */
 import type { V1Affinity, V1Toleration } from '@kubernetes/client-node';
 import type { LeaseTimings } from '../config.ts';
-import type { NfsSettings } from '../reconciliation/nfs-server-preset.ts';
-import { resolveSpec, type ShareManagerSpec } from '../reconciliation/share-manager-spec.ts';
+import type { NfsSettings } from '../share-model/nfs-server-preset.ts';
+import { resolveSpec, type ShareManagerSpec } from '../share-model/share-manager-spec.ts';
 
 /** The provisioner name of leasehold's StorageClasses (StorageClass.provisioner). */
 export const PROVISIONER_NAME = 'leasehold.dev/nfs';

@@ -29,7 +29,8 @@
  * ShareManager still exists; after that, `kubectl delete pod --force`).
  */
 import type { V1PersistentVolume, V1PersistentVolumeClaim, V1StorageClass } from '@kubernetes/client-node';
-import type { ShareManager } from '../reconciliation/share-manager-spec.ts';
+import type { ClaimEventReason } from '../events.ts';
+import type { ShareManager } from '../share-model/share-manager-spec.ts';
 import { type ParsedParameters, PROVISIONER_NAME } from './class-parameters.ts';
 import { decideExpansion, type ExpansionAction } from './decide-expansion.ts';
 import {
@@ -67,14 +68,6 @@ export type ProvisionAction =
   | { kind: 'deleteBackingClaim'; namespace: string; name: string; uid: string }
   | { kind: 'deleteVolume'; name: string; uid: string; removeFinalizer: boolean }
   | ExpansionAction;
-
-export type ClaimEventReason =
-  | 'Provisioning'
-  | 'ProvisioningSucceeded'
-  | 'ProvisioningFailed'
-  | 'Resizing'
-  | 'VolumeResizeSuccessful'
-  | 'VolumeResizeFailed';
 
 const ACCESS_MODES = new Set(['ReadWriteMany', 'ReadWriteOnce', 'ReadOnlyMany']);
 

@@ -19,7 +19,7 @@ import { KubeApiError } from '../../lib/errors.ts';
 import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
 import type { Logger } from '../../lib/logger.ts';
 import type { EventRecorder } from '../events.ts';
-import { type ShareManager, SM_GROUP, SM_PLURAL, SM_VERSION } from '../reconciliation/share-manager-spec.ts';
+import { type ShareManager, SM_GROUP, SM_PLURAL, SM_VERSION } from '../share-model/share-manager-spec.ts';
 import { IN_PROGRESS, INFEASIBLE } from './decide-expansion.ts';
 import type { ProvisionAction } from './decide-provisioning.ts';
 import { claimKey, FINALIZER_PROVISIONED, LABEL_PROVISIONED_FOR } from './provisioned-objects.ts';

@@ -26,8 +26,8 @@ import type {
   V1TopologySelectorTerm,
 } from '@kubernetes/client-node';
 import { GROUP } from '../../lib/lease-record.ts';
-import type { ExportStatus } from '../reconciliation/nfs-server-preset.ts';
-import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from '../reconciliation/share-manager-spec.ts';
+import type { ExportStatus } from '../share-model/nfs-server-preset.ts';
+import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from '../share-model/share-manager-spec.ts';
 import { PROVISIONED_MOUNT_PATH, PROVISIONER_NAME, type ProvisionSettings } from './class-parameters.ts';
 
 /** The UID of the claim an object was provisioned for. */

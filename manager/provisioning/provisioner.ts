@@ -17,9 +17,9 @@ import type { V1PersistentVolume, V1PersistentVolumeClaim, V1StorageClass } from
 import { failureGist } from '../../lib/errors.ts';
 import type { Informer } from '../../lib/informer.ts';
 import type { Logger } from '../../lib/logger.ts';
+import { WorkQueue } from '../../lib/work-queue.ts';
 import type { LeaseTimings } from '../config.ts';
-import type { ShareManager } from '../reconciliation/share-manager-spec.ts';
-import { WorkQueue } from '../reconciliation/work-queue.ts';
+import type { ShareManager } from '../share-model/share-manager-spec.ts';
 import { type ParsedParameters, PROVISIONER_NAME, parseClassParameters } from './class-parameters.ts';
 import { asksUs, decideProvisioning, type ProvisionSnapshot } from './decide-provisioning.ts';
 import type { ProvisionExecutor } from './execute-provisioning.ts';

@@ -16,8 +16,8 @@
  * claim's size is used so that the claim reads sensibly).
  */
 import type { V1ObjectMeta, V1PersistentVolume, V1PersistentVolumeClaim } from '@kubernetes/client-node';
-import type { ExportStatus } from './nfs-server-preset.ts';
-import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
+import type { ExportStatus } from '../share-model/nfs-server-preset.ts';
+import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from '../share-model/share-manager-spec.ts';
 
 export const FINALIZER_CONSUMER = 'leasehold.dev/consumer-volume';
 /** On the PV and the claim: the ShareManager's name and namespace (the informers select on them). */

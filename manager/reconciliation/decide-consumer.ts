@@ -42,6 +42,8 @@
  * when the ShareManager goes).
  */
 import type { V1PersistentVolume, V1PersistentVolumeClaim } from '@kubernetes/client-node';
+import type { ExportStatus } from '../share-model/nfs-server-preset.ts';
+import type { ShareManager } from '../share-model/share-manager-spec.ts';
 import {
   type ConsumerKind,
   claimRepair,
@@ -55,8 +57,6 @@ import {
   sourceDrift,
   volumeRepair,
 } from './consumer-objects.ts';
-import type { ExportStatus } from './nfs-server-preset.ts';
-import type { ShareManager } from './share-manager-spec.ts';
 
 export const CONDITION_CONSUMER = 'ConsumerClaim';
 /** How long a name found taken is left alone before it is tried again. */

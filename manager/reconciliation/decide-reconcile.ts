@@ -55,16 +55,16 @@
  */
 import type { V1Pod, V1Service } from '@kubernetes/client-node';
 import type { LeaseRecord } from '../../lib/lease-record.ts';
-import { type ConsumerAction, type ConsumerObjects, decideConsumer } from './decide-consumer.ts';
-import { type ExportStatus, exportStatus } from './nfs-server-preset.ts';
-import { ANNOTATION_POD_REQUEST } from './pod-spec.ts';
+import { type ExportStatus, exportStatus } from '../share-model/nfs-server-preset.ts';
+import { ANNOTATION_POD_REQUEST, isLive } from '../share-model/pod-spec.ts';
 import type {
   FenceAction,
   ResolvedSpec,
   ShareManager,
   ShareManagerState,
   ShareManagerStatus,
-} from './share-manager-spec.ts';
+} from '../share-model/share-manager-spec.ts';
+import { type ConsumerAction, type ConsumerObjects, decideConsumer } from './decide-consumer.ts';
 
 export interface ShareManagerSnapshot {
   sm: ShareManager;
@@ -147,11 +147,6 @@ export function fencingCondition(action: FenceAction): FencingCondition {
     reason: `Fence${action[0]?.toUpperCase()}${action.slice(1)}`,
     message: `the agent stops ${what[action]} when it can no longer prove it holds the lease; the kubelet's liveness probe on the agent backs it up`,
   };
-}
-
-export function isLive(pod: V1Pod): boolean {
-  const phase = pod.status?.phase;
-  return !pod.metadata?.deletionTimestamp && phase !== 'Succeeded' && phase !== 'Failed';
 }
 
 /**

@@ -23,6 +23,7 @@ import { KubeApiError } from '../../lib/errors.ts';
 import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
 import type { Logger } from '../../lib/logger.ts';
 import type { EventRecorder } from '../events.ts';
+import { type ShareManager, SM_GROUP, SM_PLURAL, SM_VERSION } from '../share-model/share-manager-spec.ts';
 import {
   ANNOTATION_VOLUME_UID,
   claimRepair,
@@ -41,7 +42,6 @@ import {
   type TakenObject,
   type VolumeSize,
 } from './decide-consumer.ts';
-import { type ShareManager, SM_GROUP, SM_PLURAL, SM_VERSION } from './share-manager-spec.ts';
 
 /** How long a missing backing claim is left before it is read again. */
 const SIZE_RETRY_MS = 10_000;

@@ -16,12 +16,12 @@ import type { LeaseStore } from '../../lib/lease-store.ts';
 import type { Logger } from '../../lib/logger.ts';
 import type { ManagerConfig } from '../config.ts';
 import type { EventRecorder } from '../events.ts';
+import { nfsPorts } from '../share-model/nfs-server-preset.ts';
+import { ANNOTATION_POD_REQUEST, sharePodFor } from '../share-model/pod-spec.ts';
+import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from '../share-model/share-manager-spec.ts';
+import type { StatusWriter } from '../share-model/status-writer.ts';
 import type { ReconcileAction } from './decide-reconcile.ts';
 import type { ConsumerExecutor } from './execute-consumer.ts';
-import { nfsPorts } from './nfs-server-preset.ts';
-import { ANNOTATION_POD_REQUEST, sharePodFor } from './pod-spec.ts';
-import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from './share-manager-spec.ts';
-import type { StatusWriter } from './status-writer.ts';
 
 type ShareCondition = NonNullable<NonNullable<ShareManager['status']>['conditions']>[number];
 

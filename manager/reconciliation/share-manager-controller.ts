@@ -14,7 +14,10 @@ import type { Informer } from '../../lib/informer.ts';
 import { type k8s, statusOf } from '../../lib/kube-client.ts';
 import { fromWire, LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import type { Logger } from '../../lib/logger.ts';
+import { WorkQueue } from '../../lib/work-queue.ts';
 import type { ManagerConfig } from '../config.ts';
+import { resolveShare } from '../share-model/pod-spec.ts';
+import type { ResolvedSpec, ShareManager } from '../share-model/share-manager-spec.ts';
 import {
   consumerVolumeName,
   FINALIZER_CONSUMER,
@@ -25,9 +28,6 @@ import type { ConsumerObjects } from './decide-consumer.ts';
 import { decideShareManager } from './decide-reconcile.ts';
 import type { ConsumerExecutor } from './execute-consumer.ts';
 import { isOwnService, newRequestId, type ReconcileExecutor, serviceDrift } from './execute-reconcile.ts';
-import { resolveShare } from './pod-spec.ts';
-import type { ResolvedSpec, ShareManager } from './share-manager-spec.ts';
-import { WorkQueue } from './work-queue.ts';
 
 /** Failed passes in a row after which the ShareManager's status and an event say so. */
 const PERSISTENT_FAILURES = 3;

@@ -49,7 +49,6 @@ import { formatDuration } from '../../lib/env-config.ts';
 import { ConfigError } from '../../lib/errors.ts';
 import { type NfsVersion, readNfsServerConfig, type SquashMode } from '../../server/nfs-ganesha/config.ts';
 import type { LeaseTimings } from '../config.ts';
-import type { ShareManagerSpec } from './share-manager-spec.ts';
 
 export const NFS_PORT = 2049;
 export const NFS_PORT_NAME = 'nfs';
@@ -179,11 +178,6 @@ export function nfsServerSecurityContext(nfs: NfsSettings = {}): V1SecurityConte
   };
 }
 
-/** True when the ShareManager gets the shipped NFS server (no spec.server). */
-export function usesNfsDefault(spec: ShareManagerSpec): boolean {
-  return spec.server === undefined;
-}
-
 /**
  * The env of the default server: the export and its client path are the volume's mount
  * path; spec.nfs settings as the server's env vars.
@@ -261,7 +255,7 @@ export function nfsPorts(nfs: NfsSettings = {}): { name: string; containerPort: 
  * server starts after the agent acquired), and requires the check timeout < T - R, so
  * the timeout is 1 s or half of T - R, whichever is shorter.
  */
-export function nfsServerCheck(timings: LeaseTimings): NonNullable<ShareManagerSpec['serverCheck']> {
+export function nfsServerCheck(timings: LeaseTimings): { target: string; timeout: string } {
   const room = timings.renewDeadlineMs - timings.renewIntervalMs;
   return {
     target: `tcp://127.0.0.1:${NFS_PORT}`,

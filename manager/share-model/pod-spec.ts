@@ -164,6 +164,12 @@ export type PodSettings = Pick<
 > &
   Partial<Pick<ManagerConfig, 'witnesses'>>;
 
+/** The pod is neither being deleted nor ended (Succeeded, Failed). */
+export function isLive(pod: V1Pod): boolean {
+  const phase = pod.status?.phase;
+  return !pod.metadata?.deletionTimestamp && phase !== 'Succeeded' && phase !== 'Failed';
+}
+
 /**
  * Whether `pod` is one of share `share`'s own pods, as buildSharePod makes them: its
  * share label names the share and a controller reference names the ShareManager (and its

@@ -27,13 +27,7 @@ import type {
 import { formatDuration, parseDuration } from '../../lib/env-config.ts';
 import { defaultFenceTiming, fenceTimingProblems } from '../../lib/fence-timing.ts';
 import { type LeaseTimings, timingProblem } from '../config.ts';
-import {
-  type ExportStatus,
-  type NfsSettings,
-  nfsServerCheck,
-  nfsSpecProblems,
-  usesNfsDefault,
-} from './nfs-server-preset.ts';
+import { type ExportStatus, type NfsSettings, nfsServerCheck, nfsSpecProblems } from './nfs-server-preset.ts';
 
 export const SM_GROUP = 'leasehold.dev';
 export const SM_VERSION = 'v1alpha1';
@@ -123,6 +117,11 @@ export interface ShareManager {
   metadata: V1ObjectMeta;
   spec: ShareManagerSpec;
   status?: ShareManagerStatus;
+}
+
+/** True when the ShareManager gets the shipped NFS server (no spec.server). */
+export function usesNfsDefault(spec: ShareManagerSpec): boolean {
+  return spec.server === undefined;
 }
 
 export type FenceAction = NonNullable<NonNullable<ShareManagerSpec['fence']>['action']>;

@@ -32,13 +32,13 @@
  * The watch (decideWatch) is the entrypoint's own backstop while ganesha runs: with the
  * gate in the entrypoint the server container starts before the lease is held, so its
  * kubelet liveness probe (the agent's /readyz) can be armed only after a startup probe
- * on the same endpoint passed (manager/reconciliation/pod-spec.ts), a probe period after
+ * on the same endpoint passed (manager/share-model/pod-spec.ts), a probe period after
  * ganesha started. An agent that hung right after answering the gate would leave
  * ganesha without the kubelet's backstop; the watch stops ganesha when no `lease held`
  * answer has come for the share's D - T (LEASEHOLD_NFS_LEASE_PROOF_TOLERANCE, set by the
  * manager; WATCH_TOLERANCE_MS = 2 s without it), about what the kubelet's liveness probe
  * allows (period 1 s, failures D - T in whole seconds, at least 1:
- * manager/reconciliation/pod-spec.ts), also later in the server's life.
+ * manager/share-model/pod-spec.ts), also later in the server's life.
  * The bound (lease-gate-loops.ts watchLease, main.ts): the stop is decided on elapsed
  * time, by a deadline at the send time of the last `lease held` request plus the
  * tolerance, whatever request is still out (a hung agent's answer is not waited for);

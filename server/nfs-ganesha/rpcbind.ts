@@ -23,7 +23,7 @@
  * NB: Debian's rpcbind switches to user `_rpc` once its sockets are bound (built with
  * --with-rpcuser=_rpc, no option turns it off; it calls setgroups/setgid/setuid, hence
  * CAP_SETGID/CAP_SETUID), and a root process without CAP_KILL gets EPERM signalling
- * another uid: stopping it needs CAP_KILL (manager/reconciliation/nfs-server-preset.ts adds it with v3).
+ * another uid: stopping it needs CAP_KILL (manager/share-model/nfs-server-preset.ts adds it with v3).
  * Without CAP_NET_BIND_SERVICE rpcbind silently does not bind port 111 and serves its
  * socket only, which is all ganesha needs (clients are given the NFS and MOUNT ports).
  */

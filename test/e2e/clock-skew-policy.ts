@@ -18,7 +18,7 @@
 import { existsSync } from 'node:fs';
 import type { Cluster } from '../../dev/cluster/types.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
-import { AGENT_CONTAINER } from '../../manager/reconciliation/pod-spec.ts';
+import { AGENT_CONTAINER } from '../../manager/share-model/pod-spec.ts';
 import { eventually } from '../support/cluster.ts';
 import { runTool } from '../support/tools.ts';
 

@@ -15,7 +15,7 @@ import * as k8s from '@kubernetes/client-node';
 import type { Cluster } from '../../dev/cluster/cluster.ts';
 import { sleep } from '../../lib/clock.ts';
 import { fromWire, type LeaseRecord } from '../../lib/lease-record.ts';
-import type { ShareManagerStatus } from '../../manager/reconciliation/share-manager-spec.ts';
+import type { ShareManagerStatus } from '../../manager/share-model/share-manager-spec.ts';
 import { eventually } from '../support/cluster.ts';
 import { HolderLoop } from './manager-holder-loop.ts';
 

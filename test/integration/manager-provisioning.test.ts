@@ -25,7 +25,7 @@ import {
   provisionedShare,
 } from '../../manager/provisioning/provisioned-objects.ts';
 import { PROVISIONER_LEASE } from '../../manager/provisioning/provisioner-leadership.ts';
-import type { ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
+import type { ShareManager } from '../../manager/share-model/share-manager-spec.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
 import {
   applyCrd,

@@ -18,7 +18,7 @@ import * as k8s from '@kubernetes/client-node';
 import { KubeLeaseStore } from '../../lib/lease-store.ts';
 import { readManagerConfig } from '../../manager/config.ts';
 import { FailoverExecutor, type HandoffContext } from '../../manager/failover/execute-failover.ts';
-import { StatusWriter } from '../../manager/reconciliation/status-writer.ts';
+import { StatusWriter } from '../../manager/share-model/status-writer.ts';
 import { useCluster } from '../support/cluster.ts';
 
 const cluster = useCluster({ scheduler: false, controllerManager: false });

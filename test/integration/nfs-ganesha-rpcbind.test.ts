@@ -2,7 +2,7 @@
  * The entrypoint's own rpcbind for NFSv3 (server/nfs-ganesha/rpcbind.ts), as in a pod:
  * the entrypoint runs in a network namespace of its own (the pod's) with a private
  * tmpfs on /run (the container's), as root with exactly the capability sets the preset
- * gives an NFSv3 server (manager/reconciliation/nfs-server-preset.ts nfsServerSecurityContext, applied
+ * gives an NFSv3 server (manager/share-model/nfs-server-preset.ts nfsServerSecurityContext, applied
  * with setpriv the way the simulated kubelet does) and no_new_privs. Proves: it starts
  * Debian's rpcbind, ganesha registers through it and answers a v3 NULL call, SIGTERM
  * stops ganesha and then rpcbind (gone before the entrypoint exits); without CAP_KILL
@@ -14,7 +14,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { nfsServerSecurityContext } from '../../manager/reconciliation/nfs-server-preset.ts';
+import { nfsServerSecurityContext } from '../../manager/share-model/nfs-server-preset.ts';
 import {
   cleanup,
   type NfsServerProcess,

@@ -31,8 +31,8 @@ import {
   NFS_SERVER_SECURITY_CONTEXT,
   NFS_TMP_MOUNT,
   NFS_TMP_SUBPATH,
-} from '../../manager/reconciliation/nfs-server-preset.ts';
-import { AGENT_RUNTIME_ENV, AGENT_SECURITY_CONTEXT } from '../../manager/reconciliation/pod-spec.ts';
+} from '../../manager/share-model/nfs-server-preset.ts';
+import { AGENT_RUNTIME_ENV, AGENT_SECURITY_CONTEXT } from '../../manager/share-model/pod-spec.ts';
 import { eventually } from '../support/cluster.ts';
 
 const CAP = {

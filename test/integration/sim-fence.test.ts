@@ -1,5 +1,5 @@
 /**
- * Fencing in share-manager pods built by the manager's own pod spec (manager/reconciliation/pod-spec.ts,
+ * Fencing in share-manager pods built by the manager's own pod spec (manager/share-model/pod-spec.ts,
  * the pod users run), on a simulated node against the real control plane:
  *  - no spec.fence: the default `pod` fence stops the server when a partition cuts the
  *    agent off, about T after its last renewal;
@@ -23,12 +23,12 @@ import type { Cluster } from '../../dev/cluster/types.ts';
 import { SHARE_SERVER_IMAGE, type Sim } from '../../dev/sim/sim.ts';
 import { monotonicMs } from '../../lib/clock.ts';
 import { k8s } from '../../lib/kube-client.ts';
-import { buildSharePod } from '../../manager/reconciliation/pod-spec.ts';
+import { buildSharePod } from '../../manager/share-model/pod-spec.ts';
 import {
   resolveSpec,
   type ShareManager,
   type ShareManagerSpec,
-} from '../../manager/reconciliation/share-manager-spec.ts';
+} from '../../manager/share-model/share-manager-spec.ts';
 import { eventually } from '../support/cluster.ts';
 import { createShareAgentAccount, startClusterAndSim, stopClusterAndSim } from './sim-harness.ts';
 

@@ -46,7 +46,7 @@ import {
   NFS_RUN_MOUNT,
   NFS_RUN_VOLUME,
   nfsServerContainer,
-} from '../../manager/reconciliation/nfs-server-preset.ts';
+} from '../../manager/share-model/nfs-server-preset.ts';
 import { eventually } from '../support/cluster.ts';
 import { nfsUrl, processRuns, runNfsTool } from './nfs-ganesha-harness.ts';
 import { startClusterAndSim, stopClusterAndSim } from './sim-harness.ts';

@@ -54,7 +54,7 @@ function sharePod(name: string, lease: string): V1Pod {
           restartPolicy: 'Always',
           // NB: as on a real node, the image's uid 65532 may not signal the root share
           // server (EPERM), and `add: [KILL]` does nothing for a non-root uid; the agent's
-          // preflight asks for CAP_KILL, so: uid 0 with only CAP_KILL (as manager/reconciliation/pod-spec.ts).
+          // preflight asks for CAP_KILL, so: uid 0 with only CAP_KILL (as manager/share-model/pod-spec.ts).
           securityContext: { runAsUser: 0, capabilities: { drop: ['ALL'], add: ['KILL'] } },
           env: [
             { name: 'LEASEHOLD_LEASE_NAMESPACE', ...field('metadata.namespace') },

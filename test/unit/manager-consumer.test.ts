@@ -18,8 +18,8 @@ import {
   decideConsumer,
 } from '../../manager/reconciliation/decide-consumer.ts';
 import { decideShareManager, fencingCondition } from '../../manager/reconciliation/decide-reconcile.ts';
-import { exportStatus } from '../../manager/reconciliation/nfs-server-preset.ts';
-import { resolveSpec, type ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
+import { exportStatus } from '../../manager/share-model/nfs-server-preset.ts';
+import { resolveSpec, type ShareManager } from '../../manager/share-model/share-manager-spec.ts';
 
 const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };
 const exported = exportStatus('10.96.0.20', '/export');

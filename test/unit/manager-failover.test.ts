@@ -17,7 +17,7 @@ import {
   TRANSITIONS,
   transition,
 } from '../../manager/failover/failover-transitions.ts';
-import type { LastFailover } from '../../manager/reconciliation/share-manager-spec.ts';
+import type { LastFailover } from '../../manager/share-model/share-manager-spec.ts';
 
 const OWNING: Phase[] = ['deletingPod', 'detaching', 'replacing', 'awaitingAcquire'];
 

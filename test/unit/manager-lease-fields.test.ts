@@ -12,7 +12,7 @@ import {
 } from '../../manager/detection/lease-duration.ts';
 import { inspectLease, OddFieldMemory } from '../../manager/detection/lease-fields.ts';
 import { judge, observe } from '../../manager/detection/staleness.ts';
-import type { ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
+import type { ShareManager } from '../../manager/share-model/share-manager-spec.ts';
 
 const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };
 

@@ -6,9 +6,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { servicePorts } from '../../manager/reconciliation/execute-reconcile.ts';
-import { exportStatus, NFS_MOUNT_OPTIONS } from '../../manager/reconciliation/nfs-server-preset.ts';
-import { sharePodFor } from '../../manager/reconciliation/pod-spec.ts';
-import { resolveSpec, type ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
+import { exportStatus, NFS_MOUNT_OPTIONS } from '../../manager/share-model/nfs-server-preset.ts';
+import { sharePodFor } from '../../manager/share-model/pod-spec.ts';
+import { resolveSpec, type ShareManager } from '../../manager/share-model/share-manager-spec.ts';
 import { readNfsServerConfig } from '../../server/nfs-ganesha/config.ts';
 
 const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };

@@ -8,8 +8,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { MAX_STATUS_MESSAGE, summariseProblems } from '../../manager/reconciliation/decide-reconcile.ts';
-import { resolveShare } from '../../manager/reconciliation/pod-spec.ts';
-import type { ShareManager, ShareManagerSpec } from '../../manager/reconciliation/share-manager-spec.ts';
+import { resolveShare } from '../../manager/share-model/pod-spec.ts';
+import type { ShareManager, ShareManagerSpec } from '../../manager/share-model/share-manager-spec.ts';
 
 const settings = {
   defaults: { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 },

@@ -2,16 +2,16 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it, test } from 'node:test';
 import { avoidanceFor, nodeHealth } from '../../manager/detection/node-health.ts';
-import { exportStatus, NFS_MOUNT_OPTIONS } from '../../manager/reconciliation/nfs-server-preset.ts';
-import type { NodeAvoidance, NodeAvoidances } from '../../manager/reconciliation/pod-spec.ts';
+import { exportStatus, NFS_MOUNT_OPTIONS } from '../../manager/share-model/nfs-server-preset.ts';
+import type { NodeAvoidance, NodeAvoidances } from '../../manager/share-model/pod-spec.ts';
 import {
   AGENT_RUNTIME_ENV,
   buildSharePod,
   isPodOfShare,
   sharePodFor,
-} from '../../manager/reconciliation/pod-spec.ts';
-import type { ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
-import { resolveSpec } from '../../manager/reconciliation/share-manager-spec.ts';
+} from '../../manager/share-model/pod-spec.ts';
+import type { ShareManager } from '../../manager/share-model/share-manager-spec.ts';
+import { resolveSpec } from '../../manager/share-model/share-manager-spec.ts';
 
 const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };
 const sm: ShareManager = {

@@ -15,8 +15,8 @@ import {
   LABEL_PROVISIONED_FOR,
 } from '../../manager/provisioning/provisioned-objects.ts';
 import { decideLeadership } from '../../manager/provisioning/provisioner-leadership.ts';
-import { exportStatus } from '../../manager/reconciliation/nfs-server-preset.ts';
-import type { ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
+import { exportStatus } from '../../manager/share-model/nfs-server-preset.ts';
+import type { ShareManager } from '../../manager/share-model/share-manager-spec.ts';
 
 const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };
 const context = { defaultNamespace: 'leasehold', onlyNamespace: undefined, defaults };

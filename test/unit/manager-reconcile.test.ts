@@ -8,7 +8,7 @@ import {
   type ShareManagerSnapshot,
 } from '../../manager/reconciliation/decide-reconcile.ts';
 import { serviceDrift, servicePorts, serviceSpec } from '../../manager/reconciliation/execute-reconcile.ts';
-import { resolveSpec, type ShareManager } from '../../manager/reconciliation/share-manager-spec.ts';
+import { resolveSpec, type ShareManager } from '../../manager/share-model/share-manager-spec.ts';
 
 const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };
 const sm: ShareManager = {

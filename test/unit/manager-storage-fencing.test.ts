@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Node } from '@kubernetes/client-node';
+import type { NonFencingPolicy } from '../../manager/config.ts';
 import { readManagerConfig } from '../../manager/config.ts';
 import {
   classifyStorage,
@@ -8,7 +9,6 @@ import {
   decideNonFencingGate,
   holderReturned,
   type LostNodeRead,
-  type NonFencingPolicy,
   OUT_OF_SERVICE_TAINT,
   readLostNode,
   type StorageFencing,

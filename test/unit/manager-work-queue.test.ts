@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { sleep } from '../../lib/clock.ts';
-import { WorkQueue } from '../../manager/reconciliation/work-queue.ts';
+import { WorkQueue } from '../../lib/work-queue.ts';
 
 test('a key is queued once and never processed twice at the same time', async () => {
   const running = new Set<string>();

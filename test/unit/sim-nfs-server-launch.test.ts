@@ -16,7 +16,7 @@ import {
   NFS_SERVER_IMAGE,
   resolveLaunch,
 } from '../../dev/sim/runtime/container-launch.ts';
-import { NFS_RUN_DIR, nfsServerContainer } from '../../manager/reconciliation/nfs-server-preset.ts';
+import { NFS_RUN_DIR, nfsServerContainer } from '../../manager/share-model/nfs-server-preset.ts';
 
 const ctx: LaunchContext = {
   repoRoot: '/repo',
