@@ -38,7 +38,7 @@ const SM = { group: 'leasehold.dev', version: 'v1alpha1', plural: 'sharemanagers
 export const NFS_EXPORT = '/export';
 
 export interface NfsShareOptions {
-  /** spec.nfs (README "NFS settings of a share"); unset = the server's defaults. */
+  /** spec.nfs (docs/operations.md "NFS settings of a share"); unset = the server's defaults. */
   nfs?: { versions?: string[]; gracePeriod?: string; leaseLifetime?: string };
   lease?: { duration?: string; renewInterval?: string; renewDeadline?: string; retryPeriod?: string };
   /**

@@ -56,7 +56,7 @@ export const realPvName = (share: string) => `pv-${share}`;
 export const realVolumeHandle = (share: string) => `vol-${share}`;
 
 export interface RealNfsShareOptions {
-  /** spec.nfs (README "NFS settings of a share"). */
+  /** spec.nfs (docs/operations.md "NFS settings of a share"). */
   nfs?: { versions?: string[]; gracePeriod?: string; leaseLifetime?: string };
   /** Pin the share's pods to a node (spec.scheduling.nodeSelector). */
   node?: string;

@@ -42,7 +42,7 @@ export interface ShareStatus {
   pod?: string;
   leaseHolder?: string;
   lastFailover?: Record<string, string | undefined>;
-  /** How to mount a share of the shipped NFS server (README "Mounting a share"). */
+  /** How to mount a share of the shipped NFS server (docs/operations.md "Mounting a share"). */
   export?: { source?: string; mountOptions?: string };
   conditions?: Array<{ type: string; status: string; reason?: string; message?: string }>;
 }

@@ -92,7 +92,7 @@ export const AGENT_CONTAINER = 'agent';
 export const VOLUME_NAME = 'share';
 
 /**
- * The agent container's Node and glibc settings (README "Agent memory", measured by
+ * The agent container's Node and glibc settings (docs/benchmarks.md "Agent memory", measured by
  * bench/agent side by side with and without them). Env, not `command`, so that they
  * reach the agent wherever its pod runs (the simulator passes env, ignores `command`):
  *  - `--jitless`: V8 only interprets. Its optimizing compilers' code and memory grew
