@@ -104,6 +104,10 @@ function informer<T extends k8s.KubernetesObject>(
   // The server ends every watch after its timeout (5-10 min): that end and the resume
   // after it are routine (debug); any other break is a warning.
   let routine = false;
+  // Exported at 0 until the watch first opens: a manager that never gets its watch open
+  // is as blind as one whose watch broke, and the chart's alert must see it.
+  metrics.watchHealthy.set({ resource: opts.resource }, 0);
+  metrics.watchRestarts.inc({ resource: opts.resource }, 0);
   return new Informer<T>({
     kubeConfig: kc,
     quietTimeoutMs: config.watchQuietTimeoutMs,
