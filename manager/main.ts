@@ -26,6 +26,7 @@ import { createLogger } from '../lib/logger.ts';
 import { createRegistry } from '../lib/metrics.ts';
 import { witnessesOnNodes } from '../lib/witness-protocol.ts';
 import { type ManagerConfig, readManagerConfig } from './config.ts';
+import { fencedNow } from './detection/agent-fences.ts';
 import { durationFloorMs } from './detection/lease-duration.ts';
 import { LeaseLabelCheck } from './detection/lease-label-check.ts';
 import { LeaseMonitor } from './detection/lease-monitor.ts';
@@ -187,7 +188,8 @@ const pods = informer<V1Pod>({
   resource: 'pods',
   path: `/api/v1${ns}/pods`,
   labelSelector: LABEL_SHARE_MANAGER,
-  onEvent: (type, pod) => {
+  onEvent: (type, pod, previous) => {
+    if (type === 'modified' && fencedNow(pod, previous)) metrics.agentFences.inc();
     driver?.onPodChange(pod, type === 'deleted');
     controller?.enqueueFor(pod, true);
     monitor?.floorChanged(

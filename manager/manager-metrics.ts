@@ -33,6 +33,7 @@ export interface ManagerMetrics {
   awaitingNodeDown: Gauge;
   watchRestarts: Counter<'resource'>;
   watchHealthy: Gauge<'resource'>;
+  agentFences: Counter;
   witnessAnswers: Counter<'request' | 'answer'>;
 }
 
@@ -105,6 +106,11 @@ export function createManagerMetrics(registry: Registry): ManagerMetrics {
       name: `${prefix}watch_healthy`,
       help: '1 while the watch stream of the resource is open (0 from the start until it first opens)',
       labelNames: ['resource'],
+      registers: [registry],
+    }),
+    agentFences: new Counter({
+      name: `${prefix}agent_fences_total`,
+      help: 'Share-manager pods whose agent ended fenced (exit code 1), as this manager saw their status change',
       registers: [registry],
     }),
   };

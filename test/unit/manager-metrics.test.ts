@@ -27,4 +27,5 @@ it('exports every failover result and phase at 0 before any failover', async () 
       ),
     );
   }
+  assert.match(fresh, /^leasehold_manager_agent_fences_total 0$/m);
 });
