@@ -1,7 +1,9 @@
 /**
  * The agent's Prometheus metrics (prefix leasehold_agent_), plus the default process
  * metrics (process-metrics.ts). Failure reasons are a small closed set so that the
- * label never grows without bound.
+ * label never grows without bound; the fixed ones (all but http_<status>) are exported at
+ * 0 from the start, because Prometheus' increase() cannot see a series' first step: an
+ * alert or panel on their rate would otherwise miss the first timeout of a pod's life.
  *
  *   leasehold_agent_renewals_total                     successful renewals
  *   leasehold_agent_renew_failures_total{reason}       failed attempts: timeout, unreachable,
@@ -30,6 +32,7 @@ import { ProcessMetrics } from './process-metrics.ts';
 import { CONTENT_TYPE, type Family, Histogram, renderFamilies } from './prom-text.ts';
 
 export type FailureReason = 'timeout' | 'unreachable' | 'conflict' | 'server_check' | `http_${number}`;
+const FIXED_REASONS: readonly FailureReason[] = ['timeout', 'unreachable', 'conflict', 'server_check'];
 
 const PREFIX = 'leasehold_agent_';
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4];
@@ -38,8 +41,8 @@ export class AgentMetrics {
   readonly registry: MetricsSource;
   private readonly process = new ProcessMetrics(PREFIX);
   private renewals = 0;
-  /** By reason, in first-seen order. */
-  private readonly failures = new Map<FailureReason, number>();
+  /** By reason: the fixed ones first, then http_<status> in first-seen order. */
+  private readonly failures = new Map<FailureReason, number>(FIXED_REASONS.map((r) => [r, 0]));
   private readonly latency = new Histogram(LATENCY_BUCKETS);
   private hedges = 0;
   private hedgeWins = 0;

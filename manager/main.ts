@@ -26,6 +26,7 @@ import { createLogger } from '../lib/logger.ts';
 import { createRegistry } from '../lib/metrics.ts';
 import { witnessesOnNodes } from '../lib/witness-protocol.ts';
 import { type ManagerConfig, readManagerConfig } from './config.ts';
+import { fencedNow } from './detection/agent-fences.ts';
 import { durationFloorMs } from './detection/lease-duration.ts';
 import { LeaseLabelCheck } from './detection/lease-label-check.ts';
 import { LeaseMonitor } from './detection/lease-monitor.ts';
@@ -104,6 +105,10 @@ function informer<T extends k8s.KubernetesObject>(
   // The server ends every watch after its timeout (5-10 min): that end and the resume
   // after it are routine (debug); any other break is a warning.
   let routine = false;
+  // Exported at 0 until the watch first opens: a manager that never gets its watch open
+  // is as blind as one whose watch broke, and the chart's alert must see it.
+  metrics.watchHealthy.set({ resource: opts.resource }, 0);
+  metrics.watchRestarts.inc({ resource: opts.resource }, 0);
   return new Informer<T>({
     kubeConfig: kc,
     quietTimeoutMs: config.watchQuietTimeoutMs,
@@ -183,7 +188,8 @@ const pods = informer<V1Pod>({
   resource: 'pods',
   path: `/api/v1${ns}/pods`,
   labelSelector: LABEL_SHARE_MANAGER,
-  onEvent: (type, pod) => {
+  onEvent: (type, pod, previous) => {
+    if (type === 'modified' && fencedNow(pod, previous)) metrics.agentFences.inc();
     driver?.onPodChange(pod, type === 'deleted');
     controller?.enqueueFor(pod, true);
     monitor?.floorChanged(

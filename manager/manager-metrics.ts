@@ -1,10 +1,22 @@
 /**
  * The manager's Prometheus metrics (prefix leasehold_manager_). One object, created
  * once in main and handed to the parts that observe something.
+ *
+ * Guarantee: every series of a closed label set (each failover result, each phase) is
+ * exported from the start, at 0. Prometheus' increase() and rate() cannot see a series'
+ * first step, so an alert on `increase(...{result="replacement_lost"}[15m]) > 0` would
+ * miss the first lost replacement of a manager's life if the series appeared only then
+ * (and the chart's rule tests read the label values they use from a fresh /metrics).
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 
-export const FAILOVER_RESULTS = ['completed', 'observe_only', 'stood_down', 'abandoned'] as const;
+export const FAILOVER_RESULTS = [
+  'completed',
+  'observe_only',
+  'stood_down',
+  'abandoned',
+  'replacement_lost',
+] as const;
 export type FailoverResult = (typeof FAILOVER_RESULTS)[number];
 export const FAILOVER_PHASES = ['mark', 'pod_delete', 'detach', 'replace', 'acquire', 'total'] as const;
 export type FailoverPhaseName = (typeof FAILOVER_PHASES)[number];
@@ -21,12 +33,13 @@ export interface ManagerMetrics {
   awaitingNodeDown: Gauge;
   watchRestarts: Counter<'resource'>;
   watchHealthy: Gauge<'resource'>;
+  agentFences: Counter;
   witnessAnswers: Counter<'request' | 'answer'>;
 }
 
 export function createManagerMetrics(registry: Registry): ManagerMetrics {
   const prefix = 'leasehold_manager_';
-  return {
+  const metrics: ManagerMetrics = {
     witnessAnswers: new Counter({
       name: `${prefix}witness_answers_total`,
       help: 'Witness answers: request promise|clearance, answer promised|cleared|wait|refused_<reason>|bad_request',
@@ -91,9 +104,17 @@ export function createManagerMetrics(registry: Registry): ManagerMetrics {
     }),
     watchHealthy: new Gauge({
       name: `${prefix}watch_healthy`,
-      help: '1 while the watch stream of the resource is open',
+      help: '1 while the watch stream of the resource is open (0 from the start until it first opens)',
       labelNames: ['resource'],
       registers: [registry],
     }),
+    agentFences: new Counter({
+      name: `${prefix}agent_fences_total`,
+      help: 'Share-manager pods whose agent ended fenced (exit code 1), as this manager saw their status change',
+      registers: [registry],
+    }),
   };
+  for (const result of FAILOVER_RESULTS) metrics.failovers.inc({ result }, 0);
+  for (const phase of FAILOVER_PHASES) metrics.phaseSeconds.zero({ phase });
+  return metrics;
 }

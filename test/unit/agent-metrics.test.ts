@@ -192,11 +192,14 @@ describe('agent metrics exposition', () => {
     assert.match(after, /^leasehold_agent_lease_held 0$/m);
   });
 
-  it('before any renewal: -1 seconds since, an empty latency histogram with every bucket', async () => {
+  it('before any renewal: -1 seconds since, an empty latency histogram with every bucket, failures at 0', async () => {
     const text = await new AgentMetrics(new ManualClock(0)).registry.metrics();
     assert.match(text, /^leasehold_agent_seconds_since_last_renewal -1$/m);
     assert.equal(text.match(/^leasehold_agent_renew_duration_seconds_bucket\{le="[^"]+"\} 0$/gm)?.length, 11);
-    assert.doesNotMatch(text, /^leasehold_agent_renew_failures_total\{/m);
+    // The fixed reasons at 0 (an increase() sees their first failure), no http_<status> yet.
+    for (const reason of ['timeout', 'unreachable', 'conflict', 'server_check'])
+      assert.match(text, new RegExp(`^leasehold_agent_renew_failures_total\\{reason="${reason}"\\} 0$`, 'm'));
+    assert.doesNotMatch(text, /^leasehold_agent_renew_failures_total\{reason="http_/m);
   });
 
   it('escapes HELP and label values as the format requires; promtool reads them back', () => {
