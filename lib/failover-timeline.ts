@@ -44,7 +44,8 @@ export function timelineHeading(what: string, since: string, by: string | undefi
 export function formatTimeline(steps: readonly TimelineStep[]): string {
   return steps
     .map((s) => {
-      const t = s.seconds === undefined ? '     ?  ' : `${s.seconds.toFixed(2).padStart(7)} s`;
+      // NB: both cells 9 wide, the `?` under the last digit, so the step column stays aligned.
+      const t = s.seconds === undefined ? '      ?  ' : `${s.seconds.toFixed(2).padStart(7)} s`;
       return `  ${t}  ${s.step.padEnd(58)} (${s.source})`;
     })
     .join('\n');
