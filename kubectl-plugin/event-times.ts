@@ -23,7 +23,16 @@ export function isoSeconds(t: Date | string | undefined): string {
   return ms === 0 ? '(no time)' : `${new Date(ms).toISOString().slice(0, 19)}Z`;
 }
 
-/** The events in the order they happened (last occurrence). */
+/**
+ * The events in the order they happened (last occurrence). Within one second, in the
+ * order they were written: their resourceVersion, which is etcd's revision on every
+ * API server we know. NB: the API calls resourceVersion opaque; it only orders lines
+ * here (a version that is not a decimal integer leaves them in their second's order).
+ */
 export function byTime(events: readonly CoreV1Event[]): CoreV1Event[] {
-  return [...events].sort((a, b) => timeOf(eventTime(a)) - timeOf(eventTime(b)));
+  const version = (e: CoreV1Event) => {
+    const v = e.metadata?.resourceVersion ?? '';
+    return /^\d{1,15}$/.test(v) ? Number(v) : 0;
+  };
+  return [...events].sort((a, b) => timeOf(eventTime(a)) - timeOf(eventTime(b)) || version(a) - version(b));
 }

@@ -101,6 +101,19 @@ export function explainingPod(s: ShareSnapshot): V1Pod | undefined {
   );
 }
 
+/**
+ * The agent log `why` shows: the explaining pod's, read when it has a node (a pod
+ * that was never scheduled ran no container, and the API server has no log to give).
+ */
+export function agentLogPlan(s: ShareSnapshot): { read: string } | { known: AgentLog | undefined } {
+  const pod = explainingPod(s);
+  const name = pod?.metadata?.name;
+  if (!pod || !name) return { known: undefined };
+  if (!pod.spec?.nodeName)
+    return { known: { pod: name, error: 'it has no node yet, so no container has run' } };
+  return { read: name };
+}
+
 /** Oldest first. */
 function byCreation(pods: readonly V1Pod[]): V1Pod[] {
   return [...pods].sort(

@@ -13,7 +13,7 @@ import { logExcerpt } from '../../kubectl-plugin/log-excerpt.ts';
 import type { ShareSnapshot } from '../../kubectl-plugin/share-snapshot.ts';
 import { conditionsText, humanDuration, statusLines } from '../../kubectl-plugin/status-table.ts';
 import { failoverSeconds, timelineLines } from '../../kubectl-plugin/timeline-lines.ts';
-import { explainingPod, servingOf, whyLines } from '../../kubectl-plugin/why-verdict.ts';
+import { agentLogPlan, explainingPod, servingOf, whyLines } from '../../kubectl-plugin/why-verdict.ts';
 import { formatTimeline } from '../../lib/failover-timeline.ts';
 import { fromWire, type LeaseRecord } from '../../lib/lease-record.ts';
 import type { LastFailover, ShareManager } from '../../manager/share-model/share-manager-spec.ts';
@@ -132,8 +132,17 @@ describe('the timeline format (lib/failover-timeline.ts), shared with the demo',
 
 describe('timeline SHARE', () => {
   test('the recorded steps since the detection, the outcome, the handoff and the events during it', () => {
+    // Within one second, in the order written (resourceVersion), whatever the list's order.
+    const ordered = (e: CoreV1Event, version: string) => ({
+      ...e,
+      metadata: { ...e.metadata, resourceVersion: version },
+    });
     const events = [
-      event('LeaseExpired', 'Warning', '2026-12-07T12:00:04Z', 'lease of pod vol-a-old unchanged for 3s'),
+      ordered(
+        event('LeaseExpired', 'Warning', '2026-12-07T12:00:04Z', 'lease of pod vol-a-old unchanged for 3s'),
+        '120',
+      ),
+      ordered(event('AwaitingNodeDown', 'Warning', '2026-12-07T12:00:04Z', 'waiting for node-1'), '99'),
       event(
         'FailoverCompleted',
         'Normal',
@@ -156,6 +165,7 @@ describe('timeline SHARE', () => {
       'LeaseExpired: pod vol-a-old on node node-1 lost the lease; vol-a-new acquired it 2.12 s after the detection',
       'volume handoff: removed kubernetes.io/csi/x^vol-a from node node-1 status.volumesInUse',
       'Events on apps/vol-a during the failover (times to the second, as Events keep them):',
+      '  2026-12-07T12:00:04Z  Warning  AwaitingNodeDown   waiting for node-1',
       '  2026-12-07T12:00:04Z  Warning  LeaseExpired       lease of pod vol-a-old unchanged for 3s',
       '  2026-12-07T12:00:06Z  Normal   FailoverCompleted  pod vol-a-new holds the lease: total 2.120s',
     ]);
@@ -490,6 +500,12 @@ describe('served or not, and why', () => {
     assert.equal(name({ pods, lease: lease('vol-a', '', '') }), 'p-mid');
     assert.equal(name({ pods: [pods[0] as V1Pod], lease: undefined }), 'p-new');
     assert.equal(name({ pods: [], lease: undefined }), undefined);
+    // The log is read only from a pod with a node: one never scheduled ran no container.
+    assert.deepEqual(agentLogPlan({ ...served, pods, lease: lease('vol-a', '', '') }), {
+      known: { pod: 'p-mid', error: 'it has no node yet, so no container has run' },
+    });
+    assert.deepEqual(agentLogPlan(served), { read: 'vol-a-new' });
+    assert.deepEqual(agentLogPlan({ ...served, pods: [] }), { known: undefined });
   });
 });
 
