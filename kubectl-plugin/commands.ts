@@ -18,7 +18,7 @@ import { PluginError } from './plugin-error.ts';
 import { findShare, type ShareSnapshot } from './share-snapshot.ts';
 import { statusLines } from './status-table.ts';
 import { timelineLines } from './timeline-lines.ts';
-import { explainingPod, whyLines } from './why-verdict.ts';
+import { agentLogPlan, whyLines } from './why-verdict.ts';
 
 export interface CommandInput {
   command: Command;
@@ -63,13 +63,13 @@ export async function runCommand(input: CommandInput, reader: ClusterReader, now
   }
   const [lease, pods] = await Promise.all([reader.lease(ns, name), reader.pods(ns, name)]);
   const snapshot: ShareSnapshot = { sm, lease, pods };
-  const explaining = explainingPod(snapshot)?.metadata?.name;
+  const plan = agentLogPlan(snapshot);
   const [events, agentLog] = await Promise.all([
     reader.events(
       ns,
       [name, ...pods.map((p) => p.metadata?.name ?? '')].filter((n) => n !== ''),
     ),
-    explaining ? reader.agentLog(ns, explaining) : Promise.resolve(undefined),
+    'read' in plan ? reader.agentLog(ns, plan.read) : Promise.resolve(plan.known),
   ]);
   return whyLines({ ...snapshot, events, agentLog }).lines;
 }
