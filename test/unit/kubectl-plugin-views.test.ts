@@ -35,6 +35,13 @@ const FAILOVER: LastFailover = {
   volumeHandoff: 'removed kubernetes.io/csi/x^vol-a from node node-1 status.volumesInUse',
 };
 
+/** FAILOVER as a failover under way writes it: the steps not reached yet have no field. */
+function withoutFields(...fields: Array<keyof LastFailover>): LastFailover {
+  const record: Partial<LastFailover> = { ...FAILOVER };
+  for (const f of fields) delete record[f];
+  return record as LastFailover;
+}
+
 function share(name: string, status: ShareManager['status'], extra: Partial<ShareManager['spec']> = {}) {
   return {
     metadata: { namespace: 'apps', name },
@@ -172,12 +179,7 @@ describe('timeline SHARE', () => {
   });
 
   test('a failover in progress: ? from the first step not reached, and which it is', () => {
-    const running = {
-      ...FAILOVER,
-      completedAt: undefined,
-      replacementCreatedAt: undefined,
-      replacementPod: undefined,
-    };
+    const running = withoutFields('replacementCreatedAt', 'completedAt', 'replacementPod');
     const lines = timelineLines(share('vol-a', { state: 'FailingOver', lastFailover: running }), []);
     assert.match(
       lines[1] ?? '',
@@ -218,48 +220,16 @@ describe('status', () => {
       lease: fromWire({ metadata: { namespace: 'leasehold-system', name: 'pvc-1234' }, spec: {} }),
       pods: [],
     };
+    // Cells split where kubectl-style padding (2 spaces or more) separates them.
     const rows = statusLines([error, awaiting, provisioned, served], NOW, 'in any namespace').map((l) =>
-      l.split(/ {2,}/),
+      l.split(/ {2,}/).join(' | '),
     );
     assert.deepEqual(rows, [
-      [
-        'NAMESPACE',
-        'NAME',
-        'CLAIM',
-        'PHASE',
-        'SERVED',
-        'HOLDER',
-        'NODE',
-        'CONDITIONS',
-        'LAST FAILOVER',
-        'TOOK',
-      ],
-      [
-        'apps',
-        'vol-a',
-        '-',
-        'Running',
-        'yes',
-        'vol-a-new',
-        'node-2',
-        'Fencing=True,StorageFencing=True',
-        '9m55s ago from node-1',
-        '2.12 s',
-      ],
-      [
-        'apps',
-        'vol-b',
-        '-',
-        'FailingOver',
-        'no',
-        'vol-b-1',
-        'node-3',
-        'StorageFencing=False(AwaitingNodeDown)',
-        '-',
-        '-',
-      ],
-      ['apps', 'vol-c', '-', 'Error', 'no', '(no lease)', '-', '-', '-', '-'],
-      ['leasehold-system', 'pvc-1234', 'apps/team-data', 'Starting', 'no', '(free)', '-', '-', '-', '-'],
+      'NAMESPACE | NAME | CLAIM | PHASE | SERVED | HOLDER | NODE | CONDITIONS | LAST FAILOVER | TOOK',
+      'apps | vol-a | - | Running | yes | vol-a-new | node-2 | Fencing=True,StorageFencing=True | 9m55s ago from node-1 | 2.12 s',
+      'apps | vol-b | - | FailingOver | no | vol-b-1 | node-3 | StorageFencing=False(AwaitingNodeDown) | - | -',
+      'apps | vol-c | - | Error | no | (no lease) | - | - | - | -',
+      'leasehold-system | pvc-1234 | apps/team-data | Starting | no | (free) | - | - | - | -',
     ]);
     assert.deepEqual(statusLines([], NOW, 'in namespace apps'), ['No ShareManagers in namespace apps.']);
   });
@@ -450,13 +420,7 @@ describe('served or not, and why', () => {
   });
 
   test('a failover under way: the first recorded step not reached; an unreadable log or none said', () => {
-    const running = {
-      ...FAILOVER,
-      detachedAt: undefined,
-      replacementCreatedAt: undefined,
-      completedAt: undefined,
-      replacementPod: undefined,
-    };
+    const running = withoutFields('detachedAt', 'replacementCreatedAt', 'completedAt', 'replacementPod');
     const snapshot = {
       ...served,
       sm: share('vol-a', { state: 'FailingOver', lastFailover: running }),
