@@ -43,6 +43,7 @@ import {
   runningShare,
   runPodOn,
   startManager,
+  taintOutOfService,
   useManagerFixture,
   waitForPods,
   waitForReplacement,
@@ -62,8 +63,17 @@ async function documentedRbac(): Promise<string> {
   return rbac[0] ?? '';
 }
 
-function conditionOf(sm: Awaited<ReturnType<typeof getShareManager>>, type: string) {
-  return sm.status?.conditions?.find((c) => c.type === type);
+/** Until the share's failover waits for node-down evidence (its storage cannot fence). */
+async function awaitingNodeDown(name: string): Promise<void> {
+  await eventually(
+    `${name} waiting for node-down evidence`,
+    async () => {
+      const sm = await getShareManager(cluster().kubeConfig, NS, name);
+      const gate = sm.status?.conditions?.find((c) => c.type === 'StorageFencing');
+      return gate?.reason === 'AwaitingNodeDown' ? true : undefined;
+    },
+    20_000,
+  );
 }
 
 describe('kubectl leasehold, read-only, on the real manager’s objects', () => {
@@ -143,28 +153,8 @@ describe('kubectl leasehold, read-only, on the real manager’s objects', () => 
     pods.d = (await waitForPods(kc, NS, 'vol-d', 1))[0]?.metadata?.name ?? '';
 
     await a.holder.stop(); // node-1 "dies"
-    await eventually(
-      'vol-a waiting for node-down evidence',
-      async () =>
-        conditionOf(await getShareManager(kc, NS, 'vol-a'), 'StorageFencing')?.reason === 'AwaitingNodeDown'
-          ? true
-          : undefined,
-      20_000,
-    );
-    // The operator's evidence that node-1 is down.
-    await core.patchNode(
-      {
-        name: 'node-1',
-        body: {
-          spec: {
-            taints: [
-              { key: 'node.kubernetes.io/out-of-service', value: 'nodeshutdown', effect: 'NoExecute' },
-            ],
-          },
-        },
-      },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-    );
+    await awaitingNodeDown('vol-a');
+    await taintOutOfService(kc, 'node-1'); // the operator's evidence that node-1 is down
     const replacement = await waitForReplacement(kc, NS, 'vol-a', pods.aLost, 20_000);
     pods.aNew = replacement.metadata?.name ?? '';
     await runPodOn(kc, replacement, 'node-2');
@@ -179,14 +169,7 @@ describe('kubectl leasehold, read-only, on the real manager’s objects', () => 
     );
 
     await b.holder.stop(); // node-3 "dies"; nobody says it is down
-    await eventually(
-      'vol-b waiting for node-down evidence',
-      async () =>
-        conditionOf(await getShareManager(kc, NS, 'vol-b'), 'StorageFencing')?.reason === 'AwaitingNodeDown'
-          ? true
-          : undefined,
-      20_000,
-    );
+    await awaitingNodeDown('vol-b');
     await eventually('vol-c in Error', async () =>
       (await getShareManager(kc, NS, 'vol-c')).status?.state === 'Error' ? true : undefined,
     );
