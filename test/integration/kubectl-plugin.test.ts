@@ -1,6 +1,6 @@
 /**
  * `kubectl leasehold` against a real control plane, as a user runs it: installed by
- * kubectl-plugin/install.sh into a directory of its own, run as a process (and once
+ * kubectl-plugin/install.sh into a directory of its own (from the dist/ the runner built), run as a process (and once
  * through the real kubectl, which finds it on PATH), with a ServiceAccount token bound
  * to exactly the ClusterRole docs/operations.md documents (applied from the docs' YAML
  * block as written).
@@ -101,7 +101,9 @@ describe('kubectl leasehold, read-only, on the real manager’s objects', () => 
     const c = cluster();
     const kc = c.kubeConfig;
     dir = await mkdtemp(join(tmpdir(), 'leasehold-plugin-'));
-    const installed = await runTool('bash', [join(repoRoot, 'kubectl-plugin/install.sh'), dir]);
+    // --no-build: the runner compiled dist/; another tsc now could hand a half-written
+    // file to a process another test file starts meanwhile.
+    const installed = await runTool('bash', [join(repoRoot, 'kubectl-plugin/install.sh'), '--no-build', dir]);
     assert.equal(installed.code, 0, `install.sh failed: ${installed.stderr}`);
     plugin = join(dir, 'kubectl-leasehold');
 
