@@ -4,17 +4,18 @@
  *   - clientViewOf: the writer's report (dev/nfs-client/write-analysis.ts) around one
  *     crash in seconds since the crash: when its acknowledged writes stalled (the last
  *     ack at or before the crash) and resumed (the first after it), the gap between;
- *   - withClientSteps: the failover timeline (dev/system/failover-facts.ts) with the
+ *   - withClientSteps: the failover timeline (dev/system/failover-facts.ts, lib/failover-timeline.ts) with the
  *     client's two steps placed in time order among the others;
  *   - demoVerdict: ok only when no two ganesha of the share overlapped, the share moved
  *     off the crashed node, the client resumed, and its view upholds every guarantee
  *     (0 acknowledged writes lost, no duplicates, no stale handle); each failure named.
  * Not judged here: how fast (the figures are printed; a slow failover is not a failure).
  */
+
+import type { TimelineStep } from '../../lib/failover-timeline.ts';
 import type { ReadBack, Stall } from '../kernel-client/workload-analysis.ts';
 import type { WriteRunReport } from '../nfs-client/write-analysis.ts';
 import type { WriterEvent } from '../nfs-client/writer-lines.ts';
-import type { TimelineStep } from '../system/failover-facts.ts';
 
 export interface ClientView {
   /** The last acknowledged write at or before the crash, s since the crash (<= 0). */

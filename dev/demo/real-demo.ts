@@ -29,6 +29,7 @@
  * share server's serving windows. The libnfs writer's view: bench/failover --real-nodes.
  */
 import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { formatTimeline, timelineHeading } from '../../lib/failover-timeline.ts';
 import type { KernelName } from '../kernel-client/kernels.ts';
 import { type KernelClient, startKernelClient } from '../kernel-client/machine.ts';
 import {
@@ -45,7 +46,7 @@ import {
 } from '../kernel-client/user-workloads.ts';
 import { lockExclusion } from '../kernel-client/workload-analysis.ts';
 import { overlappingWindows } from '../share-server/serving-window-log.ts';
-import { formatTimeline, PodTracker, timelineOf } from '../system/failover-facts.ts';
+import { PodTracker, timelineOf } from '../system/failover-facts.ts';
 import {
   createRealNfsShare,
   GaneshaTracker,
@@ -196,7 +197,7 @@ async function demo(sys: RealSystem, adcSync: string, kernels: readonly KernelNa
   for (const [i, v] of views.entries())
     steps = withClientSteps(steps, v.view, { name: v.name, source: clients[i]?.name ?? v.name });
   process.stdout.write(
-    `\nTimeline of the failover of ${SHARE} on real nodes (seconds since the crash; run by manager ${lf.by ?? '?'}):\n${formatTimeline(steps)}\n\n`,
+    `\n${timelineHeading(`${SHARE} on real nodes`, 'the crash', lf.by)}\n${formatTimeline(steps)}\n\n`,
   );
   const created = steps.find((s) => s.step.startsWith('replacement'))?.seconds;
   const attached = steps.find((s) => s.step.startsWith('volume attached'))?.seconds;

@@ -22,15 +22,10 @@
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { monotonicMs } from '../../lib/clock.ts';
+import { formatTimeline, timelineHeading } from '../../lib/failover-timeline.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { overlappingWindows } from '../share-server/serving-window-log.ts';
-import {
-  type FailoverFacts,
-  formatTimeline,
-  gatherFacts,
-  PodTracker,
-  timelineOf,
-} from '../system/failover-facts.ts';
+import { type FailoverFacts, gatherFacts, PodTracker, timelineOf } from '../system/failover-facts.ts';
 import { REPO_ROOT } from '../system/helm-install.ts';
 import {
   analyzeShareWriter,
@@ -117,9 +112,7 @@ async function demo(sys: System, adcSync: string): Promise<boolean> {
   });
   const steps = timelineOf(facts);
   const by = facts.status.lastFailover?.by;
-  process.stdout.write(
-    `\nTimeline of the failover of share-a (seconds since the crash; run by manager ${by ?? '?'}):\n${formatTimeline(steps)}\n\n`,
-  );
+  process.stdout.write(`\n${timelineHeading('share-a', 'the crash', by)}\n${formatTimeline(steps)}\n\n`);
 
   const created = steps.find((s) => s.step.startsWith('replacement'))?.seconds;
   const attached = steps.find((s) => s.step.startsWith('volume attached'))?.seconds;

@@ -11,9 +11,16 @@
  *     gives (`servingAt`, `servingSource`: e.g. its entrypoint's `serving` log line);
  *   - optionally the NFS client's first acknowledged write after the fault
  *     (`clientResumedAt`, from dev/nfs-client's writer).
- * Pure `timelineOf` turns the facts into ordered steps with seconds since the crash.
+ * Pure `timelineOf` turns the facts into ordered steps with seconds since the crash, named
+ * and printed as lib/failover-timeline.ts does for every timeline.
  */
 import { sleep } from '../../lib/clock.ts';
+import {
+  RECORD_SOURCE,
+  RECORDED_STEP,
+  secondsSince,
+  type TimelineStep,
+} from '../../lib/failover-timeline.ts';
 import { pvName, type ShareStatus, sharePods, shareStatus } from './shares.ts';
 import type { System } from './system.ts';
 
@@ -91,12 +98,6 @@ export interface FailoverFacts {
   clientResumedAt?: Date;
 }
 
-export interface TimelineStep {
-  step: string;
-  seconds: number | undefined;
-  source: string;
-}
-
 const at = (iso: string | undefined): Date | undefined => (iso ? new Date(iso) : undefined);
 
 export function gatherFacts(
@@ -127,8 +128,7 @@ export function gatherFacts(
 }
 
 export function timelineOf(f: FailoverFacts): TimelineStep[] {
-  const since = (d: Date | undefined) =>
-    d === undefined ? undefined : Math.round((d.getTime() - f.crashAt.getTime()) / 10) / 100;
+  const since = (d: Date | undefined) => secondsSince(f.crashAt, d);
   const lf = f.status.lastFailover ?? {};
   // The earliest report of a step wins: status.lastFailover may have been rewritten by a
   // manager that took a slow failover over (its times come late), the other sources not.
@@ -140,27 +140,23 @@ export function timelineOf(f: FailoverFacts): TimelineStep[] {
   };
   const steps: TimelineStep[] = [
     { step: `node ${f.crashedNode} ${f.fault ?? 'crashed'}`, seconds: 0, source: 'simulator' },
-    { step: 'stale lease detected', seconds: since(at(lf.detectedAt)), source: 'status.lastFailover' },
-    { step: 'lease marked delinquent', seconds: since(at(lf.markedAt)), source: 'status.lastFailover' },
+    { step: RECORDED_STEP.detected, seconds: since(at(lf.detectedAt)), source: RECORD_SOURCE },
+    { step: RECORDED_STEP.marked, seconds: since(at(lf.markedAt)), source: RECORD_SOURCE },
     {
-      step: `pod ${f.oldPod} force-deleted`,
-      ...earliest([at(lf.podDeletedAt), 'status.lastFailover'], [f.oldPodGoneAt, 'pod watch']),
+      step: RECORDED_STEP.podDeleted(f.oldPod),
+      ...earliest([at(lf.podDeletedAt), RECORD_SOURCE], [f.oldPodGoneAt, 'pod watch']),
     },
     {
-      step: `volume released on ${f.crashedNode} (handoff done or detached)`,
-      ...earliest([at(lf.detachedAt), 'status.lastFailover'], [f.oldDetachedAt, 'sim CSI attacher']),
+      step: RECORDED_STEP.released(f.crashedNode),
+      ...earliest([at(lf.detachedAt), RECORD_SOURCE], [f.oldDetachedAt, 'sim CSI attacher']),
     },
     {
-      step: `replacement ${f.newPod} created`,
-      ...earliest([at(lf.replacementCreatedAt), 'status.lastFailover'], [f.newPodSeenAt, 'pod watch']),
+      step: RECORDED_STEP.replacementCreated(f.newPod),
+      ...earliest([at(lf.replacementCreatedAt), RECORD_SOURCE], [f.newPodSeenAt, 'pod watch']),
     },
     { step: `scheduled on ${f.newNode}`, seconds: since(f.scheduledAt), source: 'pod watch' },
     { step: `volume attached to ${f.newNode}`, seconds: since(f.attachedAt), source: 'sim CSI attacher' },
-    {
-      step: 'new agent acquired the lease',
-      seconds: since(at(lf.completedAt)),
-      source: 'status.lastFailover',
-    },
+    { step: RECORDED_STEP.acquired, seconds: since(at(lf.completedAt)), source: RECORD_SOURCE },
     {
       step: `share served from ${f.newNode}`,
       seconds: since(f.servingAt),
@@ -174,13 +170,4 @@ export function timelineOf(f: FailoverFacts): TimelineStep[] {
       source: 'nfs-writer',
     });
   return steps;
-}
-
-export function formatTimeline(steps: TimelineStep[]): string {
-  return steps
-    .map((s) => {
-      const t = s.seconds === undefined ? '     ?  ' : `${s.seconds.toFixed(2).padStart(7)} s`;
-      return `  ${t}  ${s.step.padEnd(58)} (${s.source})`;
-    })
-    .join('\n');
 }

@@ -108,7 +108,7 @@ import {
   writesAcrossRevokes,
 } from '../../dev/sim/storage/access-log.ts';
 import { imagePath, readImageFile } from '../../dev/sim/storage/block-image.ts';
-import { formatTimeline, PodTracker, timelineOf } from '../../dev/system/failover-facts.ts';
+import { PodTracker, timelineOf } from '../../dev/system/failover-facts.ts';
 import {
   acksOutsideWindows,
   acksSince,
@@ -120,6 +120,7 @@ import {
 import { serviceEndpointPods, shareStatus } from '../../dev/system/shares.ts';
 import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { formatTimeline } from '../../lib/failover-timeline.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
 import {

@@ -168,6 +168,25 @@ export async function createNode(kc: k8s.KubeConfig, name: string): Promise<void
   );
 }
 
+/**
+ * Plays the operator (or a fencing controller) who knows `node` is down: the taint
+ * node.kubernetes.io/out-of-service=nodeshutdown:NoExecute, the storage-fencing gate's
+ * node-down evidence (failover/storage-fencing.ts). NB: replaces the node's taints.
+ */
+export async function taintOutOfService(kc: k8s.KubeConfig, node: string): Promise<void> {
+  await kc.makeApiClient(k8s.CoreV1Api).patchNode(
+    {
+      name: node,
+      body: {
+        spec: {
+          taints: [{ key: 'node.kubernetes.io/out-of-service', value: 'nodeshutdown', effect: 'NoExecute' }],
+        },
+      },
+    },
+    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+  );
+}
+
 export interface ShareManagerInput {
   name: string;
   namespace: string;

@@ -20,6 +20,7 @@ import { readManagerConfig } from '../../manager/config.ts';
 import { FailoverExecutor, type HandoffContext } from '../../manager/failover/execute-failover.ts';
 import { StatusWriter } from '../../manager/share-model/status-writer.ts';
 import { useCluster } from '../support/cluster.ts';
+import { taintOutOfService } from './manager-harness.ts';
 
 const cluster = useCluster({ scheduler: false, controllerManager: false });
 const DRIVER = 'csi.example.dev';
@@ -211,19 +212,7 @@ describe('volume handoff against the API server', () => {
     assert.equal(read.storage.kind, 'unknown');
     assert.match(read.storage.reason, /PVC default\/no-such-claim does not exist/);
 
-    await core.patchNode(
-      {
-        name: 'node-e',
-        body: {
-          spec: {
-            taints: [
-              { key: 'node.kubernetes.io/out-of-service', value: 'nodeshutdown', effect: 'NoExecute' },
-            ],
-          },
-        },
-      },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-    );
+    await taintOutOfService(cluster().kubeConfig, 'node-e');
     assert.deepEqual((await ex.readStorageGate(NS, 'share-e-data', 'node-e')).node, {
       kind: 'present',
       outOfService: 'other',
