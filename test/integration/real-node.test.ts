@@ -25,7 +25,10 @@
  * real external-attacher before the pod runs; staged and published by the kubelet;
  * the file in the driver's backing dir; the VolumeAttachment gone after the pod; the
  * driver runs in its fencing mode, so even this static volume goes through the node's
- * own view); then the fencing driver with dynamic provisioning (real-node-fencing.ts: a
+ * own view); then, on real-2, share pods as the manager builds them (real-node-share-pod.ts
+ * says what is checked: which agent may hold a lease by what the kernel gave it, its
+ * fence of a server of another user and of nothing else, the kubelet's backstop of a
+ * hung agent); then the fencing driver with dynamic provisioning (real-node-fencing.ts: a
  * PVC provisioned by the real external-provisioner, an ext4 image (the block kind)
  * written through real-1's view and loop device, real-1 frozen mid-write and its volume
  * handed to real-2; the revoke, on the host, precedes real-2's grant; a file handle of
@@ -70,6 +73,7 @@ import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
 import { fencedHandoff } from './real-node-fencing.ts';
 import { projectImagesRun } from './real-node-images.ts';
+import { sharePodAgents } from './real-node-share-pod.ts';
 
 const cluster = useCluster({ realNodes: true });
 
@@ -261,6 +265,15 @@ describe('real nodes', () => {
     const done = await imported;
     if ('error' in done) throw done.error;
     await csiVolumeRoundTrip(node2, csi, images.leasehold as LocalImage);
+  });
+
+  it("the share pod's agent as the manager builds it: at the image's uid 65532 (even with add KILL) it never acquires; as uid 0 with CAP_KILL alone it fences a server of another user and nothing of a neighbour pod; an agent hung on a healthy node is backstopped by the kubelet", {
+    timeout: 240_000,
+  }, async () => {
+    assert.ok(node2 && imported, 'real-2 started, the image import began');
+    const done = await imported;
+    if ('error' in done) throw done.error;
+    await sharePodAgents(cluster(), node2, images.leasehold as LocalImage);
   });
 
   it("the fencing driver: a dynamically provisioned volume handed from frozen real-1 to real-2, real-1's view revoked first (EIO after), deleted with its claim", {
