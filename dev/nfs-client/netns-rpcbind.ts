@@ -15,8 +15,8 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { sleep } from '../../../lib/clock.ts';
-import { LeaseholdError } from '../../../lib/errors.ts';
+import { sleep } from '../../lib/clock.ts';
+import { LeaseholdError } from '../../lib/errors.ts';
 
 export interface NetnsRpcbind {
   /** The command's process (rpcbind itself when the command execs all the way). */

@@ -30,7 +30,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startNetnsRpcbind } from '../sim/runtime/netns-rpcbind.ts';
+import { startNetnsRpcbind } from './netns-rpcbind.ts';
 
 export interface PrivateRpcbind {
   pid: number;

@@ -18,6 +18,7 @@ import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
+import { SimCsiAttacher } from '../../test/support/handoff-order.ts';
 import type { Cluster } from '../cluster/types.ts';
 import { readServingWindows, type ServingWindow } from '../share-server/serving-window-log.ts';
 import { TEST_CSI_DRIVER } from './kubelet/pod-volumes.ts';
@@ -27,7 +28,6 @@ import { type ServiceAddress, ServiceProxy } from './network/service-proxy.ts';
 import type { PortEndpoint, ResolvedEndpoint } from './network/service-routing.ts';
 import { type FaultRecord, SimNode, type SimNodeState } from './node/sim-node.ts';
 import { SHARE_SERVER_IMAGE } from './runtime/container-launch.ts';
-import { SimCsiAttacher } from './storage/csi-attacher.ts';
 import { FencingStorage } from './storage/fencing-storage.ts';
 
 export { TEST_CSI_DRIVER, TEST_NOATTACH_CSI_DRIVER } from './kubelet/pod-volumes.ts';

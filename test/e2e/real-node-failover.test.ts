@@ -107,15 +107,15 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, type TestContext, test } from 'node:test';
-import { analyzeWriteRun } from '../../dev/nfs-client/write-analysis.ts';
-import type { RealNode } from '../../dev/node/node.ts';
-import { overlappingWindows, type ServingWindow } from '../../dev/share-server/serving-window-log.ts';
 import {
   accessOrderViolations,
   revokeBeforeGrantElsewhere,
   writesAcrossRevokes,
-} from '../../dev/sim/storage/access-log.ts';
-import { imagePath, readImageFile } from '../../dev/sim/storage/block-image.ts';
+} from '../../dev/csi/access-log.ts';
+import { imagePath, readImageFile } from '../../dev/csi/block-image.ts';
+import { analyzeWriteRun } from '../../dev/nfs-client/write-analysis.ts';
+import type { RealNode } from '../../dev/node/node.ts';
+import { overlappingWindows, type ServingWindow } from '../../dev/share-server/serving-window-log.ts';
 import { formatTimeline, PodTracker, timelineOf } from '../../dev/system/failover-facts.ts';
 import {
   acksOutsideWindows,

@@ -94,8 +94,6 @@ import type { V1VolumeAttachment } from '@kubernetes/client-node';
 import { managerRestarts, waitManagerRestarted } from '../../bench/failover/real-node-runs.ts';
 import { helm } from '../../dev/helm/helm.ts';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
-import { startListWatch } from '../../dev/sim/kubelet/list-watch.ts';
-import { type AttachEvent, handoffOrderViolations } from '../../dev/sim/storage/csi-attacher.ts';
 import { CHART_DIR } from '../../dev/system/helm-install.ts';
 import {
   createRealNfsShare,
@@ -118,6 +116,8 @@ import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { ANNOTATION_DELINQUENT, LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import { eventually } from '../support/cluster.ts';
+import { type AttachEvent, handoffOrderViolations } from '../support/handoff-order.ts';
+import { startListWatch } from '../support/list-watch.ts';
 import {
   E2E_NFS,
   REAL_SERVING_WITHIN_MS,

@@ -12,10 +12,10 @@ import type { V1Pod } from '@kubernetes/client-node';
 import type { Cluster } from '../../dev/cluster/types.ts';
 import { readRecords } from '../../dev/share-server/record-file.ts';
 import { SHARE_SERVER_IMAGE, type Sim, TEST_CSI_DRIVER } from '../../dev/sim/sim.ts';
-import { ATTACHER_FINALIZER } from '../../dev/sim/storage/csi-attacher.ts';
 import { createTestVolume } from '../../dev/sim/storage/test-volume.ts';
 import { k8s } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
+import { ATTACHER_FINALIZER } from '../support/handoff-order.ts';
 import { startClusterAndSim, stopClusterAndSim } from './sim-harness.ts';
 
 const ATTACH_DELAY_MS = 2_000;

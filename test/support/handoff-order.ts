@@ -32,11 +32,15 @@
  * host dir).
  */
 import type { V1VolumeAttachment } from '@kubernetes/client-node';
-import { monotonicMs, sleep } from '../../../lib/clock.ts';
-import { k8s, statusOf, withDeadline } from '../../../lib/kube-client.ts';
-import { type ListWatch, startListWatch } from '../kubelet/list-watch.ts';
-import { TEST_CSI_DRIVER } from '../kubelet/pod-volumes.ts';
-import { type FencingStorage, type FencingVolumeKind, volumeKindOf } from './fencing-storage.ts';
+import { TEST_CSI_DRIVER } from '../../dev/sim/kubelet/pod-volumes.ts';
+import {
+  type FencingStorage,
+  type FencingVolumeKind,
+  volumeKindOf,
+} from '../../dev/sim/storage/fencing-storage.ts';
+import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
+import { type ListWatch, startListWatch } from './list-watch.ts';
 
 export const ATTACHER_FINALIZER = `external-attacher/${TEST_CSI_DRIVER.replaceAll('.', '-')}`;
 

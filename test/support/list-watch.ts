@@ -19,9 +19,9 @@
  * only the current one), which is why handlers are level-based.
  */
 import type { KubernetesObject } from '@kubernetes/client-node';
-import { sleep } from '../../../lib/clock.ts';
-import { LeaseholdError } from '../../../lib/errors.ts';
-import { k8s } from '../../../lib/kube-client.ts';
+import { sleep } from '../../lib/clock.ts';
+import { LeaseholdError } from '../../lib/errors.ts';
+import { k8s } from '../../lib/kube-client.ts';
 
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
 

@@ -19,13 +19,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { test } from 'node:test';
-import { writesAcrossRevokes } from '../../dev/sim/storage/access-log.ts';
-import {
-  BLOCK_FS_ATTRIBUTE,
-  createImage,
-  imagePath,
-  readImageFile,
-} from '../../dev/sim/storage/block-image.ts';
+import { writesAcrossRevokes } from '../../dev/csi/access-log.ts';
+import { BLOCK_FS_ATTRIBUTE, createImage, imagePath, readImageFile } from '../../dev/csi/block-image.ts';
 import {
   FENCING_ATTRIBUTE,
   FencingStorage,

@@ -5,11 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import {
-  type AttachEvent,
-  type AttachEventKind,
-  handoffOrderViolations,
-} from '../../dev/sim/storage/csi-attacher.ts';
+import { type AttachEvent, type AttachEventKind, handoffOrderViolations } from '../support/handoff-order.ts';
 
 function log(...steps: [AttachEventKind, string, string, string?][]): AttachEvent[] {
   return steps.map(([event, va, node, pv], i) => ({

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { test } from 'node:test';
-import { accessOrderViolations, revokeBeforeGrantElsewhere } from '../../dev/sim/storage/access-log.ts';
+import { accessOrderViolations, revokeBeforeGrantElsewhere } from '../../dev/csi/access-log.ts';
 import { FencingStorage, viewLink } from '../../dev/sim/storage/fencing-storage.ts';
 import { claimStorage } from '../../dev/sim/storage/storage-leftovers.ts';
 import { sleep } from '../../lib/clock.ts';

@@ -14,7 +14,7 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { sleep } from '../../../lib/clock.ts';
 import { k8s, statusOf, withDeadline } from '../../../lib/kube-client.ts';
-import { type ListWatch, startListWatch } from './list-watch.ts';
+import { type ListWatch, startListWatch } from '../../../test/support/list-watch.ts';
 import { PodWorker, type PodWorkerContext } from './pod-worker.ts';
 
 export type KubeletOptions = Omit<PodWorkerContext, 'reportStatus' | 'volumesChanged'> & {

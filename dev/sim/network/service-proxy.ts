@@ -33,7 +33,7 @@ import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { monotonicMs } from '../../../lib/clock.ts';
 import { LeaseholdError } from '../../../lib/errors.ts';
 import { k8s, withDeadline } from '../../../lib/kube-client.ts';
-import { type ListWatch, startListWatch } from '../kubelet/list-watch.ts';
+import { type ListWatch, startListWatch } from '../../../test/support/list-watch.ts';
 import { ProxiedConnection } from './proxied-connection.ts';
 import type { ConnectionState, NodeCondition } from './service-connection.ts';
 import {

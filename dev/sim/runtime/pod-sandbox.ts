@@ -53,8 +53,8 @@ import { closeSync, openSync, readdirSync, readFileSync, readlinkSync } from 'no
 import { promisify } from 'node:util';
 import { sleep } from '../../../lib/clock.ts';
 import { LeaseholdError } from '../../../lib/errors.ts';
+import { type NetnsRpcbind, startNetnsRpcbind } from '../../nfs-client/netns-rpcbind.ts';
 import { type ContainerIdentity, setprivArgs } from './container-identity.ts';
-import { type NetnsRpcbind, startNetnsRpcbind } from './netns-rpcbind.ts';
 
 // The namespace's init, like a pod's pause process: it ignores TERM/INT, has no child of
 // its own (the agent's `pod` fence stops every process but PID 1 and itself, so a helper

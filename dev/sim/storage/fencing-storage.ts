@@ -39,9 +39,9 @@
 import { mkdirSync, renameSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { monotonicMs } from '../../../lib/clock.ts';
-import type { AccessLogEntry, AccessOp } from './access-log.ts';
-import { BLOCK_FS, BLOCK_FS_ATTRIBUTE, createImage, IMAGE_FILE } from './block-image.ts';
-import { fencefsBinary } from './fencefs-binary.ts';
+import type { AccessLogEntry, AccessOp } from '../../csi/access-log.ts';
+import { BLOCK_FS, BLOCK_FS_ATTRIBUTE, createImage, IMAGE_FILE } from '../../csi/block-image.ts';
+import { fencefsBinary } from '../../csi/fencefs-binary.ts';
 import { claimStorage, sweepDeadStorage } from './storage-leftovers.ts';
 import { type ViewStats, VolumeView } from './volume-view.ts';
 

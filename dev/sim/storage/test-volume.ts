@@ -13,8 +13,8 @@
  */
 import { sleep } from '../../../lib/clock.ts';
 import { k8s, kubeCall, statusOf, withDeadline } from '../../../lib/kube-client.ts';
+import { BLOCK_FS, BLOCK_FS_ATTRIBUTE } from '../../csi/block-image.ts';
 import { TEST_CSI_DRIVER, TEST_NOATTACH_CSI_DRIVER } from '../kubelet/pod-volumes.ts';
-import { BLOCK_FS, BLOCK_FS_ATTRIBUTE } from './block-image.ts';
 import { FENCING_ATTRIBUTE } from './fencing-storage.ts';
 
 export type TestStorageKind = 'shared' | 'fencing' | 'fencing-ext4' | 'no-attach';
