@@ -25,8 +25,8 @@
  *      the control plane. On Ctrl-C every component's own exit hook kills its processes
  *      (the clients are their node's) and removes its namespaces, mounts and cgroups.
  * Exit codes: 0 the failover happened and was safe, 1 it did not or the demo failed.
- * Not shown here (the --sim demo has them): a second, undisturbed share; the demo
- * share server's serving windows. The libnfs writer's view: bench/failover --real-nodes.
+ * Not shown here: a second, undisturbed share. The libnfs writer's view: the failover
+ * benchmark (bench/failover).
  */
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import type { KernelName } from '../kernel-client/kernels.ts';
