@@ -1,18 +1,16 @@
 /**
- * `npm run bench -- failover --real-nodes [options]` (bench/run.ts routes it here; the
- * options: real-node-args.ts): the leasehold mode on real nodes with the NFS client
- * (real-node-runs.ts), and with `--modes` the sim benchmark's other managed modes
- * (each put on the chart by `helm upgrade`, real-mode-switch.ts, before its share is
- * created) and stock Kubernetes (real-stock-runs.ts), one mode after the other in the
- * order given (each mode's share deleted before the next starts: one share at a
- * time), on one real-node system (dev/system/real-system.ts) with the
- * control plane on the sim benchmark's Kubernetes defaults (ADC sync 1m, node-monitor
- * grace 40s; the kubelets' own heartbeat, 10 s). Prints the figures (p50/p95), next to
- * the sim nodes' leasehold figures from the newest sim result file on the same
- * timings (sim-reference.ts: labelled as another run, with its date and load), and
- * writes bench/results/failover-real-nodes-nfs-client-v3-adc-<adc>-nmg-<grace>-settle-<s>s-<modes joined by +>.json
- * with the load average (sampled every 15 s). The modes' rows side by side in one table
- * (real-node-table.ts).
+ * The failover benchmark, `npm run bench -- failover [options]` (bench/run.ts routes it
+ * here; the options: real-node-args.ts): node crashes on real nodes, measured from the
+ * NFS client's side. The leasehold mode (real-node-runs.ts), and with `--modes` the
+ * other managed modes (modes.ts; each put on the chart by `helm upgrade`,
+ * real-mode-switch.ts, before its share is created) and stock Kubernetes
+ * (real-stock-runs.ts), one mode after the other in the order given (each mode's share
+ * deleted before the next starts: one share at a time), on one real-node system
+ * (dev/system/real-system.ts) with the control plane on Kubernetes' defaults (ADC sync
+ * 1m, node-monitor grace 40s; the kubelets' own heartbeat, 10 s). Prints the figures
+ * (p50/p95), the modes' rows side by side in one table (real-node-table.ts), and writes
+ * bench/results/failover-real-nodes-nfs-client-v3-adc-<adc>-nmg-<grace>-settle-<s>s-<modes joined by +>.json
+ * with the load average (sampled every 15 s).
  * Exit codes: 0 done and safe (no acknowledged write lost, never two ganesha, no
  * violation; capped crashes are reported, not failures), 1 a violation or a failure,
  * 2 bad arguments. SIGINT: every component's own exit hook removes what it made.
@@ -30,13 +28,12 @@ import { installValues, switchManagedMode } from './real-mode-switch.ts';
 import { parseRealNodeBenchArgs, REAL_NODE_BENCH_USAGE } from './real-node-args.ts';
 import { type RealNodeResult, realModeShare, realNodeCrashRuns } from './real-node-runs.ts';
 import { realNodeTable, type TableRow } from './real-node-table.ts';
-import { realStockCrashRuns } from './real-stock-runs.ts';
-import { readSimReference } from './sim-reference.ts';
+import { realStockCrashRuns, TOLERATION_SECONDS } from './real-stock-runs.ts';
 import { type Summary, summarizeLoad } from './stats.ts';
 
 const args = parseRealNodeBenchArgs(process.argv.slice(2));
 if ('problem' in args) {
-  process.stderr.write(`bench failover --real-nodes: ${args.problem}\n${REAL_NODE_BENCH_USAGE}\n`);
+  process.stderr.write(`bench failover: ${args.problem}\n${REAL_NODE_BENCH_USAGE}\n`);
   process.exit(2);
 }
 
@@ -137,12 +134,8 @@ async function main(): Promise<number> {
     cores: availableParallelism(),
   };
   const dir = join(REPO_ROOT, 'bench', 'results');
-  const sim = readSimReference(dir, {
-    adcSync: args.adcSync,
-    nodeMonitorGracePeriod: args.nodeMonitorGracePeriod,
-  });
   const rows: TableRow[] = results.map((r) => ({
-    label: `${modeName(r)}, real nodes (this run)`,
+    label: `${modeName(r)}, real nodes`,
     detection: r.detection,
     crashToServing: r.crashToServing,
     clientWriteGap: r.clientWriteGap,
@@ -151,23 +144,11 @@ async function main(): Promise<number> {
     capped: r.capped,
     budgetS: r.mode === 'stock-real-nodes' ? args.stockBudgetS : args.budgetS,
   }));
-  if (sim)
-    rows.push({
-      label: 'leasehold, sim nodes (OTHER run)',
-      detection: sim.detection,
-      crashToServing: sim.crashToServing,
-      clientWriteGap: sim.clientWriteGap,
-      measured: sim.crashToServing.n,
-      total: sim.runs,
-      suffix: `(${sim.file}, ${sim.date}, load mean ${sim.loadMean ?? '?'})`,
-    });
   const lines = [
     '',
     `Failover after a node crash on real nodes, measured from the NFS client (libnfs v3 in a surviving node's network, through the ClusterIP): ${args.runs} crashes per mode (${args.modes.join(', ')}, one after the other on one system), each healed by a reboot and ${args.settleS} s of settling; ${args.nodes} nodes; ADC sync ${args.adcSync}, node-monitor grace ${args.nodeMonitorGracePeriod}; load average ${load.atStart.join(' ')} at start, ${load.atEnd.join(' ')} at end (1-min mean ${load.oneMinute.mean ?? '?'}, max ${load.oneMinute.max ?? '?'}) on ${load.cores} cores`,
     ...realNodeTable(rows),
-    sim
-      ? ''
-      : `leasehold, sim nodes: no sim result file on ADC sync ${args.adcSync} / grace ${args.nodeMonitorGracePeriod} in bench/results`,
+    '',
     ...results.flatMap((r) => {
       const m = modeName(r);
       return [
@@ -200,12 +181,11 @@ async function main(): Promise<number> {
       writeIntervalMs: 20,
       budgetS: args.budgetS,
       stockBudgetS: args.stockBudgetS,
-      stockTolerationSeconds: 30,
+      stockTolerationSeconds: TOLERATION_SECONDS,
       settleS: args.settleS,
     },
     load,
     results,
-    simReference: sim ? { ...sim, note: 'from another run (the sim benchmark), not this one' } : null,
   };
   writeFileSync(join(dir, file), `${JSON.stringify(record, null, 2)}\n`);
   process.stdout.write(`wrote ${join('bench', 'results', file)}\n`);
@@ -215,8 +195,6 @@ async function main(): Promise<number> {
 }
 
 process.exitCode = await main().catch((err: unknown) => {
-  process.stderr.write(
-    `bench failover --real-nodes failed: ${err instanceof Error ? err.message : String(err)}\n`,
-  );
+  process.stderr.write(`bench failover failed: ${err instanceof Error ? err.message : String(err)}\n`);
   return 1;
 });

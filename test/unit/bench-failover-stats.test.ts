@@ -1,17 +1,11 @@
 /**
  * The pure parts of the failover benchmark and the demo timeline: percentiles, the
- * emulated Longhorn verdict (first 1 s tick strictly after renewTime + lease), ratios,
- * and the timeline built from a failover's facts.
+ * emulated Longhorn verdict (first 1 s tick strictly after renewTime + lease), and the
+ * timeline built from a failover's facts.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import {
-  longhornVerdictMs,
-  percentile,
-  ratio,
-  ratiosToLeasehold,
-  summarize,
-} from '../../bench/failover/stats.ts';
+import { longhornVerdictMs, percentile, summarize } from '../../bench/failover/stats.ts';
 import { timelineOf } from '../../dev/system/failover-facts.ts';
 
 test('percentile: nearest rank over the finite values', () => {
@@ -33,12 +27,9 @@ test('longhornVerdictMs: the first tick strictly after renewTime + lease', () =>
   assert.equal(longhornVerdictMs(10_000, 7_000, -750), 17_250);
 });
 
-test('summarize and ratio', () => {
+test('summarize', () => {
   assert.deepEqual(summarize([1, Number.NaN, 3, 2]), { n: 3, p50: 2, p95: 3, max: 3 });
   assert.deepEqual(summarize([]), { n: 0 });
-  assert.equal(ratio(10, 4), 2.5);
-  assert.equal(ratio(undefined, 4), undefined);
-  assert.equal(ratio(3, 0), undefined);
 });
 
 test('timelineOf: seconds since the crash from every source, unknown steps left open', () => {
@@ -64,17 +55,4 @@ test('timelineOf: seconds since the crash from every source, unknown steps left 
   assert.equal(at('volume attached to sim-2'), 6.25);
   assert.equal(at('new agent acquired'), 7.5);
   assert.equal(at('share served from sim-2'), 8);
-});
-
-test('ratiosToLeasehold: each other mode over leasehold, per figure and percentile; none without leasehold', () => {
-  const results = [
-    { mode: 'stock', gap: { n: 2, p50: 300, p95: 600 } },
-    { mode: 'leasehold', gap: { n: 2, p50: 6, p95: 12 } },
-    { mode: 'longhorn', gap: { n: 0 } },
-  ];
-  assert.deepEqual(ratiosToLeasehold(results, { gap: (r) => r.gap }), {
-    'stock/leasehold': { gapP50: 50, gapP95: 50 },
-    'longhorn/leasehold': { gapP50: undefined, gapP95: undefined },
-  });
-  assert.deepEqual(ratiosToLeasehold(results.slice(0, 1), { gap: (r) => r.gap }), {});
 });
