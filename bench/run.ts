@@ -1,7 +1,7 @@
 /**
  * `npm run bench -- <name> [args]`: runs a benchmark by name, each in its own Node
  * process (the same toolchain: tsx, the control-plane binaries on PATH):
- *   failover        bench/failover/real-nodes.ts node crashes on real nodes, from the NFS client's side: leasehold
+ *   failover        bench/failover/run.ts       node crashes on real nodes, from the NFS client's side: leasehold
  *                   and, with --modes, its other settings and stock Kubernetes
  *   kernel-client   bench/kernel-client/run.ts  node crashes on real nodes as Linux 6.1 and 6.12 NFS clients see them
  *   agent           bench/agent/run.ts          one agent's memory, CPU, requests per renewal
@@ -21,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 const BENCHMARKS = {
-  failover: 'failover/real-nodes.ts',
+  failover: 'failover/run.ts',
   'kernel-client': 'kernel-client/run.ts',
   agent: 'agent/run.ts',
   'manager-scale': 'manager-scale/run.ts',
