@@ -32,8 +32,8 @@ import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts
 import { PodTracker } from '../../dev/system/failover-facts.ts';
 import { createRealNfsShare, GaneshaTracker, podLog, realVolumeHandle } from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
+import { managerPodsByNode, SHARES_NAMESPACE, waitForManagers } from '../../dev/system/real-system.ts';
 import { shareStatus } from '../../dev/system/shares.ts';
-import { managerPodsByNode, SHARES_NAMESPACE, waitForManagers } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { LONGHORN_LEASE_MS, type ManagedMode, modeLease, modeSettings } from './modes.ts';

@@ -34,7 +34,7 @@ import {
   realVolumeHandle,
 } from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
-import { managerPodsByNode, SHARES_NAMESPACE, waitForManagers } from '../../dev/system/system.ts';
+import { managerPodsByNode, SHARES_NAMESPACE, waitForManagers } from '../../dev/system/real-system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import {

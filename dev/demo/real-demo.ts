@@ -187,12 +187,8 @@ async function demo(sys: RealSystem, adcSync: string, kernels: readonly KernelNa
     ...(attach ? { attachedAt: new Date(attach.atMs) } : {}),
     servingAt: new Date(after.servingWall),
     servingSource: 'NFS server log: serving',
-  }).map((s) => ({
-    ...s,
-    source: s.source
-      .replace('simulator', 'RealNode.crash')
-      .replace('sim CSI attacher', 'CSI controller record'),
-  }));
+    faultSource: 'RealNode.crash',
+  });
   for (const [i, v] of views.entries())
     steps = withClientSteps(steps, v.view, { name: v.name, source: clients[i]?.name ?? v.name });
   process.stdout.write(

@@ -48,7 +48,7 @@ import type { RealNode } from '../node/node.ts';
 import { SIGKILL, signalPending } from '../node/pending-signals.ts';
 import type { ServingWindow } from '../share-server/serving-window-log.ts';
 import type { RealSystem } from './real-system.ts';
-import { SHARES_NAMESPACE } from './system.ts';
+import { SHARES_NAMESPACE } from './real-system.ts';
 
 const SM = { group: 'leasehold.dev', version: 'v1alpha1', plural: 'sharemanagers' };
 export const REAL_NFS_EXPORT = '/export';

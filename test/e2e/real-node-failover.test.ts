@@ -125,8 +125,8 @@ import {
   podLog,
   realVolumeHandle,
 } from '../../dev/system/real-share.ts';
+import { SHARES_NAMESPACE } from '../../dev/system/real-system.ts';
 import { serviceEndpointPods, shareStatus } from '../../dev/system/shares.ts';
-import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
@@ -272,13 +272,9 @@ async function failOver(
     servingAt: new Date(servingWall),
     servingSource: 'NFS server log (serving)',
     clientResumedAt: client.resumed()?.at,
-  }).map((s) => ({
-    ...s,
-    step: s.step.replace('crashed', FAULTED[label]),
-    source: s.source
-      .replace('simulator', `RealNode ${label}`)
-      .replace('sim CSI attacher', 'CSI controller record'),
-  }));
+    fault: FAULTED[label],
+    faultSource: `RealNode ${label}`,
+  });
   process.stderr.write(`${SHARE}: timeline since the ${label} (real nodes)\n${formatTimeline(steps)}\n`);
   const toServingS = (servingWall - faultAt.getTime()) / 1000;
   process.stderr.write(

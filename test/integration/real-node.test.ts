@@ -9,7 +9,7 @@
  * `kubernetes` Service's ClusterIP through kube-proxy, its projected service-account
  * token) and is told who it is; the API server reaches real-2's kubelet through its
  * egress proxy into real-2's namespace to read that pod's log, exec the call again in
- * it and port-forward to it. Then the faults of dev/sim's API: real-1 crashes with a
+ * it and port-forward to it. Then the node faults (RealNode's): real-1 crashes with a
  * pod (its processes gone, its API connections left open and silent, NotReady by the
  * real node-lifecycle controller) and heal reboots it (Ready, the kubelet restarts the
  * old pod); across it the node network (dev/node/fabric.ts): before, real-1's pod
@@ -68,7 +68,6 @@ import { NODE_NET_SYSCTLS } from '../../dev/node/fabric-plan.ts';
 import { freezerCgroupOf, freezerMount } from '../../dev/node/freezer.ts';
 import { hostProcesses } from '../../dev/node/leftovers.ts';
 import { type RealNode, startRealNode } from '../../dev/node/node.ts';
-import type { SimNode } from '../../dev/sim/node/sim-node.ts';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
 import { fencedHandoff } from './real-node-fencing.ts';
@@ -77,18 +76,6 @@ import { sharePodAgents } from './real-node-share-pod.ts';
 
 const cluster = useCluster({ realNodes: true });
 
-/**
- * The e2e scenarios' fault API (dev/sim's SimNode): a RealNode must fit it, so that a
- * scenario moves over unchanged. heal() may return a promise (a reboot takes time).
- */
-type NodeFaultApi = Pick<SimNode, 'crash' | 'freeze' | 'partition' | 'state'> & {
-  heal(): void | Promise<void>;
-  readonly faults: readonly Pick<
-    SimNode['faults'][number],
-    'node' | 'fault' | 'detail' | 'monoMs' | 'wall'
-  >[];
-};
-const _realNodeFitsTheSimFaultApi = (n: RealNode): NodeFaultApi => n;
 const run = promisify(execFile);
 
 /** The host's values of the sysctls the kubelet checks and the nodes' network namespaces set. */
@@ -250,7 +237,7 @@ describe('real nodes', () => {
     assert.ok(live.some((l) => l.kind === 'cgroup' && l.path.endsWith('/kubepods')));
   });
 
-  it("faults as on dev/sim, while real-2 runs the project's images: real-1 crashes (NotReady, processes gone) and heal reboots it (the kubelet reconciles the pod)", {
+  it("node faults, while real-2 runs the project's images: real-1 crashes (NotReady, processes gone) and heal reboots it (the kubelet reconciles the pod)", {
     timeout: 240_000,
   }, async () => {
     assert.ok(node && node2 && imported, 'both nodes started and the import began');
@@ -283,7 +270,7 @@ describe('real nodes', () => {
     await fencedHandoff(cluster(), node, node2, csi);
   });
 
-  it('faults as on dev/sim: freeze and partition stall stop real-2 renewing its lease, heal renews it', {
+  it('node faults: freeze and partition stall stop real-2 renewing its lease, heal renews it', {
     timeout: 120_000,
   }, async () => {
     assert.ok(node && node2, 'both nodes started');

@@ -37,22 +37,36 @@ test('timelineOf: seconds since the crash from every source, unknown steps left 
   const plus = (s: number) => new Date(crashAt.getTime() + s * 1000);
   const steps = timelineOf({
     share: 's',
-    crashedNode: 'sim-1',
+    crashedNode: 'real-1',
+    faultSource: 'RealNode crash',
     crashAt,
     oldPod: 's-old',
     newPod: 's-new',
-    newNode: 'sim-2',
+    newNode: 'real-2',
     status: { lastFailover: { detectedAt: plus(5).toISOString(), completedAt: plus(7.5).toISOString() } },
     scheduledAt: plus(5.3),
     attachedAt: plus(6.25),
     servingAt: plus(8),
+    servingSource: 'NFS server log',
   });
-  const at = (prefix: string) => steps.find((s) => s.step.startsWith(prefix))?.seconds;
-  assert.equal(at('node sim-1 crashed'), 0);
-  assert.equal(at('stale lease detected'), 5);
-  assert.equal(at('lease marked delinquent'), undefined);
-  assert.equal(at('scheduled on sim-2'), 5.3);
-  assert.equal(at('volume attached to sim-2'), 6.25);
-  assert.equal(at('new agent acquired'), 7.5);
-  assert.equal(at('share served from sim-2'), 8);
+  const at = (prefix: string) => steps.find((s) => s.step.startsWith(prefix));
+  assert.deepEqual(at('node real-1 crashed'), {
+    step: 'node real-1 crashed',
+    seconds: 0,
+    source: 'RealNode crash',
+  });
+  assert.equal(at('stale lease detected')?.seconds, 5);
+  assert.equal(at('lease marked delinquent')?.seconds, undefined);
+  assert.equal(at('scheduled on real-2')?.seconds, 5.3);
+  assert.deepEqual(at('volume attached to real-2'), {
+    step: 'volume attached to real-2',
+    seconds: 6.25,
+    source: 'CSI controller record',
+  });
+  assert.equal(at('new agent acquired')?.seconds, 7.5);
+  assert.deepEqual(at('share served from real-2'), {
+    step: 'share served from real-2',
+    seconds: 8,
+    source: 'NFS server log',
+  });
 });
