@@ -38,7 +38,7 @@ if ('problem' in args) {
 
 const t0 = performance.now();
 const say = (line: string) =>
-  process.stdout.write(`[${((performance.now() - t0) / 1000).toFixed(0).padStart(4)}s real-nodes] ${line}\n`);
+  process.stdout.write(`[${((performance.now() - t0) / 1000).toFixed(0).padStart(4)}s failover] ${line}\n`);
 const loadSamples: number[] = [loadavg()[0] ?? Number.NaN];
 const loadStart = loadavg().map((x) => Math.round(x * 100) / 100);
 const loadTimer = setInterval(() => loadSamples.push(loadavg()[0] ?? Number.NaN), 15_000);
