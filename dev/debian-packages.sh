@@ -14,7 +14,7 @@
 #   mmdebstrap (the images' Debian base layers, dev/image/build.ts; without recommends:
 #   it runs in root mode and needs none of them) and zstd (their layers' compression),
 #   e2fsprogs (mkfs.ext4, e2fsck, debugfs) and mount (losetup, mount -o loop): the
-#   fencing storage's block kind, an ext4 image per volume (dev/sim/storage/block-image.ts);
+#   fencing CSI driver's block kind, an ext4 image per volume (dev/csi/block-image.ts);
 #   xfsprogs (mkfs.xfs, xfs_growfs): the block kind with XFS, which grows online (ext4 needs
 #   CAP_SYS_RESOURCE to, which these machines lack);
 #   user-mode-linux (Linux 6.1 as a process, its NFS client as modules: the kernel NFS

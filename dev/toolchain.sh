@@ -8,8 +8,8 @@
 #   - with --kube, the control-plane binaries (dev/kube/build.sh; first run builds),
 #     exported as LEASEHOLD_KUBE_BIN; with --helm, the helm CLI (dev/helm/build.sh),
 #     exported as LEASEHOLD_HELM_BIN; with --fuse, leasehold-fencefs (dev/fuse/build.sh,
-#     the fencing storage's volume view), exported as LEASEHOLD_FENCEFS_BIN (without it
-#     the simulator builds it on first use of a fencing volume); with --node, the real
+#     the fencing CSI driver's volume view), exported as LEASEHOLD_FENCEFS_BIN (without it
+#     dev/csi/fencefs-binary.ts builds it on first use); with --node, the real
 #     node's components (dev/node/build.sh: kubelet, containerd, runc, CNI plugins, the
 #     pause image), exported as LEASEHOLD_NODE_BIN, the CSI parts the nodes' volumes use
 #     (dev/csi/build.sh: external-attacher, the testbed's driver and registrar), exported as

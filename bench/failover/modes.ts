@@ -1,28 +1,31 @@
 /**
- * The failover benchmark's modes, as data (pure): the chart values each installs, its
- * share lease timings and the line that says what it is. One place, used by the toy
- * share runs (leasehold-runs.ts) and the NFS client runs (nfs-modes.ts) alike, so the
- * two never disagree on what a mode means.
+ * The failover benchmark's managed modes, as data (pure): the chart values each
+ * installs, its share lease timings and the line that says what it is, in one place for
+ * the mode switch (real-mode-switch.ts) and the runs (real-node-runs.ts).
  *
  *   leasehold      the chart's defaults (lease 6 s, renew 2 s, deadline 4 s; volume
  *                  handoff volumes-in-use)
  *   leasehold-va   the same with manager.volumeHandoff=volume-attachment
  *   longhorn       Longhorn v1.7's timings (renew 3 s, lease 7 s) given to leasehold's
  *                  agent and manager; its 1 s wall-clock verdict emulated (stats.ts)
- *   stock          no manager (stock-runs.ts / stock-nfs-runs.ts)
  *   leasehold-oos  the chart's defaults plus the opt-in out-of-service taint
  *                  (nodeLeaseGrace = the cluster's node-monitor grace) on top of
  *                  volume-attachment
- *   nfs            the issue-9 mode: leasehold defaults with --nfs-* settings, own file
- *   leasehold-witnesses  (real nodes only, 3 or more) the chart's defaults plus
+ *   leasehold-witnesses  (3 nodes or more) the chart's defaults plus
  *                  manager.witnesses.nodes = every node (docs/design.md, "Serving through
  *                  an API outage"): the same crash with witness promises on
+ * The benchmark's other mode, stock (no manager), is real-stock-runs.ts's.
  */
 
-export const MODES = ['leasehold', 'leasehold-va', 'longhorn', 'stock', 'leasehold-oos', 'nfs'] as const;
-export type Mode = (typeof MODES)[number];
-/** The modes that run a leasehold manager with the crashed share (all but stock and nfs). */
-export type ManagedMode = Exclude<Mode, 'stock' | 'nfs'> | 'leasehold-witnesses';
+export const MANAGED_MODES = [
+  'leasehold',
+  'leasehold-va',
+  'longhorn',
+  'leasehold-oos',
+  'leasehold-witnesses',
+] as const;
+/** The modes that run a leasehold manager with the crashed share. */
+export type ManagedMode = (typeof MANAGED_MODES)[number];
 
 export interface LeaseTimingsUsed {
   duration: string;

@@ -12,7 +12,7 @@
  */
 import { helmUpgrade, helmUserValues } from '../../dev/system/helm-install.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
-import { RELEASE, SYSTEM_NAMESPACE, waitForManagers } from '../../dev/system/system.ts';
+import { RELEASE, SYSTEM_NAMESPACE, waitForManagers } from '../../dev/system/real-system.ts';
 import { sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { type ManagedMode, modeChartValues } from './modes.ts';

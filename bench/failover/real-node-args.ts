@@ -1,22 +1,22 @@
 /**
- * `npm run bench -- failover --real-nodes [--runs N] [--nodes N] [--adc-sync D]
+ * `npm run bench -- failover [--runs N] [--nodes N] [--adc-sync D]
  * [--node-monitor-grace D] [--budget S] [--settle S] [--modes M,...] [--stock-budget S]`,
  * parsed by a pure function (no I/O, no exit).
- * Defaults: 5 crashes (each healed: the node reboots before the next), 2 nodes, the
- * Kubernetes defaults of the sim benchmark (ADC sync 1m, node-monitor grace 40s), a
- * budget of 150 s per crash (crash to the client's resumed writes), no settling after
- * each reboot's manager has run again (real-node-runs.ts waits for its restarted
- * container; `--settle S` adds S seconds), the `leasehold` mode only; `--modes` names
- * the modes to run, in order, on the same system: the managed modes of the sim
- * benchmark (modes.ts: `leasehold-va`, `longhorn`, `leasehold-oos`; each put on the
- * chart by real-mode-switch.ts) and `stock` (real-stock-runs.ts), each stock crash
- * capped at `--stock-budget` (default 600 s, at least 60).
+ * Defaults: 5 crashes (each healed: the node reboots before the next), 2 nodes,
+ * Kubernetes' defaults (ADC sync 1m, node-monitor grace 40s), a budget of 150 s per
+ * crash (crash to the client's resumed writes), no settling after each reboot's manager
+ * has run again (real-node-runs.ts waits for its restarted container; `--settle S` adds
+ * S seconds), the `leasehold` mode only; `--modes` names the modes to run, in order, on
+ * the same system: the managed modes (modes.ts: `leasehold-va`, `longhorn`,
+ * `leasehold-oos`, `leasehold-witnesses`; each put on the chart by real-mode-switch.ts)
+ * and `stock` (real-stock-runs.ts), each stock crash capped at `--stock-budget`
+ * (default 600 s, at least 60).
  * Guarantees: accepted values are in range; a rejected one names the option and the
- * rule. Options of the sim benchmark that do not apply on real nodes (--share,
- * --parallel, --heartbeat: the real kubelet's heartbeat is its own default, 10 s; the
- * sim's `nfs` mode) are rejected, not ignored.
+ * rule; an unknown option is rejected, not ignored (e.g. a node heartbeat: the real
+ * kubelet's is its own default, 10 s).
  */
 import { parseArgs } from 'node:util';
+import { MANAGED_MODES } from './modes.ts';
 
 export interface RealNodeBenchArgs {
   runs: number;
@@ -32,18 +32,11 @@ export interface RealNodeBenchArgs {
   stockBudgetS: number;
 }
 
-export const REAL_NODE_MODES = [
-  'leasehold',
-  'leasehold-va',
-  'longhorn',
-  'leasehold-oos',
-  'leasehold-witnesses',
-  'stock',
-] as const;
+export const REAL_NODE_MODES = [...MANAGED_MODES, 'stock'] as const;
 export type RealNodeMode = (typeof REAL_NODE_MODES)[number];
 
 export const REAL_NODE_BENCH_USAGE =
-  'usage: npm run bench -- failover --real-nodes [--runs 1-50 (default 5)] [--nodes 2-5 (default 2)] [--adc-sync DURATION (default 1m)] [--node-monitor-grace DURATION (default 40s)] [--budget SECONDS (per crash, default 150)] [--settle SECONDS (after a reboot, default 0)] [--modes leasehold,leasehold-va,longhorn,leasehold-oos,leasehold-witnesses,stock (any of them, in the order to run; default leasehold; leasehold-witnesses needs --nodes 3 or more)] [--stock-budget SECONDS (per stock crash, default 600)]';
+  'usage: npm run bench -- failover [--runs 1-50 (default 5)] [--nodes 2-5 (default 2)] [--adc-sync DURATION (default 1m)] [--node-monitor-grace DURATION (default 40s)] [--budget SECONDS (per crash, default 150)] [--settle SECONDS (after a reboot, default 0)] [--modes leasehold,leasehold-va,longhorn,leasehold-oos,leasehold-witnesses,stock (any of them, in the order to run; default leasehold; leasehold-witnesses needs --nodes 3 or more)] [--stock-budget SECONDS (per stock crash, default 600)]';
 
 const DURATION = /^[1-9]\d*(s|m)$/;
 

@@ -14,7 +14,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { podLog } from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
-import { managerPodsByNode } from '../../dev/system/system.ts';
+import { managerPodsByNode } from '../../dev/system/real-system.ts';
 import type { k8s } from '../../lib/kube-client.ts';
 
 export async function keepManagerLogs(

@@ -32,11 +32,10 @@ import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts
 import { PodTracker } from '../../dev/system/failover-facts.ts';
 import { createRealNfsShare, GaneshaTracker, podLog, realVolumeHandle } from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
+import { managerPodsByNode, SHARES_NAMESPACE, waitForManagers } from '../../dev/system/real-system.ts';
 import { shareStatus } from '../../dev/system/shares.ts';
-import { managerPodsByNode, waitForManagers } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
-import type { k8s } from '../../lib/kube-client.ts';
-import { lastRenewMs } from './leasehold-runs.ts';
+import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { LONGHORN_LEASE_MS, type ManagedMode, modeLease, modeSettings } from './modes.ts';
 import { describeManagerPod, keepManagerLogs } from './real-node-logs.ts';
 import {
@@ -103,6 +102,15 @@ export interface RealNodeResult {
   serverOverlaps: number;
   violations: string[];
   notes: string[];
+}
+
+/** The share Lease's renewTime in wall ms, or undefined when it has none. */
+async function lastRenewMs(sys: RealSystem, share: string): Promise<number | undefined> {
+  const lease = await sys.kc
+    .makeApiClient(k8s.CoordinationV1Api)
+    .readNamespacedLease({ namespace: SHARES_NAMESPACE, name: share }, withDeadline(5_000));
+  const renew = lease.spec?.renewTime as unknown as string | Date | undefined;
+  return renew === undefined ? undefined : new Date(renew).getTime();
 }
 
 const sinceS = (wallMs: number | undefined, crashWallMs: number) =>

@@ -1,7 +1,7 @@
 /**
- * The real-node benchmark's side-by-side table (pure): one row per mode of this run
- * (leasehold, stock), then the sim reference (another run, labelled so), each with
- * detection, crash-to-serving and clientWriteGap p50/p95 and measured/total crashes;
+ * The real-node benchmark's side-by-side table (pure): one row per mode of the run
+ * (leasehold, stock, ...), each with detection, crash-to-serving and clientWriteGap
+ * p50/p95 and measured/total crashes;
  * a mode with capped crashes says how many and at what budget (a capped crash has no
  * crash-to-serving: its figures are of the measured ones only, `-` when none).
  */
@@ -16,8 +16,6 @@ export interface TableRow {
   total: number;
   capped?: number;
   budgetS?: number;
-  /** Shown after the figures, e.g. the reference's file, date and load. */
-  suffix?: string;
 }
 
 const fmt = (x: number | undefined) => (x === undefined ? '     -' : x.toFixed(2).padStart(6));
@@ -29,7 +27,7 @@ export function realNodeTable(rows: readonly TableRow[]): string[] {
     `${'run'.padEnd(width)}detection p50/p95   crash-to-serving p50/p95   clientWriteGap p50/p95   measured`,
     ...rows.map((r) => {
       const capped = r.capped ? `, ${r.capped} capped at ${r.budgetS ?? '?'} s` : '';
-      return `${r.label.padEnd(width)}${pair(r.detection)}      ${pair(r.crashToServing)}              ${pair(r.clientWriteGap)}            ${r.measured}/${r.total}${capped}${r.suffix ? `   ${r.suffix}` : ''}`;
+      return `${r.label.padEnd(width)}${pair(r.detection)}      ${pair(r.crashToServing)}              ${pair(r.clientWriteGap)}            ${r.measured}/${r.total}${capped}`;
     }),
   ];
 }

@@ -3,7 +3,7 @@
  * without leasehold runs. A one-replica Deployment of the shipped NFS server (the same
  * image and container the manager builds, nfs-server-preset.ts; without the lease gate:
  * there is no agent) tolerating an unreachable / not-ready node for 30 s
- * (stock-runs.ts stockTolerations), a Service of its own (publishing not-ready pods),
+ * (stockTolerations), a Service of its own (publishing not-ready pods),
  * on the same kind of static CSI PV + claim as the leasehold share (dev/csi,
  * attachRequired: the real attach-detach controller and external-attacher move it).
  * Its pods carry no leasehold label and no ShareManager names it: the managers (still
@@ -34,7 +34,7 @@ import {
   realVolumeHandle,
 } from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
-import { managerPodsByNode, SHARES_NAMESPACE, waitForManagers } from '../../dev/system/system.ts';
+import { managerPodsByNode, SHARES_NAMESPACE, waitForManagers } from '../../dev/system/real-system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import {
@@ -49,9 +49,10 @@ import type { RealCrashSample, RealNodeResult } from './real-node-runs.ts';
 import { managerRestarts, waitManagerRestarted } from './real-node-runs.ts';
 import { judgeStockSample, stockCapReasons, stockResumePath } from './real-stock-cap.ts';
 import { clientFlowing, RESUMED_ACKS, resumedAt, resumedGapMs, round, summarize } from './stats.ts';
-import { stockTolerations } from './stock-runs.ts';
 
 export const STOCK_SHARE = 'stockreal';
+/** How long the stock pod tolerates an unreachable or not-ready node (Kubernetes' default: 300 s). */
+export const TOLERATION_SECONDS = 30;
 const LABEL = 'bench.leasehold.dev/stock-share';
 const NFS = { versions: ['3' as const] };
 
@@ -61,6 +62,16 @@ export interface RealStockSample extends RealCrashSample {
   oldAttachmentGoneS?: number;
   resumePath?: string;
   capReasons?: string[];
+}
+
+/** NoExecute tolerations of an unreachable or not-ready node for TOLERATION_SECONDS. */
+function stockTolerations(): k8s.V1Toleration[] {
+  return ['node.kubernetes.io/unreachable', 'node.kubernetes.io/not-ready'].map((key) => ({
+    key,
+    operator: 'Exists',
+    effect: 'NoExecute',
+    tolerationSeconds: TOLERATION_SECONDS,
+  }));
 }
 
 /** The stock share: the volume createRealNfsShare makes, without the ShareManager; a Deployment and a Service. */

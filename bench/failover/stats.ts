@@ -51,35 +51,6 @@ export function round(x: number, digits = 2): number {
   return Math.round(x * f) / f;
 }
 
-export function ratio(a: number | undefined, b: number | undefined): number | undefined {
-  return a === undefined || b === undefined || b === 0 ? undefined : round(a / b, 1);
-}
-
-/**
- * Each other mode's p50 and p95 of the named figures over leasehold's (`<mode>/leasehold`:
- * { <figure>P50, <figure>P95 }), for a result file; empty without a leasehold result.
- */
-export function ratiosToLeasehold<R extends { mode: string }>(
-  results: readonly R[],
-  figures: Record<string, (r: R) => Summary>,
-): Record<string, Record<string, number | undefined>> {
-  const lh = results.find((r) => r.mode === 'leasehold');
-  if (!lh) return {};
-  return Object.fromEntries(
-    results
-      .filter((r) => r !== lh)
-      .map((r) => [
-        `${r.mode}/leasehold`,
-        Object.fromEntries(
-          Object.entries(figures).flatMap(([name, of]) => [
-            [`${name}P50`, ratio(of(r).p50, of(lh).p50)],
-            [`${name}P95`, ratio(of(r).p95, of(lh).p95)],
-          ]),
-        ),
-      ]),
-  );
-}
-
 /**
  * One crash's crash-to-serving, judged from the crash moment and the moment the share
  * was served again (the same clock for both). A serving that began at or before the
@@ -215,24 +186,6 @@ export function clientFlowing(
   toleranceMs = CLIENT_STALL_TOLERANCE_MS,
 ): boolean {
   return lastAckMs !== undefined && nowMs - lastAckMs <= toleranceMs;
-}
-
-/**
- * The seconds a client had already been without an acknowledged write at the crash, from
- * the sample's figures (the gap ends at the first ack after the crash, `resumedS` after
- * it, so it began gapS - resumedS before the crash), when that is over the tolerance;
- * else undefined. Such a sample's gap is the earlier stall's, not the crash's (five-modes
- * run of 2026-12-01, leasehold run 3: a gap of 98.66 s with writes resumed 32.04 s after
- * the crash: the client had stalled 66.62 s before it).
- */
-export function clientStalledBeforeCrashS(
-  resumedS: number | undefined,
-  gapS: number | undefined,
-  toleranceMs = CLIENT_STALL_TOLERANCE_MS,
-): number | undefined {
-  if (resumedS === undefined || gapS === undefined) return undefined;
-  const stalledS = round(gapS - resumedS);
-  return stalledS * 1000 > toleranceMs ? stalledS : undefined;
 }
 
 /**

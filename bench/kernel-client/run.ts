@@ -51,8 +51,12 @@ import {
 import { checkReadBack } from '../../dev/kernel-client/workload-analysis.ts';
 import type { RealNode } from '../../dev/node/node.ts';
 import { createRealNfsShare, readRealShareFile } from '../../dev/system/real-share.ts';
-import { startRealSystem } from '../../dev/system/real-system.ts';
-import { managerPodsByNode, SHARES_NAMESPACE, waitForManagers } from '../../dev/system/system.ts';
+import {
+  managerPodsByNode,
+  SHARES_NAMESPACE,
+  startRealSystem,
+  waitForManagers,
+} from '../../dev/system/real-system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { mountOptionsFor, NFS_MOUNT_OPTIONS } from '../../manager/share-model/nfs-server-preset.ts';
 import { managerRestarts, waitManagerRestarted } from '../failover/real-node-runs.ts';

@@ -20,7 +20,7 @@
  * connects directly and still sees that window (its 403s were seen too, but the
  * attach-detach controller attached within ~2 s of the pods starting without a gate);
  * directly, its traffic stays out of the test process that runs the gate. Every other
- * client (kubelets, the simulator, managers, agents, tests) talks to it directly too.
+ * client (kubelets, managers, agents, tests) talks to it directly too.
  */
 import { rmSync } from 'node:fs';
 import { cp, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';

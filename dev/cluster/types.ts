@@ -1,6 +1,6 @@
 /**
- * The contract of the local control plane (see cluster.ts), shared by tests, the
- * simulator, the demo and the benchmarks.
+ * The contract of the local control plane (see cluster.ts), shared by tests, the real
+ * nodes, the demo and the benchmarks.
  */
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { NodeNetwork } from './node-network.ts';

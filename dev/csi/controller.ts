@@ -44,8 +44,7 @@ import {
 import { LeaseholdError } from '../../lib/errors.ts';
 import { Component, onAbruptExit } from '../cluster/component.ts';
 import type { Cluster } from '../cluster/types.ts';
-import type { AccessLogEntry, AccessOp, ViewWrites } from '../sim/storage/access-log.ts';
-import { fencefsBinary } from '../sim/storage/fencefs-binary.ts';
+import type { AccessLogEntry, AccessOp, ViewWrites } from './access-log.ts';
 import { csiBinaries } from './binaries.ts';
 import {
   ATTACHER_ACCOUNT,
@@ -69,6 +68,7 @@ import {
   socketPathProblem,
   storageClassObject,
 } from './config.ts';
+import { fencefsBinary } from './fencefs-binary.ts';
 import { viewLeftovers } from './view-leftovers.ts';
 
 export interface CsiController {

@@ -25,8 +25,8 @@
  *      the control plane. On Ctrl-C every component's own exit hook kills its processes
  *      (the clients are their node's) and removes its namespaces, mounts and cgroups.
  * Exit codes: 0 the failover happened and was safe, 1 it did not or the demo failed.
- * Not shown here (the --sim demo has them): a second, undisturbed share; the demo
- * share server's serving windows. The libnfs writer's view: bench/failover --real-nodes.
+ * Not shown here: a second, undisturbed share. The libnfs writer's view: the failover
+ * benchmark (bench/failover).
  */
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { formatTimeline, timelineHeading } from '../../lib/failover-timeline.ts';
@@ -188,12 +188,8 @@ async function demo(sys: RealSystem, adcSync: string, kernels: readonly KernelNa
     ...(attach ? { attachedAt: new Date(attach.atMs) } : {}),
     servingAt: new Date(after.servingWall),
     servingSource: 'NFS server log: serving',
-  }).map((s) => ({
-    ...s,
-    source: s.source
-      .replace('simulator', 'RealNode.crash')
-      .replace('sim CSI attacher', 'CSI controller record'),
-  }));
+    faultSource: 'RealNode.crash',
+  });
   for (const [i, v] of views.entries())
     steps = withClientSteps(steps, v.view, { name: v.name, source: clients[i]?.name ?? v.name });
   process.stdout.write(

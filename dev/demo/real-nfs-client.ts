@@ -15,7 +15,7 @@ import { analyzeWriteRun, type WriteRunReport } from '../nfs-client/write-analys
 import { buildWriter, startWriter, type WriterProcess } from '../nfs-client/writer-process.ts';
 import { REAL_NFS_EXPORT, readRealShareFile } from '../system/real-share.ts';
 import type { RealSystem } from '../system/real-system.ts';
-import { SHARES_NAMESPACE } from '../system/system.ts';
+import { SHARES_NAMESPACE } from '../system/real-system.ts';
 
 export interface NodeNfsClient {
   node: string;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds leasehold-fencefs (the revocable per-node volume view of the simulated storage
-# and of the fencing CSI driver, dev/sim/storage/ and dev/csi/) and leasehold-fhandle (file
+# Builds leasehold-fencefs (the revocable per-node volume view of the fencing CSI driver,
+# dev/csi/) and leasehold-fhandle (file
 # handles taken and opened as an NFS server does, for the driver's tests) into the
 # per-version cache and prints its bin directory.
 #

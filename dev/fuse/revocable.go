@@ -1,5 +1,5 @@
-// Package fencefs is a passthrough FUSE filesystem with a revoke switch: the simulated
-// storage's per-node view of a volume (dev/sim/storage/). Guarantees:
+// Package fencefs is a passthrough FUSE filesystem with a revoke switch: the fencing CSI
+// driver's per-node view of a volume (dev/csi/). Guarantees:
 //   - after Revoke returns, no operation through this mount completes successfully:
 //     every request (also on file descriptors opened before, and from a process that
 //     was stopped and resumes) is answered EIO; Revoke waits for requests already
@@ -57,7 +57,7 @@ func (r *Revocable) Stats() Stats {
 	}
 }
 
-// monotonicNs is CLOCK_MONOTONIC, the clock the simulator's logs use (process.hrtime).
+// monotonicNs is CLOCK_MONOTONIC, the clock the testbed's logs use (process.hrtime).
 func monotonicNs() int64 {
 	var ts syscall.Timespec
 	const clockMonotonic = 1

@@ -1,6 +1,6 @@
 /**
- * Free loopback ports for the testbed's listeners (control-plane components, simulated
- * pods' host ports, test servers).
+ * Free loopback ports for the testbed's listeners (control-plane components, test
+ * servers).
  *
  * Why not listen(0): that hands out a port from the kernel's ephemeral range, and between
  * our check and the component's own bind an outgoing connection (a probe, an API call, a

@@ -1,6 +1,6 @@
 /**
  * A loopback TCP forwarder with a switch, for cutting a process off from a server in
- * tests, the simulator (per-node partitions) and benchmarks.
+ * tests and benchmarks.
  *
  *   const proxy = await startTcpProxy({ target: { host: '127.0.0.1', port } });
  *   proxy.port            // listen here instead of the target

@@ -25,12 +25,12 @@
  *
  * Needs root (unshare, mount, nsenter), util-linux and rpcbind. `stop()` ends rpcbind;
  * the namespaces go with their last process (stop ganesha first). Not modelled: a pod's
- * rpcbind in Kubernetes, which runs in the pod's own network namespace (the simulator's
- * stand-in for that: dev/sim/runtime/pod-sandbox.ts). Spawning and waiting: dev/sim/runtime/netns-rpcbind.ts.
+ * rpcbind in Kubernetes, which runs in the pod's own network namespace (the real nodes
+ * have that). Spawning and waiting: netns-rpcbind.ts.
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startNetnsRpcbind } from '../sim/runtime/netns-rpcbind.ts';
+import { startNetnsRpcbind } from './netns-rpcbind.ts';
 
 export interface PrivateRpcbind {
   pid: number;

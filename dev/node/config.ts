@@ -167,7 +167,7 @@ export function kubeletConfiguration(layout: NodeLayout, inputs: KubeletInputs):
       fileCheckFrequency: '10s',
       // The test control plane's node-monitor grace is 8 s (dev/cluster): the default
       // 40 s lease renewed every 10 s would flap the Node. 8 s renews every 2 s (a
-      // quarter), as dev/sim's nodes; a status check every 2 s brings Ready back within
+      // quarter); a status check every 2 s brings Ready back within
       // 2 s of a heal, while a full status report stays at 1 m.
       nodeLeaseDurationSeconds: 8,
       nodeStatusUpdateFrequency: '2s',

@@ -4,9 +4,8 @@
  * else on the node runs on (containerd, the running containers, kube-proxy, the API
  * link). A held kubelet does nothing: a pod bound to the node is never started (no
  * sandbox, no container), no status, no probe, no heartbeat (the Node turns NotReady
- * after the node-monitor grace). What dev/sim's SimNode.holdNewPods did for the e2e
- * scenario of a replacement whose node dies before it could start; here by the kubelet
- * itself.
+ * after the node-monitor grace). For the e2e scenario of a replacement whose node dies
+ * before it could start.
  *
  * Guarantees: holdProcess returns only once the kernel reports the process stopped
  * (/proc/<pid>/stat state `T`), else throws E_NODE_HOLD naming the pid and what it saw.

@@ -1,7 +1,6 @@
 /**
- * The fault switches of one real node, with dev/sim's SimNode API (crash, freeze,
- * partition, heal, state, faults) so that an e2e scenario moves over unchanged: the
- * state machine and the order of each fault's steps. The machine-level work (killing
+ * The fault switches of one real node (crash, freeze, partition, heal, state, faults):
+ * the state machine and the order of each fault's steps. The machine-level work (killing
  * a boot, booting again) is the node's (node.ts), reached through FaultTarget.
  *
  * Invariants: every fault starts from `running` (else NodeFaultError naming the
@@ -19,10 +18,10 @@ import { LeaseholdError } from '../../lib/errors.ts';
 import type { ApiLink } from './api-link.ts';
 import { freezeNode, thawNode } from './freezer.ts';
 
-/** As dev/sim's SimNodeState: `crashed` until heal() has booted the node again. */
+/** The node's state: `crashed` until heal() has booted the node again. */
 export type RealNodeState = 'running' | 'crashed' | 'frozen' | 'partitioned' | 'stopped';
 
-/** One fault or heal, as dev/sim's FaultRecord. */
+/** One fault or heal, in the order they happened (RealNode.faults). */
 export interface RealNodeFault {
   node: string;
   fault: 'crash' | 'freeze' | 'partition' | 'heal';
@@ -98,7 +97,8 @@ export class NodeFaults {
     this.current = 'partitioned';
     this.record('partition', mode);
     this.node.link.setMode(mode);
-    // NB: not awaited, so that partition() stays synchronous as on the sim; removing a
+    // NB: not awaited, so that partition() stays synchronous (a scenario's fault is one
+    // call, its time recorded before it returns); removing a
     // file does not fail but for a missing one, which rm's force ignores.
     void this.node.route(false);
   }

@@ -33,14 +33,13 @@
  *
  * It is a process of the machine: freeze stops it, crash and stop SIGKILL it.
  *
- * Faults, the API of dev/sim's SimNode so that scenarios move over unchanged (each from
- * `running`; heal() undoes any; see each method): `await crash()` (the machine dies,
+ * Faults (each from `running`; heal() undoes any; see each method): `await crash()` (the machine dies,
  * off the fabric first, its disk stays; heal() is the reboot), `freeze()` (the cgroup
  * freezer over every process of the node, its kernel running and on the fabric),
  * `partition('close' | 'stall')` (the API link resets or holds everything; from the
  * API server only: the fabric carries node-to-node traffic on), `heal()` (a promise:
- * after a crash it resolves when the rebooted node is Ready; an un-awaited heal()
- * works as on the sim).
+ * after a crash it resolves when the rebooted node is Ready; un-awaited, the heal runs
+ * on).
  *
  * Guarantees: startRealNode resolves when the Node object is Ready, or rejects with
  * the failing part and its log, leaving nothing behind. stop() is idempotent, from any
@@ -163,7 +162,7 @@ export interface RealNode {
   /**
    * Every process of the node's pid namespace (and spawnInNetwork's) stopped by the
    * cgroup freezer (freezer.ts): no heartbeat, no status, no probe, containers
-   * stopped. Its kernel is not frozen (as dev/sim's SIGSTOP) and stays on the fabric:
+   * stopped. Its kernel is not frozen and stays on the fabric:
    * TCP still ACKs and buffers up to the windows, nothing is answered. From `running`
    * only.
    */

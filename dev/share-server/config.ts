@@ -8,7 +8,7 @@
  *   --interval    SHARE_SERVER_INTERVAL   time between two appended records (default 100ms)
  *   --window-log  SHARE_SERVER_WINDOW_LOG serving-window log (default <dir>/serving-windows.jsonl)
  *   --id          SHARE_SERVER_ID         name written into records and windows (default $HOSTNAME,
- *                                         which the simulated kubelet sets to the pod name)
+ *                                         which the kubelet sets to the pod name)
  *   --sigterm-delay SHARE_SERVER_SIGTERM_DELAY  how long it keeps serving after SIGTERM: 0 (default)
  *                                         stops at once; a duration (up to 10m) keeps appending and
  *                                         answering that long, then stops; `never` ignores SIGTERM,

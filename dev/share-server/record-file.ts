@@ -5,8 +5,9 @@
  *
  * Invariant: records are appended with one write(2) each on an O_APPEND descriptor, so
  * a crash leaves at most one partial trailing line, which readers skip.
- * Not guaranteed: durability beyond the page cache (no fsync; the sim's "disk" is the
- * host's, which outlives any simulated node crash).
+ * Not guaranteed: durability beyond the page cache (no fsync: on a volume with one
+ * mount per node, what the old node had only in its page cache may never reach the
+ * next; dev/system/real-share.ts createRealRecordShare uses the directory kind for it).
  */
 import { closeSync, existsSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { monotonicMs } from '../../lib/clock.ts';

@@ -6,8 +6,8 @@
  * it at once.
  *
  * A server killed with SIGKILL writes no `stop`; its window stays open (`stopMonoMs`
- * undefined) and the caller closes it with the time it knows the process died (the
- * simulator records every container exit; see dev/sim).
+ * undefined) and the caller closes it with the time it knows the process died (e.g. the
+ * e2e tests: its agent's `fenced` line, logged once every target is gone).
  * Times are CLOCK_MONOTONIC milliseconds (shared by all processes of the machine).
  */
 import { appendFileSync, existsSync, readFileSync } from 'node:fs';

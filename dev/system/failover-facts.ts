@@ -1,17 +1,17 @@
 /**
  * What happened during one failover of one share, gathered from the sources that saw
- * each step (each on this machine's wall clock, so they compare with the crash time):
+ * each step (each on this machine's wall clock, so they compare with the fault's time):
+ *   - what caused the fault (`faultSource`, e.g. RealNode crash);
  *   - the ShareManager's status.lastFailover (the manager's timestamps: detected,
  *     marked delinquent, pod deleted, volume detached, replacement created, acquired);
  *   - a pod tracker polling the share's pods (replacement created, scheduled: the first
  *     time its spec.nodeName was seen);
- *   - the simulator's CSI attacher (detach of the old node's attachment, attach to the new);
- *   - the share server's serving-window log (the new server started serving), or for a
- *     server that keeps none (the shipped NFS server) the moment and source the caller
- *     gives (`servingAt`, `servingSource`: e.g. its entrypoint's `serving` log line);
+ *   - the testbed CSI controller's record of the attach to the new node (`attachedAt`);
+ *   - the moment the new server served and who saw it (`servingAt`, `servingSource`:
+ *     e.g. the NFS server entrypoint's `serving` log line);
  *   - optionally the NFS client's first acknowledged write after the fault
  *     (`clientResumedAt`, from dev/nfs-client's writer).
- * Pure `timelineOf` turns the facts into ordered steps with seconds since the crash, named
+ * Pure `timelineOf` turns the facts into ordered steps with seconds since the fault, named
  * and printed as lib/failover-timeline.ts does for every timeline.
  */
 import { sleep } from '../../lib/clock.ts';
@@ -21,8 +21,8 @@ import {
   secondsSince,
   type TimelineStep,
 } from '../../lib/failover-timeline.ts';
-import { pvName, type ShareStatus, sharePods, shareStatus } from './shares.ts';
-import type { System } from './system.ts';
+import type { RealSystem } from './real-system.ts';
+import { type ShareStatus, sharePods, shareStatus } from './shares.ts';
 
 /**
  * First-seen times of the share's pods (created, scheduled), and the first value of each
@@ -40,7 +40,7 @@ export class PodTracker {
   private readonly done: Promise<void>;
   private readonly startedAt = Date.now();
 
-  constructor(sys: Pick<System, 'kc' | 'core'>, share: string, periodMs = 100) {
+  constructor(sys: Pick<RealSystem, 'kc' | 'core'>, share: string, periodMs = 100) {
     this.done = (async () => {
       while (this.running) {
         const pods = await sharePods(sys, share).catch(() => []);
@@ -80,6 +80,8 @@ export interface FailoverFacts {
   share: string;
   /** What happened to the node, as a past participle (default "crashed"). */
   fault?: string;
+  /** What did it, for the fault's step (e.g. "RealNode crash"). */
+  faultSource: string;
   crashedNode: string;
   crashAt: Date;
   oldPod: string;
@@ -89,43 +91,16 @@ export interface FailoverFacts {
   scheduledAt?: Date;
   oldPodGoneAt?: Date;
   newPodSeenAt?: Date;
-  oldDetachedAt?: Date;
+  /** The CSI controller's record of the attach to the new node. */
   attachedAt?: Date;
   servingAt?: Date;
-  /** Where servingAt comes from; default the serving-window log. */
-  servingSource?: string;
+  /** Where servingAt comes from (e.g. the NFS server log's `serving` line). */
+  servingSource: string;
   /** The NFS client's first acknowledged write after the fault (a step only when set). */
   clientResumedAt?: Date;
 }
 
 const at = (iso: string | undefined): Date | undefined => (iso ? new Date(iso) : undefined);
-
-export function gatherFacts(
-  sys: System,
-  tracker: PodTracker,
-  base: Omit<FailoverFacts, 'scheduledAt' | 'oldPodGoneAt' | 'newPodSeenAt' | 'oldDetachedAt' | 'attachedAt'>,
-): FailoverFacts {
-  const pv = pvName(base.share);
-  const timings = sys.sim.attacher.timings.filter((t) => t.pv === pv && t.doneWall >= base.crashAt);
-  const window = sys.sim
-    .servingWindows(pv)
-    .find((w) => w.id === base.newPod && new Date(w.startWall) >= base.crashAt);
-  const first = tracker.firstFailover;
-  const status: ShareStatus = {
-    ...base.status,
-    lastFailover: { ...(base.status.lastFailover ?? {}), ...first },
-  };
-  return {
-    ...base,
-    status,
-    scheduledAt: tracker.scheduled.get(base.newPod)?.at,
-    oldPodGoneAt: tracker.gone.get(base.oldPod),
-    newPodSeenAt: tracker.created.get(base.newPod),
-    oldDetachedAt: timings.find((t) => t.op === 'detach' && t.node === base.crashedNode)?.doneWall,
-    attachedAt: timings.find((t) => t.op === 'attach' && t.node === base.newNode)?.doneWall,
-    servingAt: base.servingAt ?? at(window?.startWall),
-  };
-}
 
 export function timelineOf(f: FailoverFacts): TimelineStep[] {
   const since = (d: Date | undefined) => secondsSince(f.crashAt, d);
@@ -139,7 +114,7 @@ export function timelineOf(f: FailoverFacts): TimelineStep[] {
     return { seconds: since(first?.[0]), source: first?.[1] ?? 'not seen' };
   };
   const steps: TimelineStep[] = [
-    { step: `node ${f.crashedNode} ${f.fault ?? 'crashed'}`, seconds: 0, source: 'simulator' },
+    { step: `node ${f.crashedNode} ${f.fault ?? 'crashed'}`, seconds: 0, source: f.faultSource },
     { step: RECORDED_STEP.detected, seconds: since(at(lf.detectedAt)), source: RECORD_SOURCE },
     { step: RECORDED_STEP.marked, seconds: since(at(lf.markedAt)), source: RECORD_SOURCE },
     {
@@ -148,19 +123,24 @@ export function timelineOf(f: FailoverFacts): TimelineStep[] {
     },
     {
       step: RECORDED_STEP.released(f.crashedNode),
-      ...earliest([at(lf.detachedAt), RECORD_SOURCE], [f.oldDetachedAt, 'sim CSI attacher']),
+      seconds: since(at(lf.detachedAt)),
+      source: RECORD_SOURCE,
     },
     {
       step: RECORDED_STEP.replacementCreated(f.newPod),
       ...earliest([at(lf.replacementCreatedAt), RECORD_SOURCE], [f.newPodSeenAt, 'pod watch']),
     },
     { step: `scheduled on ${f.newNode}`, seconds: since(f.scheduledAt), source: 'pod watch' },
-    { step: `volume attached to ${f.newNode}`, seconds: since(f.attachedAt), source: 'sim CSI attacher' },
+    {
+      step: `volume attached to ${f.newNode}`,
+      seconds: since(f.attachedAt),
+      source: 'CSI controller record',
+    },
     { step: RECORDED_STEP.acquired, seconds: since(at(lf.completedAt)), source: RECORD_SOURCE },
     {
       step: `share served from ${f.newNode}`,
       seconds: since(f.servingAt),
-      source: f.servingSource ?? 'serving-window log',
+      source: f.servingSource,
     },
   ];
   if (f.clientResumedAt)

@@ -41,14 +41,14 @@ import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
+import { imagePath, readImageFile } from '../csi/block-image.ts';
 import { BLOCK_FS_ATTRIBUTE } from '../csi/config.ts';
 import { freezerCgroupOf, freezerMount } from '../node/freezer.ts';
 import type { RealNode } from '../node/node.ts';
 import { SIGKILL, signalPending } from '../node/pending-signals.ts';
 import type { ServingWindow } from '../share-server/serving-window-log.ts';
-import { imagePath, readImageFile } from '../sim/storage/block-image.ts';
 import type { RealSystem } from './real-system.ts';
-import { SHARES_NAMESPACE } from './system.ts';
+import { SHARES_NAMESPACE } from './real-system.ts';
 
 const SM = { group: 'leasehold.dev', version: 'v1alpha1', plural: 'sharemanagers' };
 export const REAL_NFS_EXPORT = '/export';

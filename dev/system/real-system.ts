@@ -22,31 +22,77 @@
  * runs its leftover check and throws NodeLeftoverError on anything left), then the CSI
  * controller (throws when one of its processes stays), then the control plane; a
  * failure of one part does not skip the next, and every failure is reported.
- * Same shape as dev/system/system.ts's System where it applies (cluster, kc, core,
- * managerPods, stop), with `nodes` the RealNodes instead of the sim.
  * NB: the pods run the images' own dist/ (dev/image compiles the sources when it builds
  * them: `bash dev/toolchain.sh --image`, or localImages() when no image dir is given),
  * not this worktree's dist/: a source change reaches the pods only through a rebuild.
  * The nodes are on one network (dev/node's fabric): pods and ClusterIPs reach across
  * them, and RealNode.spawnInNetwork runs a host client in a node's namespace.
+ * Here too, for the tests and benchmarks on it: the release's names (SYSTEM_NAMESPACE,
+ * SHARES_NAMESPACE, RELEASE) and its manager pods (managerPodsByNode, waitForManagers).
  * Not provided: cluster DNS.
  */
+import { sleep } from '../../lib/clock.ts';
 import { LeaseholdError } from '../../lib/errors.ts';
-import { k8s } from '../../lib/kube-client.ts';
+import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
 import { startCluster } from '../cluster/cluster.ts';
 import type { Cluster, ClusterOptions } from '../cluster/types.ts';
 import { type CsiController, startCsiController } from '../csi/controller.ts';
 import { type LocalImage, localImages } from '../image/images.ts';
 import { type RealNode, startRealNode } from '../node/node.ts';
 import { helmInstall } from './helm-install.ts';
-import {
-  ensureNamespace,
-  managerPodsByNode,
-  RELEASE,
-  SHARES_NAMESPACE,
-  SYSTEM_NAMESPACE,
-  waitForManagers,
-} from './system.ts';
+
+/** Where the chart goes (its release and namespace) and the namespace of the shares. */
+export const SYSTEM_NAMESPACE = 'leasehold-system';
+export const SHARES_NAMESPACE = 'shares';
+export const RELEASE = 'leasehold';
+export const MANAGER_LABEL = 'app.kubernetes.io/component=manager';
+
+/** The manager pod on each node (node name -> pod), deleted ones left out. */
+export async function managerPodsByNode(core: k8s.CoreV1Api): Promise<Map<string, k8s.V1Pod>> {
+  const list = await core.listNamespacedPod(
+    { namespace: SYSTEM_NAMESPACE, labelSelector: MANAGER_LABEL },
+    withDeadline(10_000),
+  );
+  const byNode = new Map<string, k8s.V1Pod>();
+  for (const pod of list.items) {
+    if (pod.metadata?.deletionTimestamp || !pod.spec?.nodeName) continue;
+    byNode.set(pod.spec.nodeName, pod);
+  }
+  return byNode;
+}
+
+function isReady(pod: k8s.V1Pod): boolean {
+  return pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+}
+
+async function ensureNamespace(core: k8s.CoreV1Api, name: string): Promise<void> {
+  await core.createNamespace({ body: { metadata: { name } } }, withDeadline(10_000)).catch((err: unknown) => {
+    if (statusOf(err) !== 409) throw err;
+  });
+}
+
+/** Waits until every node of `nodes` runs a Ready manager pod. */
+export async function waitForManagers(
+  core: k8s.CoreV1Api,
+  nodes: string[],
+  timeoutMs: number,
+): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  let missing: string[] = nodes;
+  while (performance.now() < deadline) {
+    const pods = await managerPodsByNode(core).catch(() => new Map<string, k8s.V1Pod>());
+    missing = nodes.filter((n) => {
+      const pod = pods.get(n);
+      return !pod || !isReady(pod);
+    });
+    if (missing.length === 0) return;
+    await sleep(250);
+  }
+  throw new LeaseholdError(
+    'E_SYSTEM_START',
+    `no ready manager pod on ${missing.join(', ')} after ${timeoutMs} ms (namespace ${SYSTEM_NAMESPACE})`,
+  );
+}
 
 export interface RealSystemOptions {
   /** How many real nodes (named real-1..real-N, indexes 1..N); default 2. */

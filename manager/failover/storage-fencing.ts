@@ -23,8 +23,8 @@
  *  - `fences`: a CSI PV whose CSIDriver says attachRequired true (or omits it: the API's
  *    default is true) — the handoff's detach is the fence. NB: this trusts the driver's
  *    word: that its ControllerUnpublish really cuts the node off is the driver's promise
- *    (the simulator's default `shared` test storage says attachRequired true and does
- *    not revoke; dev/sim/README says so);
+ *    (a driver may say attachRequired true and revoke nothing: the testbed's driver
+ *    outside its fencing mode, dev/csi/README.md);
  *  - `cannot-fence`: a CSI PV whose CSIDriver says attachRequired false;
  *  - `unknown`: the claim unbound or gone, not a CSI PV (hostPath, local, in-tree
  *    plugins), no CSIDriver object, or it could not be read. NB: the ADC treats a CSI PV

@@ -12,9 +12,9 @@
  * Decision (LEASEHOLD_NFS_RPCBIND): `auto` starts Debian's `rpcbind -f` as our child
  * when version 3 is on and nothing answers on the rpcbind socket (something does: a
  * sidecar sharing /run, the rpcbind of an earlier incarnation of this container that was
- * SIGKILLed (the pod's /run outlives it), or the simulator's stand-in in
- * dev/sim/runtime/pod-sandbox.ts); `external` never starts one (the user provides rpcbind some
- * other way, e.g. on the pod's 127.0.0.1:111). NB: a socket file nobody answers on (its
+ * SIGKILLed (the pod's /run outlives it), or a test rig's private one
+ * (dev/nfs-client/private-rpcbind.ts)); `external` never starts one (the user provides
+ * rpcbind some other way, e.g. on the pod's 127.0.0.1:111). NB: a socket file nobody answers on (its
  * rpcbind was SIGKILLed) counts as none; rpcbind replaces it at start.
  *
  * Invariants: `startRpcbind` resolves only once rpcbind answers on its socket, and on every failure

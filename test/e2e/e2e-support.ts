@@ -1,19 +1,18 @@
 /**
- * What the end-to-end scenarios share, all on real nodes (dev/system/real-system.ts;
- * the sim's e2e files are gone): one whole system per test file (a real control plane,
- * real nodes, the chart installed with helm: a manager on every node), started in
- * `before` and stopped in `after` (also when a test fails), useRealSystem; the serving
- * pod as its entrypoint's `serving` line says (servingRealPod, readyRealPod), a pod's
- * processes on the host; what the managers did (failedOver, eventsOf, leaseOf); and the
- * NFS client's view (RealNfsClient, issue 9): a real libnfs client (dev/nfs-client
- * nfs-writer: numbered, committed records) in a node's network namespace writing through
- * the share's Service, whose run is judged from its own events and the file on the
- * volume: writes resumed, 0 acknowledged writes lost (read back byte for byte), 0
- * duplicates (nor records out of place or corrupt), 0 stale file handles (the write
- * analysis's violations are proven by test/unit/nfs-client-analysis.test.ts); it prints
- * the clientWriteGap. Never two ganesha at once is GaneshaTracker's
- * (dev/system/real-share.ts). Writers still running when a file ends are stopped before
- * the system is.
+ * What the end-to-end scenarios share, all on real nodes (dev/system/real-system.ts):
+ * one whole system per test file (a real control plane, real nodes, the chart installed
+ * with helm: a manager on every node), started in `before` and stopped in `after` (also
+ * when a test fails), useRealSystem; the serving pod as its entrypoint's `serving` line
+ * says (servingRealPod, readyRealPod), a pod's processes on the host; what the managers
+ * did (failedOver, eventsOf, leaseOf); and the NFS client's view (RealNfsClient, issue
+ * 9): a real libnfs client (dev/nfs-client nfs-writer: numbered, committed records) in
+ * a node's network namespace writing through the share's Service, whose run is judged
+ * from its own events and the file on the volume: writes resumed, 0 acknowledged writes
+ * lost (read back byte for byte), 0 duplicates (nor records out of place or corrupt), 0
+ * stale file handles (the write analysis's violations are proven by
+ * test/unit/nfs-client-analysis.test.ts); it prints the clientWriteGap. Never two
+ * ganesha at once is GaneshaTracker's (dev/system/real-share.ts). Writers still running
+ * when a file ends are stopped before the system is.
  * Not guaranteed: a write gap bound (figures are printed; bench/failover measures them).
  * LEASEHOLD_KEEP_CLUSTER=1 keeps the cluster dir (logs) for reading.
  */
@@ -22,12 +21,15 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { after, before } from 'node:test';
 import { analyzeWriteRun } from '../../dev/nfs-client/write-analysis.ts';
-import { buildWriter, startWriter } from '../../dev/nfs-client/writer-process.ts';
-import type { ShareWriter } from '../../dev/system/nfs-share.ts';
+import { buildWriter, startWriter, type WriterProcess } from '../../dev/nfs-client/writer-process.ts';
 import { podLog, REAL_NFS_EXPORT, readRealShareFile } from '../../dev/system/real-share.ts';
-import { type RealSystem, type RealSystemOptions, startRealSystem } from '../../dev/system/real-system.ts';
+import {
+  type RealSystem,
+  type RealSystemOptions,
+  SHARES_NAMESPACE,
+  startRealSystem,
+} from '../../dev/system/real-system.ts';
 import { type ShareStatus, sharePods } from '../../dev/system/shares.ts';
-import { SHARES_NAMESPACE, type System } from '../../dev/system/system.ts';
 import { monotonicMs } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
@@ -35,7 +37,7 @@ import { stopOpenKernelClients } from './kernel-client-support.ts';
 
 /** Cordons (true) or uncordons (false) the nodes: spec.unschedulable, by merge patch. */
 export async function setUnschedulable(
-  sys: Pick<System, 'core'>,
+  sys: Pick<RealSystem, 'core'>,
   nodes: string | string[],
   unschedulable: boolean,
 ): Promise<void> {
@@ -47,7 +49,7 @@ export async function setUnschedulable(
 }
 
 /** ShareManagers that went through a failover (status.lastFailover set), by name. */
-export async function failedOver(sys: Pick<System, 'kc'>): Promise<Map<string, ShareStatus>> {
+export async function failedOver(sys: Pick<RealSystem, 'kc'>): Promise<Map<string, ShareStatus>> {
   const custom = sys.kc.makeApiClient(k8s.CustomObjectsApi);
   const list = (await custom.listNamespacedCustomObject(
     { group: 'leasehold.dev', version: 'v1alpha1', plural: 'sharemanagers', namespace: SHARES_NAMESPACE },
@@ -59,7 +61,7 @@ export async function failedOver(sys: Pick<System, 'kc'>): Promise<Map<string, S
 }
 
 /** Events of a reason in the shares namespace (e.g. LeaseExpired), as "object: message". */
-export async function eventsOf(sys: Pick<System, 'core'>, reason: string): Promise<string[]> {
+export async function eventsOf(sys: Pick<RealSystem, 'core'>, reason: string): Promise<string[]> {
   const list = await sys.core.listNamespacedEvent(
     { namespace: SHARES_NAMESPACE, fieldSelector: `reason=${reason}` },
     withDeadline(10_000),
@@ -68,7 +70,7 @@ export async function eventsOf(sys: Pick<System, 'core'>, reason: string): Promi
 }
 
 /** The Lease of a share (same name as its ShareManager). */
-export async function leaseOf(sys: Pick<System, 'kc'>, share: string): Promise<k8s.V1Lease> {
+export async function leaseOf(sys: Pick<RealSystem, 'kc'>, share: string): Promise<k8s.V1Lease> {
   const coord = sys.kc.makeApiClient(k8s.CoordinationV1Api);
   return coord.readNamespacedLease({ namespace: SHARES_NAMESPACE, name: share }, withDeadline(5_000));
 }
@@ -239,11 +241,19 @@ export function realLogLineWall(
  * (RealNode.spawnInNetwork: the node's process, so freeze stops it and crash kills
  * it), writing through the share's Service ClusterIP as a pod on that node would (the
  * node's kube-proxy DNATs it to the server pod, on this node or over the fabric on
- * another). The checks are NfsClientShare's, the file read back from the volume (the
- * CSI driver's backing dir). NB: an NFSv4.0 writer needs a share whose spec.nfs.versions
+ * another). Its checks (assertClientView, the header's) read the file back from the
+ * volume (readRealShareFile). NB: an NFSv4.0 writer needs a share whose spec.nfs.versions
  * has 4.0 (E2E_NFS has not) and waits out the replacement's grace period: libnfs never
  * reclaims (dev/nfs-client/README.md).
  */
+/** A running writer and what it writes to: the file, the protocol and the address. */
+interface ShareWriter {
+  writer: WriterProcess;
+  version: 3 | 4;
+  file: string;
+  address: { host: string; port: number; mountPort?: number };
+}
+
 export class RealNfsClient {
   readonly faultsMs: number[] = [];
   private constructor(
@@ -362,7 +372,7 @@ export class RealNfsClient {
     };
   }
 
-  /** As NfsClientShare.assertClientView, against the file on the CSI volume; the gaps (s). */
+  /** The client's view upholds every guarantee of the header, against the file on the CSI volume; the gaps (s). */
   assertClientView(label: string): number[] {
     const report = analyzeWriteRun({
       events: this.w.writer.events,

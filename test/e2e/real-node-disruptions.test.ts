@@ -13,7 +13,7 @@
  *    from when they serve, and the two scenarios below run meanwhile on `moved`;
  *  - the agent sidecar killed on a real kubelet: every process of its container
  *    (found by the container's cgroup under the pod's, from the pod's status)
- *    SIGKILLed. NB: unlike on dev/sim, the pod often does not keep serving: the
+ *    SIGKILLed. NB: unlike on simulated nodes, the pod often does not keep serving: the
  *    shipped NFS server stops ganesha when the agent's lease proof has been missing
  *    for 2 s (its watch, WATCH_TOLERANCE_MS, and the kubelet's liveness backstop,
  *    2 x 1 s), and the real kubelet's restart of the sidecar, the node process's start
@@ -113,8 +113,8 @@ import {
   podLog,
 } from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
+import { SHARES_NAMESPACE } from '../../dev/system/real-system.ts';
 import { sharePods, shareStatus } from '../../dev/system/shares.ts';
-import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { type k8s, withDeadline } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';

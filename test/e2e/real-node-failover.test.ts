@@ -62,6 +62,13 @@
  *    check fails on an overlap, also on a thawed one), each old and new server seen;
  *    only the freeze's thawed stretch is excused, and only for a bounded time;
  *  - the Lease's holder is the new pod;
+ *  - the Service's routing when its backend dies (held-connection.ts): a TCP connection
+ *    held through the ClusterIP from the surviving node since before the fault (so to
+ *    the old pod) hears nothing after the crash (no FIN, no RST: a dead machine sends
+ *    none and kube-proxy adds none; its client must time out), while a new connection to
+ *    the same ClusterIP reaches the replacement; after a partition the live old node's
+ *    kernel closes it when the fence stops ganesha (a FIN or a RST heard: what the
+ *    crash's silence is measured against); after the freeze it is printed;
  *  - the NFS client's view across the fault: a libnfs NFSv3 writer in the surviving
  *    node's network namespace (e2e-support.ts RealNfsClient, RealNode.spawnInNetwork;
  *    one per scenario, each on its own file) writes through the Service's ClusterIP
@@ -100,14 +107,15 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, type TestContext, test } from 'node:test';
-import { analyzeWriteRun } from '../../dev/nfs-client/write-analysis.ts';
-import { overlappingWindows, type ServingWindow } from '../../dev/share-server/serving-window-log.ts';
 import {
   accessOrderViolations,
   revokeBeforeGrantElsewhere,
   writesAcrossRevokes,
-} from '../../dev/sim/storage/access-log.ts';
-import { imagePath, readImageFile } from '../../dev/sim/storage/block-image.ts';
+} from '../../dev/csi/access-log.ts';
+import { imagePath, readImageFile } from '../../dev/csi/block-image.ts';
+import { analyzeWriteRun } from '../../dev/nfs-client/write-analysis.ts';
+import type { RealNode } from '../../dev/node/node.ts';
+import { overlappingWindows, type ServingWindow } from '../../dev/share-server/serving-window-log.ts';
 import { PodTracker, timelineOf } from '../../dev/system/failover-facts.ts';
 import {
   acksOutsideWindows,
@@ -117,8 +125,8 @@ import {
   podLog,
   realVolumeHandle,
 } from '../../dev/system/real-share.ts';
+import { SHARES_NAMESPACE } from '../../dev/system/real-system.ts';
 import { serviceEndpointPods, shareStatus } from '../../dev/system/shares.ts';
-import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { formatTimeline } from '../../lib/failover-timeline.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
@@ -134,6 +142,7 @@ import {
   useRealSystem,
   waitPodProcessesGone,
 } from './e2e-support.ts';
+import { type HeldConnection, holdConnection } from './held-connection.ts';
 import { RealKernelClient } from './kernel-client-support.ts';
 
 const system = useRealSystem({ nodes: 2, cluster: { attachDetachReconcileSyncPeriod: '2s' } });
@@ -177,6 +186,11 @@ interface Failover {
   faultAt: Date;
   faultMono: number;
   client: RealNfsClient;
+  /**
+   * A connection held through the Service's ClusterIP (nfs port) from the surviving
+   * node since before the fault, so to the old pod; the scenario stops it.
+   */
+  held: HeldConnection;
   /** A Linux 6.12 kernel client beside `client`, mounted as published; the scenario stops it. */
   kernel: RealKernelClient;
   /** When the replacement served, on the clients' clock (CLOCK_MONOTONIC). */
@@ -208,6 +222,7 @@ async function failOver(
   // fault its writes cross the fabric to the server on the other node.
   const client = await RealNfsClient.start(sys, SHARE, other.name, { file });
   serviceClients.push(client);
+  const held = await holdServiceConnection(other);
   const kernel = await RealKernelClient.start(sys, SHARE, other.name, { name: `kc-${label}`, index: 1 });
   await client.waitResumed(60_000);
   const pods = new PodTracker(sys, SHARE);
@@ -225,6 +240,7 @@ async function failOver(
     if (kernelWaits) await kernel.waitResumed(REAL_SERVING_WITHIN_MS, servedMono);
   } catch (err) {
     await kernel.stop();
+    await held.stop();
     // The next scenario needs the node: a fault left in place would fail it too.
     await sys
       .node(before.node)
@@ -257,13 +273,9 @@ async function failOver(
     servingAt: new Date(servingWall),
     servingSource: 'NFS server log (serving)',
     clientResumedAt: client.resumed()?.at,
-  }).map((s) => ({
-    ...s,
-    step: s.step.replace('crashed', FAULTED[label]),
-    source: s.source
-      .replace('simulator', `RealNode ${label}`)
-      .replace('sim CSI attacher', 'CSI controller record'),
-  }));
+    fault: FAULTED[label],
+    faultSource: `RealNode ${label}`,
+  });
   process.stderr.write(`${SHARE}: timeline since the ${label} (real nodes)\n${formatTimeline(steps)}\n`);
   const toServingS = (servingWall - faultAt.getTime()) / 1000;
   process.stderr.write(
@@ -318,8 +330,36 @@ async function failOver(
     .makeApiClient(k8s.CoordinationV1Api)
     .readNamespacedLease({ namespace: SHARES_NAMESPACE, name: SHARE }, withDeadline(5_000));
   assert.equal(lease.spec?.holderIdentity, after.pod, "the Lease's holder is the new pod");
-  return { before, after, faultAt, faultMono, client, kernel, servedMono, toServingS };
+  return { before, after, faultAt, faultMono, client, held, kernel, servedMono, toServingS };
 }
+
+/** The share Service's ClusterIP and nfs port. */
+async function serviceAddress(): Promise<{ host: string; port: number }> {
+  const svc = await system().core.readNamespacedService(
+    { namespace: SHARES_NAMESPACE, name: SHARE },
+    withDeadline(5_000),
+  );
+  const host = svc.spec?.clusterIP;
+  const port = svc.spec?.ports?.find((p) => p.name === 'nfs')?.port;
+  assert.ok(host && port, `Service ${SHARES_NAMESPACE}/${SHARE} has a ClusterIP and an nfs port`);
+  return { host, port };
+}
+
+/** A connection through the share's Service from `node` (held-connection.ts), once established. */
+async function holdServiceConnection(node: RealNode): Promise<HeldConnection> {
+  const { host, port } = await serviceAddress();
+  const held = holdConnection(node, host, port);
+  await held.connected;
+  return held;
+}
+
+/** How the held connection ended, for messages, in s since the fault. */
+const endOf = (f: Failover) => {
+  const end = f.held.ended();
+  return end
+    ? `${end.how} ${((end.monoMs - f.faultMono) / 1000).toFixed(2)} s after the fault (${end.detail})`
+    : 'open';
+};
 
 /** The freeze's thawed windows of the old pod (bounded there), left out of every later check. */
 const excused: ServingWindow[] = [];
@@ -408,6 +448,20 @@ test('node crash on real nodes: the manager of the other node fails the share ov
     const now = await serviceEndpointPods(sys, SHARE).catch((e: unknown) => [String(e)]);
     throw new Error(`${String(err)}; endpoints now: ${JSON.stringify(now)}`, { cause: err });
   });
+  // The Service when its backend's machine died: the connection it had routed there
+  // heard nothing (no FIN, no RST: its client must time out), while a new connection to
+  // the same ClusterIP reaches the replacement, now the only endpoint.
+  const silentS = (monotonicMs() - f.faultMono) / 1000;
+  assert.equal(
+    f.held.ended(),
+    undefined,
+    `the connection routed to the crashed ${f.before.pod} heard nothing in the ${silentS.toFixed(1)} s since the crash: ${endOf(f)}`,
+  );
+  const fresh = await holdServiceConnection(sys.node(survivor));
+  await Promise.all([fresh.stop(), f.held.stop()]);
+  process.stderr.write(
+    `crash: the connection held to ${f.before.pod} through the ClusterIP silent ${silentS.toFixed(1)} s after the crash; a new one connected (${f.after.pod})\n`,
+  );
   const [gapS] = f.client.assertClientView(`${SHARE} crash`);
   const kernelS = f.kernel.assertClientView(`${SHARE} crash`, f.servedMono);
   await f.kernel.stop();
@@ -460,8 +514,18 @@ async function partitionAndHeal(t: TestContext, mode: 'stall' | 'close'): Promis
     const oldServerLog = podLog(sys.node(f.before.node), f.before.object, 'server');
     const by = Object.entries(STOPPED_BY).find(([, line]) => oldServerLog.includes(`"msg":"${line}`))?.[0];
     assert.ok(by, `${f.before.pod}'s server logged why it stopped (the fence or its lease gate)`);
+    // The partitioned machine lives: its kernel closed the connection the Service had
+    // routed to the fenced ganesha, and the client heard it (what the crash's silence
+    // is measured against).
+    const heard = await eventually(
+      `the connection held to ${f.before.pod} through the ClusterIP heard its end`,
+      async () => f.held.ended(),
+      10_000,
+      100,
+    );
+    assert.ok(heard.how === 'FIN' || heard.how === 'RST', `a FIN or a RST: ${endOf(f)}`);
     process.stderr.write(
-      `partition ${mode}: the old agent fenced ${((fencedWall - f.faultAt.getTime()) / 1000).toFixed(2)} s after the partition; its ganesha stopped by ${by}, gone ${marginMs.toFixed(0)} ms before the new one started\n`,
+      `partition ${mode}: the old agent fenced ${((fencedWall - f.faultAt.getTime()) / 1000).toFixed(2)} s after the partition; its ganesha stopped by ${by}, gone ${marginMs.toFixed(0)} ms before the new one started; the connection held to it through the ClusterIP: ${endOf(f)}\n`,
     );
     const t1 = performance.now();
     await sys.node(f.before.node).heal();
@@ -492,6 +556,7 @@ async function partitionAndHeal(t: TestContext, mode: 'stall' | 'close'): Promis
     if (!healed) await sys.node(f.before.node).heal(); // the next scenario needs the node
     await f.client.stop();
     await f.kernel.stop();
+    await f.held.stop();
   }
 }
 
@@ -658,8 +723,12 @@ test('freeze (cgroup freezer) on real nodes: failed over while frozen; after the
     );
   } finally {
     if (!healed) await sys.node(f.before.node).heal(); // thaw before stop (a frozen task ignores SIGKILL)
+    process.stderr.write(
+      `freeze: the connection held to ${f.before.pod} through the ClusterIP: ${endOf(f)}\n`,
+    );
     await f.client.stop();
     await f.kernel.stop();
+    await f.held.stop();
     await pinned.stop();
   }
 });

@@ -80,8 +80,8 @@ import {
   realVolumeHandle,
 } from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
+import { SHARES_NAMESPACE } from '../../dev/system/real-system.ts';
 import { sharePods, shareStatus } from '../../dev/system/shares.ts';
-import { SHARES_NAMESPACE } from '../../dev/system/system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { ANNOTATION_DELINQUENT, ANNOTATION_FAILOVER_BY } from '../../lib/lease-record.ts';

@@ -1,7 +1,7 @@
 /**
  * Node loss, the volume handoff and the out-of-service taint on real nodes (issue 12;
- * what volume-handoff, node-loss and out-of-service.test.ts ran on dev/sim): one
- * real-node system (dev/system/real-system.ts: two real nodes, the real kubelet,
+ * what volume-handoff, node-loss and out-of-service.test.ts ran on simulated nodes):
+ * one real-node system (dev/system/real-system.ts: two real nodes, the real kubelet,
  * containerd, runc and kube-proxy, the project's images, the chart by helm) on
  * kube-controller-manager's DEFAULT --attach-detach-reconcile-sync-period (1 min);
  * the testbed's node timings otherwise (kubelet heartbeat every 2 s, node-monitor grace
@@ -63,7 +63,7 @@
  * from the host's /proc, its windows split by pod name; test/unit/real-share-windows.test.ts proves the check
  * fails on an overlap); the Lease held by the replacement.
  * Not here: Kubernetes' real-world node timings (kubelet heartbeat 10 s, node-monitor
- * grace 40 s: the sim's node-loss.test.ts had them; `bench -- failover --real-nodes` runs
+ * grace 40 s: the simulator's node-loss.test.ts had them; `bench -- failover` runs
  * its crashes on a 40 s grace). The managers' own nodeLeaseGrace is the chart's 40 s in
  * steps 2-3, so to them the crashed node looks healthy throughout, which is what the
  * storm guard's by-node rule is about (under the old rule, 4 of 4 leases stale on
@@ -94,8 +94,6 @@ import type { V1VolumeAttachment } from '@kubernetes/client-node';
 import { managerRestarts, waitManagerRestarted } from '../../bench/failover/real-node-runs.ts';
 import { helm } from '../../dev/helm/helm.ts';
 import { overlappingWindows } from '../../dev/share-server/serving-window-log.ts';
-import { startListWatch } from '../../dev/sim/kubelet/list-watch.ts';
-import { type AttachEvent, handoffOrderViolations } from '../../dev/sim/storage/csi-attacher.ts';
 import { CHART_DIR } from '../../dev/system/helm-install.ts';
 import {
   createRealNfsShare,
@@ -106,18 +104,20 @@ import {
   realVolumeHandle,
 } from '../../dev/system/real-share.ts';
 import type { RealSystem } from '../../dev/system/real-system.ts';
-import { shareStatus } from '../../dev/system/shares.ts';
 import {
   MANAGER_LABEL,
   managerPodsByNode,
   RELEASE,
   SHARES_NAMESPACE,
   SYSTEM_NAMESPACE,
-} from '../../dev/system/system.ts';
+} from '../../dev/system/real-system.ts';
+import { shareStatus } from '../../dev/system/shares.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
 import { k8s, withDeadline } from '../../lib/kube-client.ts';
 import { ANNOTATION_DELINQUENT, LABEL_SHARE_MANAGER } from '../../lib/lease-record.ts';
 import { eventually } from '../support/cluster.ts';
+import { type AttachEvent, handoffOrderViolations } from '../support/handoff-order.ts';
+import { startListWatch } from '../support/list-watch.ts';
 import {
   E2E_NFS,
   REAL_SERVING_WITHIN_MS,

@@ -36,7 +36,7 @@ import {
 } from '../../dev/kernel-client/user-workloads.ts';
 import { checkReadBack } from '../../dev/kernel-client/workload-analysis.ts';
 import { readRealVolumeFile } from '../../dev/system/real-share.ts';
-import { SHARES_NAMESPACE, SYSTEM_NAMESPACE } from '../../dev/system/system.ts';
+import { SHARES_NAMESPACE, SYSTEM_NAMESPACE } from '../../dev/system/real-system.ts';
 import { monotonicMs } from '../../lib/clock.ts';
 import { PROVISIONER_NAME } from '../../manager/provisioning/class-parameters.ts';
 import { eventually } from '../support/cluster.ts';

@@ -1,7 +1,7 @@
 /**
  * dev/net/tcp-proxy.ts on loopback (no cluster): pass forwards, close resets open and new
  * connections, stall forwards nothing but keeps connections, and pass after stall
- * delivers what was held. The agent and the simulator rely on exactly these semantics.
+ * delivers what was held. The agent's cut-off tests rely on exactly these semantics.
  */
 import assert from 'node:assert/strict';
 import { connect, createServer, type Server, type Socket } from 'node:net';

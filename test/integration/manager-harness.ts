@@ -1,7 +1,7 @@
 /**
  * What the manager integration tests share: the CRD applied from the chart, manager
  * processes (the compiled dist/manager/main.js, each in its own process group, always
- * stopped in `after`), and the test playing the parts no simulated node plays yet:
+ * stopped in `after`), and the test playing the parts no node plays here:
  * it binds pods to Node objects it creates, sets pod status, and acquires/renews the
  * Lease as the pod's agent would (by CAS through lib/lease-store.ts).
  */

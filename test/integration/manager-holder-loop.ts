@@ -1,6 +1,6 @@
 /**
- * The test playing a share-manager pod's agent on its Lease (no simulated node runs the
- * real agent in these tests): acquire by CAS, renew by CAS, stop when told or when the
+ * The test playing a share-manager pod's agent on its Lease (no node runs the real
+ * agent in these tests): acquire by CAS, renew by CAS, stop when told or when the
  * lease is lost.
  * Its own record of lapses is kept on CLOCK_MONOTONIC (the clock the manager judges by),
  * so a step of the wall clock cannot hide or invent one; the wall-clock fields are for

@@ -3,7 +3,7 @@
  * the entrypoint runs in a network namespace of its own (the pod's) with a private
  * tmpfs on /run (the container's), as root with exactly the capability sets the preset
  * gives an NFSv3 server (manager/share-model/nfs-server-preset.ts nfsServerSecurityContext, applied
- * with setpriv the way the simulated kubelet does) and no_new_privs. Proves: it starts
+ * with setpriv) and no_new_privs. Proves: it starts
  * Debian's rpcbind, ganesha registers through it and answers a v3 NULL call, SIGTERM
  * stops ganesha and then rpcbind (gone before the entrypoint exits); without CAP_KILL
  * the stop fails loudly (exit 1, naming CAP_KILL) — why the preset adds it; an rpcbind

@@ -31,13 +31,13 @@ import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { CoreV1Api, PatchStrategy, StorageV1Api, setHeaderOptions } from '@kubernetes/client-node';
 import type { Cluster } from '../../dev/cluster/types.ts';
+import { accessOrderViolations, revokeBeforeGrantElsewhere } from '../../dev/csi/access-log.ts';
 import { STORAGE_CLASS } from '../../dev/csi/config.ts';
 import type { CsiController } from '../../dev/csi/controller.ts';
+import { fencefsBinary } from '../../dev/csi/fencefs-binary.ts';
 import { nodeStorageLeftovers } from '../../dev/csi/view-leftovers.ts';
 import { nodeBinaries } from '../../dev/node/binaries.ts';
 import type { RealNode } from '../../dev/node/node.ts';
-import { accessOrderViolations, revokeBeforeGrantElsewhere } from '../../dev/sim/storage/access-log.ts';
-import { fencefsBinary } from '../../dev/sim/storage/fencefs-binary.ts';
 import { sleep } from '../../lib/clock.ts';
 import { eventually } from '../support/cluster.ts';
 

@@ -15,13 +15,28 @@
  *    backoff, and both run on.
  *  - nfs-ganesha: the shipped server's entrypoint with NFS_SERVER_SECURITY_CONTEXT, an
  *    emptyDir as its export and on /run (and /tmp, as the manager's pods), starts ganesha.nfsd (root, exactly the preset's
- *    capabilities) and logs `serving`: ganesha answered its NFS NULL probe.
+ *    capabilities) and logs `serving`: ganesha answered its NFS NULL probe; with those
+ *    capabilities it acts as a client's user and enforces that user's permissions
+ *    (actsAsTheClientsUser).
  * The pods are deleted at the end (no grace) so that the faults that follow meet only
  * their own pods.
  */
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
-import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import {
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { CoreV1Api, type V1Container, type V1Pod } from '@kubernetes/client-node';
 import type { Cluster } from '../../dev/cluster/types.ts';
 import type { LocalImage } from '../../dev/image/images.ts';
@@ -45,11 +60,11 @@ const CAP = {
   SETGID: 6,
   SETUID: 7,
 };
-const capMask = (caps: readonly string[]) =>
+export const capMask = (caps: readonly string[]) =>
   caps.reduce((m, c) => m | (1n << BigInt(CAP[c as keyof typeof CAP])), 0n);
 
 /** /proc facts of the pod's process whose command line starts with `cmd`, once it runs. */
-function podProcess(node: RealNode, podUid: string, cmd: string) {
+export function podProcess(node: RealNode, podUid: string, cmd: string) {
   const p = hostProcesses().find(
     (p) =>
       p.cmdline.startsWith(cmd) &&
@@ -60,16 +75,18 @@ function podProcess(node: RealNode, podUid: string, cmd: string) {
   const status = readFileSync(`/proc/${p.pid}/status`, 'utf8');
   const field = (k: string) => new RegExp(`^${k}:\\s*(.*)$`, 'm').exec(status)?.[1]?.trim() ?? '';
   return {
+    pid: p.pid,
     uid: field('Uid').split(/\s+/),
     gid: field('Gid').split(/\s+/),
     capEff: BigInt(`0x${field('CapEff')}`),
+    capBnd: BigInt(`0x${field('CapBnd')}`),
     noNewPrivs: field('NoNewPrivs'),
     cwd: readlinkSync(`/proc/${p.pid}/cwd`),
   };
 }
 
 /** A container's log, as the kubelet writes it under the node's /var/log/pods. */
-function containerLog(node: RealNode, pod: V1Pod, container: string): string {
+export function containerLog(node: RealNode, pod: V1Pod, container: string): string {
   const dir = join(
     node.layout.kubeletRoot,
     'pod-logs', // the kubelet's podLogsDir (dev/node/config.ts)
@@ -158,6 +175,8 @@ export async function projectImagesRun(
             image: nfs.ref,
             imagePullPolicy: 'Never',
             securityContext: NFS_SERVER_SECURITY_CONTEXT,
+            // NFSv4.0 for the libnfs client below (libnfs speaks no other v4).
+            env: [{ name: 'LEASEHOLD_NFS_VERSIONS', value: '4.0,4.1' }],
             volumeMounts: [
               { name: 'share', mountPath: '/export' },
               { name: 'run', mountPath: '/run' },
@@ -229,6 +248,7 @@ export async function projectImagesRun(
   assert.match(serving, /"msg":"ganesha started"/);
   // With /tmp writable ganesha ran its OFD-lock test: lock support on.
   assert.doesNotMatch(serving, /Could not create file \/tmp\/ganesha\.nfsd\.locktest/);
+  await actsAsTheClientsUser(n, npod, ganesha.pid);
   // After the start line: what each does once it has called the API in-cluster.
   const startLine = (c: string, line: RegExp) =>
     eventually(`the ${c}'s start line`, async () => {
@@ -275,4 +295,46 @@ export async function projectImagesRun(
       core.deleteNamespacedPod({ namespace: 'default', name, gracePeriodSeconds: 0 }),
     ),
   );
+}
+
+/**
+ * ganesha with exactly the preset's capabilities acts as the NFS client's user and
+ * enforces that user's permissions: a libnfs client (NFSv4.0, in the node's network, to
+ * the pod's IP) as uid 1000 creates a file owned by 1000:1001 in a world-writable
+ * directory, and may not create one in the export's root, root's and 0755 as a fresh
+ * volume comes (an emptyDir is 0777, so it is made so first, through ganesha's own
+ * mount namespace). Without SETUID/SETGID the file would be root's; acting as root
+ * (DAC_OVERRIDE) the second create would pass.
+ */
+async function actsAsTheClientsUser(n: RealNode, pod: V1Pod, ganeshaPid: number): Promise<void> {
+  const exportDir = `/proc/${ganeshaPid}/root/export`;
+  chmodSync(exportDir, 0o755);
+  mkdirSync(join(exportDir, 'shared'));
+  chmodSync(join(exportDir, 'shared'), 0o777);
+  const local = join(mkdtempSync(join(tmpdir(), 'leasehold-nfs-user-')), 'record.bin');
+  writeFileSync(local, randomBytes(2048));
+  const asUser = (name: string) =>
+    `nfs://${pod.status?.podIP}/export/${name}?version=4&nfsport=2049&uid=1000&gid=1001`;
+  try {
+    const written = await inNetwork(n, ['nfs-cp', local, asUser('shared/u.bin')]);
+    assert.equal(written.code, 0, `uid 1000 writes into the 0777 directory: ${written.stderr}`);
+    const owner = statSync(join(exportDir, 'shared', 'u.bin'));
+    assert.deepEqual([owner.uid, owner.gid], [1000, 1001], 'created as the client user');
+    const denied = await inNetwork(n, ['nfs-cp', local, asUser('u.bin')]);
+    assert.notEqual(denied.code, 0, "uid 1000 may not write into the export's root-owned 0755 root");
+    assert.match(denied.stderr, /NFS4ERR_ACCESS/);
+  } finally {
+    rmSync(dirname(local), { recursive: true, force: true });
+  }
+}
+
+/** Runs `argv` in the node's network namespace to its end: its exit code and stderr. */
+async function inNetwork(n: RealNode, argv: string[]): Promise<{ code: number | null; stderr: string }> {
+  const child = n.spawnInNetwork(['timeout', '30', ...argv], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr?.on('data', (c) => {
+    stderr += c;
+  });
+  const [code] = (await once(child, 'close')) as [number | null];
+  return { code, stderr };
 }

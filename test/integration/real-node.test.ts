@@ -9,7 +9,7 @@
  * `kubernetes` Service's ClusterIP through kube-proxy, its projected service-account
  * token) and is told who it is; the API server reaches real-2's kubelet through its
  * egress proxy into real-2's namespace to read that pod's log, exec the call again in
- * it and port-forward to it. Then the faults of dev/sim's API: real-1 crashes with a
+ * it and port-forward to it. Then the node faults (RealNode's): real-1 crashes with a
  * pod (its processes gone, its API connections left open and silent, NotReady by the
  * real node-lifecycle controller) and heal reboots it (Ready, the kubelet restarts the
  * old pod); across it the node network (dev/node/fabric.ts): before, real-1's pod
@@ -25,7 +25,10 @@
  * real external-attacher before the pod runs; staged and published by the kubelet;
  * the file in the driver's backing dir; the VolumeAttachment gone after the pod; the
  * driver runs in its fencing mode, so even this static volume goes through the node's
- * own view); then the fencing driver with dynamic provisioning (real-node-fencing.ts: a
+ * own view); then, on real-2, share pods as the manager builds them (real-node-share-pod.ts
+ * says what is checked: which agent may hold a lease by what the kernel gave it, its
+ * fence of a server of another user and of nothing else, the kubelet's backstop of a
+ * hung agent); then the fencing driver with dynamic provisioning (real-node-fencing.ts: a
  * PVC provisioned by the real external-provisioner, an ext4 image (the block kind)
  * written through real-1's view and loop device, real-1 frozen mid-write and its volume
  * handed to real-2; the revoke, on the host, precedes real-2's grant; a file handle of
@@ -65,26 +68,14 @@ import { NODE_NET_SYSCTLS } from '../../dev/node/fabric-plan.ts';
 import { freezerCgroupOf, freezerMount } from '../../dev/node/freezer.ts';
 import { hostProcesses } from '../../dev/node/leftovers.ts';
 import { type RealNode, startRealNode } from '../../dev/node/node.ts';
-import type { SimNode } from '../../dev/sim/node/sim-node.ts';
 import { sleep } from '../../lib/clock.ts';
 import { eventually, useCluster } from '../support/cluster.ts';
 import { fencedHandoff } from './real-node-fencing.ts';
 import { projectImagesRun } from './real-node-images.ts';
+import { sharePodAgents } from './real-node-share-pod.ts';
 
 const cluster = useCluster({ realNodes: true });
 
-/**
- * The e2e scenarios' fault API (dev/sim's SimNode): a RealNode must fit it, so that a
- * scenario moves over unchanged. heal() may return a promise (a reboot takes time).
- */
-type NodeFaultApi = Pick<SimNode, 'crash' | 'freeze' | 'partition' | 'state'> & {
-  heal(): void | Promise<void>;
-  readonly faults: readonly Pick<
-    SimNode['faults'][number],
-    'node' | 'fault' | 'detail' | 'monoMs' | 'wall'
-  >[];
-};
-const _realNodeFitsTheSimFaultApi = (n: RealNode): NodeFaultApi => n;
 const run = promisify(execFile);
 
 /** The host's values of the sysctls the kubelet checks and the nodes' network namespaces set. */
@@ -246,7 +237,7 @@ describe('real nodes', () => {
     assert.ok(live.some((l) => l.kind === 'cgroup' && l.path.endsWith('/kubepods')));
   });
 
-  it("faults as on dev/sim, while real-2 runs the project's images: real-1 crashes (NotReady, processes gone) and heal reboots it (the kubelet reconciles the pod)", {
+  it("node faults, while real-2 runs the project's images: real-1 crashes (NotReady, processes gone) and heal reboots it (the kubelet reconciles the pod)", {
     timeout: 240_000,
   }, async () => {
     assert.ok(node && node2 && imported, 'both nodes started and the import began');
@@ -263,6 +254,15 @@ describe('real nodes', () => {
     await csiVolumeRoundTrip(node2, csi, images.leasehold as LocalImage);
   });
 
+  it("the share pod's agent as the manager builds it: at the image's uid 65532 (even with add KILL) it never acquires; as uid 0 with CAP_KILL alone it fences a server of another user and nothing of a neighbour pod; an agent hung on a healthy node is backstopped by the kubelet", {
+    timeout: 240_000,
+  }, async () => {
+    assert.ok(node2 && imported, 'real-2 started, the image import began');
+    const done = await imported;
+    if ('error' in done) throw done.error;
+    await sharePodAgents(cluster(), node2, images.leasehold as LocalImage);
+  });
+
   it("the fencing driver: a dynamically provisioned volume handed from frozen real-1 to real-2, real-1's view revoked first (EIO after), deleted with its claim", {
     timeout: 240_000,
   }, async () => {
@@ -270,7 +270,7 @@ describe('real nodes', () => {
     await fencedHandoff(cluster(), node, node2, csi);
   });
 
-  it('faults as on dev/sim: freeze and partition stall stop real-2 renewing its lease, heal renews it', {
+  it('node faults: freeze and partition stall stop real-2 renewing its lease, heal renews it', {
     timeout: 120_000,
   }, async () => {
     assert.ok(node && node2, 'both nodes started');

@@ -11,7 +11,6 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
   clientFlowing,
-  clientStalledBeforeCrashS,
   crashToServing,
   emulateLonghornVerdict,
   shiftByDetection,
@@ -104,15 +103,6 @@ test('summarizeLoad: start, end, mean and max of the 1-minute load samples', () 
     mean: 2.67,
     max: 4,
   });
-});
-
-test('clientStalledBeforeCrashS: a gap that began long before the crash is the earlier stall, not the crash', () => {
-  // five-modes run, leasehold run 3: gap 98.66 s, writes resumed 32.04 s after the crash
-  assert.equal(clientStalledBeforeCrashS(32.04, 98.66), 66.62);
-  // a commit in flight at the crash (gap 1.2 s longer than the resume): still this crash's
-  assert.equal(clientStalledBeforeCrashS(21.88, 23.08), undefined);
-  assert.equal(clientStalledBeforeCrashS(10.06, 10.07), undefined);
-  assert.equal(clientStalledBeforeCrashS(undefined, 10), undefined);
 });
 
 test('clientFlowing: a crash is measured only from a client acknowledged within the tolerance', () => {

@@ -1,9 +1,7 @@
 /**
  * The real-node failover benchmark's pure parts: its command line
- * (bench/failover/real-node-args.ts), the sim figure printed beside it, taken from
- * the newest sim result file on the same timings (bench/failover/sim-reference.ts),
- * the side-by-side table (real-node-table.ts) and the stock mode's judgement of a
- * capped sample and its reasons (real-stock-cap.ts).
+ * (bench/failover/real-node-args.ts), the side-by-side table (real-node-table.ts) and
+ * the stock mode's judgement of a capped sample and its reasons (real-stock-cap.ts).
  *   node --import tsx --test test/unit/bench-failover-real-nodes.test.ts
  */
 import assert from 'node:assert/strict';
@@ -11,7 +9,6 @@ import { test } from 'node:test';
 import { parseRealNodeBenchArgs } from '../../bench/failover/real-node-args.ts';
 import { realNodeTable } from '../../bench/failover/real-node-table.ts';
 import { judgeStockSample, stockCapReasons, stockResumePath } from '../../bench/failover/real-stock-cap.ts';
-import { simReferenceOf } from '../../bench/failover/sim-reference.ts';
 import { resumedAt, resumedGapMs } from '../../bench/failover/stats.ts';
 
 test('real-node bench args: defaults 5 crashes on 2 nodes, the Kubernetes defaults', () => {
@@ -49,7 +46,7 @@ test('real-node bench args: defaults 5 crashes on 2 nodes, the Kubernetes defaul
   assert.deepEqual(all.modes, ['longhorn', 'leasehold-va', 'leasehold-oos', 'leasehold', 'stock']);
 });
 
-test('real-node bench args: bad values and the sim-only options rejected, named', () => {
+test('real-node bench args: bad values and unknown options rejected, named', () => {
   const problem = (argv: string[]) => {
     const r = parseRealNodeBenchArgs(argv);
     assert.ok('problem' in r, `${argv.join(' ')} rejected: ${JSON.stringify(r)}`);
@@ -76,58 +73,9 @@ test('real-node bench args: bad values and the sim-only options rejected, named'
   assert.ok(!('problem' in witnesses), JSON.stringify(witnesses));
   assert.match(problem(['--stock-budget', '30']), /--stock-budget=30: .*>= 60/);
   assert.match(problem(['--stock-budget', 'x']), /--stock-budget=x/);
+  // Options the real kubelet's heartbeat or the one system make meaningless: unknown.
   assert.match(problem(['--share', 'toy']), /--share/);
   assert.match(problem(['--heartbeat', '2s']), /--heartbeat/);
-});
-
-const file = (date: string, adc: string, nmg: string, cts: number, mode = 'leasehold') =>
-  JSON.stringify({
-    date,
-    runs: 10,
-    adcSync: adc,
-    nodeMonitorGracePeriod: nmg,
-    load: { oneMinute: { mean: 1.45 } },
-    results: [
-      {
-        mode,
-        detection: { n: 10, p50: 5.07, p95: 5.63 },
-        crashToServing: { n: 10, p50: cts, p95: cts + 2 },
-        clientWriteGap: { n: 10, p50: cts, p95: cts + 2 },
-      },
-    ],
-  });
-
-test('simReferenceOf: the newest sim NFS-client file on the same timings with a leasehold result', () => {
-  const ref = simReferenceOf(
-    [
-      {
-        file: 'failover-nfs-client-v3-adc-1m-nmg-40s-hb-10s-leasehold.json',
-        content: file('2026-12-01T18:58:23Z', '1m', '40s', 6.82),
-      },
-      {
-        file: 'failover-nfs-client-v3-adc-1m-nmg-40s-hb-10s-five-modes.json',
-        content: file('2026-12-01T10:00:00Z', '1m', '40s', 9.9),
-      },
-      {
-        file: 'failover-nfs-client-v3-adc-2s-nmg-40s-hb-10s-leasehold.json',
-        content: file('2026-12-01T20:00:00Z', '2s', '40s', 5.5),
-      },
-      {
-        file: 'failover-nfs-client-v3-adc-1m-nmg-40s-hb-10s-stock.json',
-        content: file('2026-12-01T21:00:00Z', '1m', '40s', 70, 'stock'),
-      },
-      {
-        file: 'failover-real-nodes-nfs-client-v3-adc-1m-nmg-40s-leasehold.json',
-        content: file('2026-12-01T22:00:00Z', '1m', '40s', 1),
-      },
-      { file: 'failover-nfs-client-v3-broken.json', content: '{not json' },
-    ],
-    { adcSync: '1m', nodeMonitorGracePeriod: '40s' },
-  );
-  assert.equal(ref?.file, 'failover-nfs-client-v3-adc-1m-nmg-40s-hb-10s-leasehold.json');
-  assert.equal(ref?.crashToServing.p50, 6.82);
-  assert.equal(ref?.loadMean, 1.45);
-  assert.equal(simReferenceOf([], { adcSync: '1m', nodeMonitorGracePeriod: '40s' }), undefined);
 });
 
 test('judgeStockSample: measured only from a resumed flow after the crash, within the budget; else capped or rejected', () => {

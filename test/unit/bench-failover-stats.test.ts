@@ -1,17 +1,11 @@
 /**
  * The pure parts of the failover benchmark and the demo timeline: percentiles, the
- * emulated Longhorn verdict (first 1 s tick strictly after renewTime + lease), ratios,
- * and the timeline built from a failover's facts.
+ * emulated Longhorn verdict (first 1 s tick strictly after renewTime + lease), and the
+ * timeline built from a failover's facts.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import {
-  longhornVerdictMs,
-  percentile,
-  ratio,
-  ratiosToLeasehold,
-  summarize,
-} from '../../bench/failover/stats.ts';
+import { longhornVerdictMs, percentile, summarize } from '../../bench/failover/stats.ts';
 import { timelineOf } from '../../dev/system/failover-facts.ts';
 
 test('percentile: nearest rank over the finite values', () => {
@@ -33,12 +27,9 @@ test('longhornVerdictMs: the first tick strictly after renewTime + lease', () =>
   assert.equal(longhornVerdictMs(10_000, 7_000, -750), 17_250);
 });
 
-test('summarize and ratio', () => {
+test('summarize', () => {
   assert.deepEqual(summarize([1, Number.NaN, 3, 2]), { n: 3, p50: 2, p95: 3, max: 3 });
   assert.deepEqual(summarize([]), { n: 0 });
-  assert.equal(ratio(10, 4), 2.5);
-  assert.equal(ratio(undefined, 4), undefined);
-  assert.equal(ratio(3, 0), undefined);
 });
 
 test('timelineOf: seconds since the crash from every source, unknown steps left open', () => {
@@ -46,35 +37,36 @@ test('timelineOf: seconds since the crash from every source, unknown steps left 
   const plus = (s: number) => new Date(crashAt.getTime() + s * 1000);
   const steps = timelineOf({
     share: 's',
-    crashedNode: 'sim-1',
+    crashedNode: 'real-1',
+    faultSource: 'RealNode crash',
     crashAt,
     oldPod: 's-old',
     newPod: 's-new',
-    newNode: 'sim-2',
+    newNode: 'real-2',
     status: { lastFailover: { detectedAt: plus(5).toISOString(), completedAt: plus(7.5).toISOString() } },
     scheduledAt: plus(5.3),
     attachedAt: plus(6.25),
     servingAt: plus(8),
+    servingSource: 'NFS server log',
   });
-  const at = (prefix: string) => steps.find((s) => s.step.startsWith(prefix))?.seconds;
-  assert.equal(at('node sim-1 crashed'), 0);
-  assert.equal(at('stale lease detected'), 5);
-  assert.equal(at('lease marked delinquent'), undefined);
-  assert.equal(at('scheduled on sim-2'), 5.3);
-  assert.equal(at('volume attached to sim-2'), 6.25);
-  assert.equal(at('new agent acquired'), 7.5);
-  assert.equal(at('share served from sim-2'), 8);
-});
-
-test('ratiosToLeasehold: each other mode over leasehold, per figure and percentile; none without leasehold', () => {
-  const results = [
-    { mode: 'stock', gap: { n: 2, p50: 300, p95: 600 } },
-    { mode: 'leasehold', gap: { n: 2, p50: 6, p95: 12 } },
-    { mode: 'longhorn', gap: { n: 0 } },
-  ];
-  assert.deepEqual(ratiosToLeasehold(results, { gap: (r) => r.gap }), {
-    'stock/leasehold': { gapP50: 50, gapP95: 50 },
-    'longhorn/leasehold': { gapP50: undefined, gapP95: undefined },
+  const at = (prefix: string) => steps.find((s) => s.step.startsWith(prefix));
+  assert.deepEqual(at('node real-1 crashed'), {
+    step: 'node real-1 crashed',
+    seconds: 0,
+    source: 'RealNode crash',
   });
-  assert.deepEqual(ratiosToLeasehold(results.slice(0, 1), { gap: (r) => r.gap }), {});
+  assert.equal(at('stale lease detected')?.seconds, 5);
+  assert.equal(at('lease marked delinquent')?.seconds, undefined);
+  assert.equal(at('scheduled on real-2')?.seconds, 5.3);
+  assert.deepEqual(at('volume attached to real-2'), {
+    step: 'volume attached to real-2',
+    seconds: 6.25,
+    source: 'CSI controller record',
+  });
+  assert.equal(at('new agent acquired')?.seconds, 7.5);
+  assert.deepEqual(at('share served from real-2'), {
+    step: 'share served from real-2',
+    seconds: 8,
+    source: 'NFS server log',
+  });
 });

@@ -12,6 +12,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
+  accessOrderViolations,
+  revokeBeforeGrantElsewhere,
+  writesAcrossRevokes,
+} from '../../dev/csi/access-log.ts';
+import {
   DRIVER_NAME,
   driverControllerArgs,
   provisionerArgs,
@@ -21,11 +26,6 @@ import {
 } from '../../dev/csi/config.ts';
 import { parseAccessLog, parseViewReports } from '../../dev/csi/controller.ts';
 import { isNodeViewProcess, isViewProcess, nodeLoopsIn, viewMountsIn } from '../../dev/csi/view-leftovers.ts';
-import {
-  accessOrderViolations,
-  revokeBeforeGrantElsewhere,
-  writesAcrossRevokes,
-} from '../../dev/sim/storage/access-log.ts';
 import { volumeMountsIn } from '../../dev/system/real-share.ts';
 
 const line = (seq: number, op: string, node: string, monoMs: number) =>

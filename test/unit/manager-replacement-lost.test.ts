@@ -12,7 +12,7 @@ import {
   type ReplacementInput,
 } from '../../manager/failover/replacement-lost.ts';
 
-// D = 6 s, the simulator's 2 s heartbeat: lost after 8 s of silence by our clock.
+// D = 6 s, the testbed nodes' 2 s heartbeat: lost after 8 s of silence by our clock.
 const base: ReplacementInput = {
   now: 100_000,
   durationMs: 6_000,

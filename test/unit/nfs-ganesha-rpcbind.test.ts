@@ -18,7 +18,7 @@ describe('nfs-ganesha rpcbind decision', () => {
     });
   });
 
-  it('uses an rpcbind that is there already (a sidecar, the simulator)', () => {
+  it("uses an rpcbind that is there already (a sidecar, a test rig's private one)", () => {
     assert.deepEqual(decideRpcbind(config({ LEASEHOLD_NFS_VERSIONS: '3' }), true), {
       kind: 'none',
       reason: 'rpcbind answers',

@@ -3,8 +3,8 @@ package main
 // The block kind (a volume context's storage.leasehold.dev/block-filesystem: ext4, the
 // StorageClass parameter `filesystem: ext4` or a static PV's volumeAttributes): a
 // volume is one ext4 file system in an image file, <backing>/<volume>/disk.img, as a
-// network disk is one block device; the sim's block kind (dev/sim/storage/block-image.ts)
-// on the real driver. The controller makes the image (CreateVolume; a static volume's
+// network disk is one block device (the tests read it back: dev/csi/block-image.ts).
+// The controller makes the image (CreateVolume; a static volume's
 // at its first ControllerPublish) and grants the node its revocable view of the
 // directory holding it (fencing.go); NodeStage attaches a loop device over the view's
 // image file (direct I/O, autoclear) in the node and mounts ext4 at the staging path;

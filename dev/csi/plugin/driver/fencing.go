@@ -25,7 +25,7 @@ package main
 // every later one on that mount fails EIO, also from a process that was stopped and
 // resumes). Grants and revokes are appended, in the order acted, to
 // <state>/access.jsonl (seq, op, pv, node, view, monoMs: CLOCK_MONOTONIC ms, wallMs),
-// written before the call answers; dev/sim/storage/access-log.ts checks it. Each view's
+// written before the call answers; dev/csi/access-log.ts checks it. Each view's
 // fencefs stats (writes served, the CLOCK_MONOTONIC times of the first and last, the
 // requests refused after the revoke) are kept by grant, also once its fencefs exited
 // (its last line), and served by report (main.go: GET /views on -views-endpoint), so

@@ -1,5 +1,5 @@
-// leasehold-fencefs mounts a revocable passthrough view of one directory (the simulated
-// storage's view of one volume for one node; dev/sim/storage/).
+// leasehold-fencefs mounts a revocable passthrough view of one directory (the fencing
+// CSI driver's view of one volume for one node; dev/csi/).
 //
 //	leasehold-fencefs --backing DIR --mountpoint DIR [--ext4-image FILE --fs-mountpoint DIR]
 //	leasehold-fencefs --backing DIR --mountpoint DIR --mount-ns /proc/PID/ns/mnt

@@ -1,10 +1,9 @@
 /**
- * Debian's real `rpcbind -f` in a network namespace of its own, for the test rigs that
- * need one per ganesha with NFSv3 on a shared machine: dev/nfs-client/private-rpcbind.ts
- * (one per server incarnation, outside any pod) and dev/sim/runtime/pod-sandbox.ts (one per
- * simulated pod). Its port 111 exists only in its namespace, so nothing clashes with the
- * host or with another rpcbind; ganesha registers through the unix socket, which a file
- * system path reaches from any network namespace.
+ * Debian's real `rpcbind -f` in a network namespace of its own, for a test rig that
+ * needs one per ganesha with NFSv3 on a shared machine: private-rpcbind.ts (one per
+ * server incarnation, outside any pod). Its port 111 exists only in its namespace, so
+ * nothing clashes with the host or with another rpcbind; ganesha registers through the
+ * unix socket, which a file system path reaches from any network namespace.
  *
  * The caller gives the command line (which namespaces to enter or create; it must end
  * by exec'ing `rpcbind -f`) and where the socket appears as seen from the host
@@ -15,8 +14,8 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { sleep } from '../../../lib/clock.ts';
-import { LeaseholdError } from '../../../lib/errors.ts';
+import { sleep } from '../../lib/clock.ts';
+import { LeaseholdError } from '../../lib/errors.ts';
 
 export interface NetnsRpcbind {
   /** The command's process (rpcbind itself when the command execs all the way). */

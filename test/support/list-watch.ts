@@ -1,6 +1,6 @@
 /**
- * A list-watch that never dies silently, for the simulator's own controllers (the
- * kubelet's pod watch, the CSI attacher): list, hand the full set to `onList`, watch
+ * A list-watch that never dies silently, for a test's own observers (the handoff e2e's
+ * VolumeAttachment log): list, hand the full set to `onList`, watch
  * from the list's resourceVersion, and treat *any* end of that watch as its end:
  *   - the connection closing or the stream ending, cleanly or not (an API-server
  *     restart, the server's own timeoutSeconds);
@@ -11,17 +11,17 @@
  * then list again after a short backoff with jitter: 50-150 ms after a watch that was
  * healthy (lived 5 s), growing to at most 0.5-1.5 s while lists fail or watches end at
  * once (the API server is down or starting), so a restarted API server is seen again
- * within about a second of coming back. Relisting every time is cheap at the simulator's scale and needs no
- * resourceVersion bookkeeping beyond one watch.
+ * within about a second of coming back. Relisting every time is cheap at a test's scale
+ * and needs no resourceVersion bookkeeping beyond one watch.
  *
  * Every end of a watch is reported through `onWatchEnd` (why it ended), a failed list
  * through `onError`. Not guaranteed: that every intermediate state is seen (a relist delivers
  * only the current one), which is why handlers are level-based.
  */
 import type { KubernetesObject } from '@kubernetes/client-node';
-import { sleep } from '../../../lib/clock.ts';
-import { LeaseholdError } from '../../../lib/errors.ts';
-import { k8s } from '../../../lib/kube-client.ts';
+import { sleep } from '../../lib/clock.ts';
+import { LeaseholdError } from '../../lib/errors.ts';
+import { k8s } from '../../lib/kube-client.ts';
 
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
 
@@ -34,7 +34,7 @@ export type WatchEnd =
 
 export interface ListWatchOptions<T extends KubernetesObject> {
   kubeConfig: k8s.KubeConfig;
-  /** For errors: e.g. "pods on node sim-1". */
+  /** For errors: e.g. "VolumeAttachments". */
   what: string;
   /** The collection's watch path, e.g. /api/v1/pods. */
   path: string;

@@ -22,9 +22,9 @@ export function fencefsBinary(): string {
     resolved = fromEnv;
     return resolved;
   }
-  // dev/sim/fencing-storage -> dev/fuse (also from dist/dev/sim/fencing-storage: ../../../../dev/fuse)
+  // dev/csi -> dev/fuse (also from dist/dev/csi: ../../../dev/fuse)
   const here = fileURLToPath(new URL('.', import.meta.url));
-  const candidates = [join(here, '../../fuse/build.sh'), join(here, '../../../../dev/fuse/build.sh')];
+  const candidates = [join(here, '../fuse/build.sh'), join(here, '../../../dev/fuse/build.sh')];
   const script = candidates.find((p) => existsSync(p));
   if (!script)
     throw new Error(`leasehold-fencefs: dev/fuse/build.sh not found (looked at ${candidates.join(', ')})`);

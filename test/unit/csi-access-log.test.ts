@@ -6,7 +6,7 @@ import {
   revokeBeforeGrantElsewhere,
   type ViewWrites,
   writesAcrossRevokes,
-} from '../../dev/sim/storage/access-log.ts';
+} from '../../dev/csi/access-log.ts';
 
 let seq = 0;
 const e = (op: AccessLogEntry['op'], pv: string, node: string): AccessLogEntry => {
