@@ -85,6 +85,8 @@ export interface NfsServerConfig {
    * failover cannot reclaim.
    */
   recoveryShim: string | undefined;
+  /** native/stable-fsid.so, preloaded too: the export's fsid from the volume, not the device (undefined: off). */
+  stableFsidShim: string | undefined;
   /** Whether the entrypoint may start rpcbind for NFSv3 (rpcbind.ts). */
   rpcbind: RpcbindMode;
   rpcbindBin: string;
@@ -109,6 +111,8 @@ export interface NfsServerConfig {
 export const DEFAULT_RECOVERY_DIR = '.leasehold-ganesha-recovery';
 /** Where native/build.sh puts the shim: beside the compiled entrypoint. */
 export const DEFAULT_RECOVERY_SHIM = join(import.meta.dirname, 'recovery-tag.so');
+/** Where native/build.sh puts the stable-fsid shim: beside the compiled entrypoint. */
+export const DEFAULT_STABLE_FSID_SHIM = join(import.meta.dirname, 'stable-fsid.so');
 /** ganesha's parser limits: Grace_Period 0..270, Lease_Lifetime 0..180 (whole seconds). */
 const GANESHA_MAX_GRACE_S = 270;
 const GANESHA_MAX_LEASE_S = 180;
@@ -184,6 +188,12 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     rule: 'must be an absolute path or none',
   });
   const recoveryShim = shim === 'none' ? undefined : shim;
+  const fsidShim = r.string('LEASEHOLD_NFS_STABLE_FSID_SHIM', {
+    fallback: DEFAULT_STABLE_FSID_SHIM,
+    pattern: /^(none|\/[A-Za-z0-9._+/-]+)$/,
+    rule: 'must be an absolute path or none',
+  });
+  const stableFsidShim = fsidShim === 'none' ? undefined : fsidShim;
   const rpcbind = r.oneOf('LEASEHOLD_NFS_RPCBIND', RPCBIND_MODES, 'auto');
   const rpcbindBin = r.string('LEASEHOLD_NFS_RPCBIND_BIN', {
     fallback: 'rpcbind',
@@ -226,6 +236,7 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     runDir,
     ganeshaBin,
     recoveryShim,
+    stableFsidShim,
     rpcbind,
     rpcbindBin,
     startTimeoutMs,

@@ -50,7 +50,17 @@ const KEPT_ERROR_LINES = 5;
 
 export function startGanesha(config: NfsServerConfig, prepared: PreparedServer): GaneshaProcess {
   const args = ['-F', '-f', prepared.configPath, '-L', 'STDOUT', '-p', prepared.pidPath];
-  const env = config.recoveryShim ? { ...process.env, LD_PRELOAD: config.recoveryShim } : process.env;
+  const preload = [config.recoveryShim, config.stableFsidShim].filter((p) => p !== undefined);
+  const env = {
+    ...process.env,
+    ...(preload.length > 0 ? { LD_PRELOAD: preload.join(' ') } : {}),
+    ...(config.stableFsidShim
+      ? {
+          LEASEHOLD_NFS_STABLE_FSID: prepared.stableFsid.fsid,
+          LEASEHOLD_NFS_STABLE_FSID_DEV: prepared.stableFsid.dev,
+        }
+      : {}),
+  };
   const child = spawn(config.ganeshaBin, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true, env });
   const errors: string[] = [];
   const configErrors: string[] = [];

@@ -19,7 +19,7 @@
  * that is there but holds no valid identity is an error, never silently replaced (clients
  * may hold state under the identity it had).
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import {
   chmodSync,
   chownSync,
@@ -42,6 +42,12 @@ const IDENTITY = /^[A-Za-z0-9._:-]{1,128}$/;
 
 export interface PreparedServer {
   serverOwner: string;
+  /**
+   * For native/stable-fsid.c: the fsid the export's file system gets ("<u32>.<u32>",
+   * stableFsidOf the server owner: the volume's identity) and the export's device
+   * ("major:minor"), whose f_fsid it replaces when the kernel derived it from that device.
+   */
+  stableFsid: { fsid: string; dev: string };
   /** Where it came from, for the start log line. */
   serverOwnerSource: 'env' | 'volume' | 'created';
   configPath: string;
@@ -53,6 +59,10 @@ export function prepareServer(
   config: NfsServerConfig,
   render: (serverOwner: string) => string,
 ): PreparedServer {
+  if (config.stableFsidShim !== undefined && !existsSync(config.stableFsidShim))
+    throw new ServerStartError(
+      `LEASEHOLD_NFS_STABLE_FSID_SHIM=${config.stableFsidShim}: no such file (server/nfs-ganesha/native/build.sh builds it beside main.js; \`none\` runs ganesha without it, and on XFS every file handle goes stale when the volume comes back under another device number)`,
+    );
   if (config.recoveryShim !== undefined && !existsSync(config.recoveryShim))
     throw new ServerStartError(
       `LEASEHOLD_NFS_RECOVERY_SHIM=${config.recoveryShim}: no such file (server/nfs-ganesha/native/build.sh builds it beside main.js; \`none\` runs ganesha without it, and a client whose address changes across a failover then loses its opens and locks)`,
@@ -79,7 +89,35 @@ export function prepareServer(
       { cause: err },
     );
   }
-  return { serverOwner, serverOwnerSource: source, configPath, pidPath: join(config.runDir, 'ganesha.pid') };
+  return {
+    serverOwner,
+    stableFsid: {
+      fsid: stableFsidOf(serverOwner),
+      dev: deviceName(statSync(config.exportPath, { bigint: true }).dev),
+    },
+    serverOwnerSource: source,
+    configPath,
+    pidPath: join(config.runDir, 'ganesha.pid'),
+  };
+}
+
+/**
+ * The export's fsid from the volume's identity (the server owner stored on it, or given
+ * by env): the first 8 bytes of its SHA-256 as two u32, never 0.0 (which ganesha
+ * replaces with the device number). The same volume gives the same fsid on every node.
+ */
+export function stableFsidOf(serverOwner: string): string {
+  const digest = createHash('sha256').update(serverOwner).digest();
+  const hi = digest.readUInt32BE(0);
+  const lo = digest.readUInt32BE(4);
+  return hi === 0 && lo === 0 ? '0.1' : `${hi}.${lo}`;
+}
+
+/** glibc's dev_t as "major:minor" (gnu_dev_major/gnu_dev_minor). */
+export function deviceName(dev: bigint): string {
+  const major = ((dev >> 8n) & 0xfffn) | ((dev >> 32n) & ~0xfffn);
+  const minor = (dev & 0xffn) | ((dev >> 12n) & ~0xffn);
+  return `${major}:${minor}`;
 }
 
 /** chown/chmod of the export root as configured; a failure names the setting and the errno. */

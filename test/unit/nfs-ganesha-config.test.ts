@@ -8,7 +8,11 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { ConfigError } from '../../lib/errors.ts';
-import { DEFAULT_RECOVERY_SHIM, readNfsServerConfig } from '../../server/nfs-ganesha/config.ts';
+import {
+  DEFAULT_RECOVERY_SHIM,
+  DEFAULT_STABLE_FSID_SHIM,
+  readNfsServerConfig,
+} from '../../server/nfs-ganesha/config.ts';
 import { repoRoot } from '../support/tools.ts';
 
 function problemsOf(env: Record<string, string>): readonly string[] {
@@ -52,6 +56,7 @@ describe('nfs-ganesha config', () => {
       runDir: '/run/leasehold-nfs',
       ganeshaBin: 'ganesha.nfsd',
       recoveryShim: DEFAULT_RECOVERY_SHIM,
+      stableFsidShim: DEFAULT_STABLE_FSID_SHIM,
       rpcbind: 'auto',
       rpcbindBin: 'rpcbind',
       startTimeoutMs: 30_000,
