@@ -22,8 +22,11 @@
  * system whose f_fsid comes from its UUID (ext4, btrfs) keeps it: its handles stay as
  * they were. Without the two variables nothing changes.
  *
- * Not guaranteed: that ganesha keeps reading the fsid through statfs (the entrypoint's
- * integration test checks the value a preloaded statfs returns on a real XFS mount).
+ * Ganesha 4.3 (Debian 12) reads it through glibc's statfs64, which its
+ * libganesha_nfsd.so imports dynamically (`nm -D`), so a preloaded one is the one it
+ * calls. Not guaranteed: that a later ganesha still does
+ * (test/integration/nfs-ganesha-stable-fsid.test.ts checks the value a preloaded statfs
+ * returns on a real XFS mount, not ganesha's handles themselves).
  */
 #define _GNU_SOURCE
 #include <stdint.h>
