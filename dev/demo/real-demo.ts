@@ -2,7 +2,7 @@
  * `npm run demo` on real nodes (issue 12 item 7), as a user would see leasehold:
  *   1. the real control plane, N real nodes (kubelet, containerd, runc, kube-proxy on
  *      the node fabric; dev/node), the testbed CSI driver with the real
- *      external-attacher, the project's images imported into each node's containerd,
+ *      external-attacher, the project's images in each node's containerd from its boot,
  *      and charts/leasehold installed with `helm install` (dev/system/real-system.ts);
  *   2. one share on the shipped NFS server (ganesha, NFSv4.1 and 4.2, its defaults) on a
  *      static CSI volume (dev/system/real-share.ts), and two Linux kernel NFS clients

@@ -45,6 +45,7 @@ import {
   kubeProxyArgs,
   kubeProxyConfiguration,
 } from './config.ts';
+import { linkContainerdSeed } from './containerd-seed.ts';
 import type { NodeLayout } from './layout.ts';
 import { holdNamespaces, type NamespaceHold } from './leftovers.ts';
 import { childOf, nsenterArgs, sysctlFile, unshareArgs } from './namespaces.ts';
@@ -74,6 +75,8 @@ export interface BootContext {
   /** The host loopback port of the kubelet relay. */
   kubeletPort: number;
   readyTimeoutMs: number;
+  /** The containerd root came from a seed (containerd-seed.ts) holding the pause image. */
+  seeded: boolean;
   /** This boot's record; the boot pushes each component and sets pid1. */
   boot: Boot;
   cgroupsMade(): void;
@@ -200,8 +203,8 @@ export async function bootMachine(
     await ctr(['version']);
     return true;
   }, 30_000);
-  // After a reboot the image is still in containerd's root (its disk).
-  if (first) await importImage(bins.pauseTar);
+  // After a reboot the image is still in containerd's root (its disk); a seeded root has it from the start.
+  if (first && !ctx.seeded) await importImage(bins.pauseTar);
   await onFabric;
   progress(`${name}: namespaces, fabric, relays and containerd up in ${ms(t0)}`);
   // Started before the kubelet, awaited with it: the plugin watcher finds the socket whenever it comes.
@@ -285,8 +288,17 @@ function startCsiNodePlugin(
   );
 }
 
-/** The node's dirs, sysctl views and configs, before its first boot. */
-export async function writeNodeFiles(layout: NodeLayout, bins: NodeBinaries, caPath: string): Promise<void> {
+/**
+ * The node's dirs, sysctl views and configs, before its first boot; its containerd root
+ * from `containerdSeed` (containerd-seed.ts: the images already in it) when given.
+ */
+export async function writeNodeFiles(
+  layout: NodeLayout,
+  bins: NodeBinaries,
+  caPath: string,
+  containerdSeed?: string,
+): Promise<void> {
+  if (containerdSeed) await linkContainerdSeed(containerdSeed, layout.containerdRoot);
   await Promise.all(
     [
       layout.logDir,

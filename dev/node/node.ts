@@ -108,6 +108,13 @@ export interface RealNodeOptions {
    * (dev/csi NOATTACH_DRIVER_NAME; the controller's `noAttachDriver` makes its CSIDriver).
    */
   csi?: { backingDir: string; noAttachDriver?: boolean };
+  /**
+   * A containerd root with images in it (containerd-seed.ts, made with this node's
+   * binaries and their pause image), hard-linked as the node's before its first boot:
+   * the node boots with those images as a node image with pre-pulled images would.
+   * Default: an empty root, the pause image imported at the first boot.
+   */
+  containerdSeed?: string;
 }
 
 export type { RealNodeFault, RealNodeState } from './node-faults.ts';
@@ -368,6 +375,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
         linkPort: link.port,
         kubeletPort,
         readyTimeoutMs: opts.readyTimeoutMs ?? 120_000,
+        seeded: opts.containerdSeed !== undefined,
         boot,
         cgroupsMade: () => {
           cgroupsMade = true;
@@ -387,7 +395,7 @@ export async function startRealNode(cluster: Cluster, opts: RealNodeOptions): Pr
     );
 
   try {
-    await writeNodeFiles(layout, bins, cluster.caPath);
+    await writeNodeFiles(layout, bins, cluster.caPath, opts.containerdSeed);
     // Issued while the namespaces and containerd come up, written before the kubelet starts.
     const writeKubeconfigs = clientKubeconfigs(cluster, opts.name, layout, net.apiAddress);
     await bootNode(true, writeKubeconfigs);

@@ -5,11 +5,12 @@
  * volume only through its own revocable view, revoked on the host when the volume is
  * detached from it), N real nodes (dev/node: the real
  * kubelet, containerd, runc, kube-proxy; each with the CSI driver's node part), the
- * project's locally built images (dev/image: `leasehold` and `nfs-ganesha`) imported
- * into every node's containerd, and charts/leasehold installed with `helm install`,
+ * project's locally built images (dev/image: `leasehold` and `nfs-ganesha`) in every
+ * node's containerd from its first boot (dev/node/containerd-seed.ts: imported once,
+ * as a node image with pre-pulled images has them), and charts/leasehold installed with `helm install`,
  * its images set to those local refs with pullPolicy Never (no registry exists; the
  * share pods the manager builds name the same refs, IfNotPresent by their tags, and
- * find them imported). So the managers are real DaemonSet pods of the real image,
+ * find them there). So the managers are real DaemonSet pods of the real image,
  * under the chart's securityContexts, reaching the API server the in-cluster way
  * (the `kubernetes` Service through kube-proxy, their projected tokens).
  *
@@ -38,6 +39,8 @@ import { startCluster } from '../cluster/cluster.ts';
 import type { Cluster, ClusterOptions } from '../cluster/types.ts';
 import { type CsiController, startCsiController } from '../csi/controller.ts';
 import { type LocalImage, localImages } from '../image/images.ts';
+import { nodeBinaries } from '../node/binaries.ts';
+import { containerdSeed } from '../node/containerd-seed.ts';
 import { type RealNode, startRealNode } from '../node/node.ts';
 import { helmInstall } from './helm-install.ts';
 
@@ -184,17 +187,12 @@ export async function startRealSystem(opts: RealSystemOptions = {}): Promise<Rea
       provisioning: opts.csiProvisioning === true,
       expansion: opts.csiExpansion === true,
     });
-    progress(`CSI controller up (${since()}); starting ${count} real nodes`);
-    const names = Array.from({ length: count }, (_, i) => `real-${i + 1}`);
-    const backingDir = csi.backingDir;
-    const started = await Promise.allSettled(
-      names.map((name, i) =>
-        startRealNode(cluster, { name, index: i + 1, csi: { backingDir, noAttachDriver } }),
-      ),
-    );
-    for (const r of started) if (r.status === 'fulfilled') nodes.push(r.value);
-    for (const r of started) if (r.status === 'rejected') throw r.reason;
-    progress(`nodes Ready (${since()}); importing the images into each`);
+    // The images (built or read from the cache while the control plane started) go into
+    // each node's containerd root before it boots, as on a node image with pre-pulled
+    // images (containerd-seed.ts: made once per image set, hard-linked per node; importing
+    // them cost each node about 12 s of containerd's CPU). So nothing a test creates can
+    // start before its image is there (a pod whose image is missing fails with
+    // ErrImageNeverPull instead of waiting).
     const all = await imagesP;
     const leasehold = all.leasehold;
     const nfsGanesha = all['nfs-ganesha'];
@@ -203,19 +201,25 @@ export async function startRealSystem(opts: RealSystemOptions = {}): Promise<Rea
         'E_IMAGE_MISSING',
         `the local images lack leasehold or nfs-ganesha: ${Object.keys(all)}`,
       );
-    // The leasehold image (the managers') first on every node, then the NFS server's (the
-    // larger), which runs on while helm installs and the managers start and is awaited
-    // before the system is ready: all four at once made the managers wait for all of it
-    // (40 s for the leasehold image alone, load 8). NB: a pod whose image is not imported
-    // yet does not wait for it (ErrImageNeverPull, or a failed pull and its backoff), so
-    // nothing may be created before its image is there.
-    const importsOf = (img: LocalImage) => Promise.all(nodes.map((n) => n.importImage(img.tar)));
-    const leaseholdImported = importsOf(leasehold);
-    const nfsImported = leaseholdImported.then(() => importsOf(nfsGanesha));
-    nfsImported.catch(() => {}); // awaited below; not an unhandled rejection meanwhile
-    await leaseholdImported;
+    const bins = await nodeBinaries();
+    const seed = await containerdSeed(bins.dir, [bins.pauseTar, leasehold.tar, nfsGanesha.tar], progress);
+    progress(`CSI controller up, images in the nodes' seed (${since()}); starting ${count} real nodes`);
+    const names = Array.from({ length: count }, (_, i) => `real-${i + 1}`);
+    const backingDir = csi.backingDir;
+    const started = await Promise.allSettled(
+      names.map((name, i) =>
+        startRealNode(cluster, {
+          name,
+          index: i + 1,
+          csi: { backingDir, noAttachDriver },
+          containerdSeed: seed,
+        }),
+      ),
+    );
+    for (const r of started) if (r.status === 'fulfilled') nodes.push(r.value);
+    for (const r of started) if (r.status === 'rejected') throw r.reason;
     await ensureNamespace(core, SHARES_NAMESPACE);
-    progress(`leasehold image imported (${since()}); installing the chart with helm`);
+    progress(`nodes Ready with the images (${since()}); installing the chart with helm`);
     await helmInstall({
       kubeconfigPath: cluster.kubeconfigPath,
       release: RELEASE,
@@ -230,9 +234,7 @@ export async function startRealSystem(opts: RealSystemOptions = {}): Promise<Rea
     });
     progress('waiting for a ready manager pod on every node');
     await waitForManagers(core, names, 180_000);
-    progress(`managers ready (${since()}); waiting for the nfs-ganesha image's import`);
-    await nfsImported;
-    progress(`system ready (${since()})`);
+    progress(`system ready: managers ready (${since()})`);
     const node = (name: string) => {
       const n = nodes.find((x) => x.name === name);
       if (!n)
