@@ -116,16 +116,16 @@ function filesUnder(dir: string): string[] {
   return out;
 }
 
-async function appKey(recipe: ImageRecipe): Promise<string> {
+async function appKey(recipe: ImageRecipe, source: string): Promise<string> {
   const h = createHash('sha256').update(
     JSON.stringify([recipe.buildSources, recipe.nativeBuilds, recipe.appCopies]),
   );
   const files = ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json'];
   for (const src of recipe.buildSources)
-    files.push(...filesUnder(join(repo, src)).map((f) => relative(repo, f)));
+    files.push(...filesUnder(join(source, src)).map((f) => relative(source, f)));
   for (const f of files.sort())
     h.update(`${f}\0`)
-      .update(await readFile(join(repo, f)))
+      .update(await readFile(join(source, f)))
       .update('\0');
   return h.digest('hex');
 }
@@ -272,11 +272,11 @@ function appFileLayer(
   });
 }
 
-const fileKey = async (...files: string[]) => {
+const fileKey = async (source: string, ...files: string[]) => {
   const h = createHash('sha256');
   for (const f of files)
     h.update(`${f}\0`)
-      .update(await readFile(join(repo, f)))
+      .update(await readFile(join(source, f)))
       .update('\0');
   return h.digest('hex');
 };
@@ -289,15 +289,16 @@ const fileKey = async (...files: string[]) => {
  *  - /src/package.json;
  *  - /src/dist: tsc of the build stage's sources, keyed by them (appKey).
  */
-async function appLayers(recipe: ImageRecipe) {
+async function appLayers(recipe: ImageRecipe, source: string) {
   const out = [];
   for (const c of recipe.appCopies) {
     if (c.src === '/src/node_modules') {
-      const key = await fileKey('package.json', 'package-lock.json');
+      const key = await fileKey(source, 'package.json', 'package-lock.json');
       out.push({
         name: c.dest,
         ...(await appFileLayer('node-modules', key, c.dest, async (root, to) => {
-          for (const f of ['package.json', 'package-lock.json']) await copyFile(join(repo, f), join(root, f));
+          for (const f of ['package.json', 'package-lock.json'])
+            await copyFile(join(source, f), join(root, f));
           await run('npm', ['ci', '--omit=dev', '--no-audit', '--no-fund', '--loglevel=error'], {
             cwd: root,
             maxBuffer: 16 << 20,
@@ -306,33 +307,38 @@ async function appLayers(recipe: ImageRecipe) {
         })),
       });
     } else if (c.src === '/src/package.json') {
-      const key = await fileKey('package.json');
+      const key = await fileKey(source, 'package.json');
       out.push({
         name: c.dest,
         ...(await appFileLayer('package-json', key, c.dest, (_root, to) =>
-          copyFile(join(repo, 'package.json'), to),
+          copyFile(join(source, 'package.json'), to),
         )),
       });
     } else if (c.src === '/src/dist') {
       out.push({
         name: c.dest,
-        ...(await appFileLayer(`dist-${recipe.name}`, await appKey(recipe), c.dest, async (root, to) => {
-          const src = join(root, 'src');
-          await mkdir(src);
-          for (const f of ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json'])
-            await copyFile(join(repo, f), join(src, f));
-          for (const s of recipe.buildSources) await run('cp', ['-a', join(repo, s), join(src, s)]);
-          // tsc needs the dev dependencies (@types/node): the repository's, by a link.
-          await symlink(join(repo, 'node_modules'), join(src, 'node_modules'));
-          await run(join(repo, 'node_modules/.bin/tsc'), ['-p', join(src, 'tsconfig.build.json')], {
-            maxBuffer: 16 << 20,
-          });
-          for (const command of recipe.nativeBuilds) {
-            const [program, ...args] = command.split(' ');
-            await run(program as string, args, { cwd: src, maxBuffer: 16 << 20 });
-          }
-          await rename(join(src, 'dist'), to);
-        })),
+        ...(await appFileLayer(
+          `dist-${recipe.name}`,
+          await appKey(recipe, source),
+          c.dest,
+          async (root, to) => {
+            const src = join(root, 'src');
+            await mkdir(src);
+            for (const f of ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json'])
+              await copyFile(join(source, f), join(src, f));
+            for (const s of recipe.buildSources) await run('cp', ['-a', join(source, s), join(src, s)]);
+            // tsc needs the dev dependencies (@types/node): the repository's, by a link.
+            await symlink(join(repo, 'node_modules'), join(src, 'node_modules'));
+            await run(join(repo, 'node_modules/.bin/tsc'), ['-p', join(src, 'tsconfig.build.json')], {
+              maxBuffer: 16 << 20,
+            });
+            for (const command of recipe.nativeBuilds) {
+              const [program, ...args] = command.split(' ');
+              await run(program as string, args, { cwd: src, maxBuffer: 16 << 20 });
+            }
+            await rename(join(src, 'dist'), to);
+          },
+        )),
       });
     } else {
       throw new ImageBuildError(
@@ -349,15 +355,17 @@ async function putBlob(blobs: string, content: string): Promise<Descriptor> {
   return { digest: `sha256:${hex}`, size: Buffer.byteLength(content) };
 }
 
+/** Builds `recipe`'s image from the sources under `source` (default: this repository). */
 export async function buildImage(
   recipe: ImageRecipe,
   onProgress: (line: string) => void,
+  source: string = repo,
 ): Promise<BuiltImage> {
   const node = await nodeBinary();
   const parts = [
     { name: 'base', ...(await baseLayer(recipe)) },
     { name: 'node', ...(await nodeLayer(recipe, node)) },
-    ...(await appLayers(recipe)),
+    ...(await appLayers(recipe, source)),
   ];
   const layers = parts.map((p) => ({ diffId: p.diffId, digest: p.digest, size: p.size }));
   const configText = imageConfigJson(recipe.config(node.version), layers);
@@ -421,11 +429,12 @@ export async function buildImage(
 /** Builds every recipe's image; writes <dir>/<name>.oci.tar (a link) and <name>.image; returns dir. */
 export async function buildImages(
   onProgress: (line: string) => void = () => {},
+  source: string = repo,
 ): Promise<{ dir: string; images: BuiltImage[] }> {
   if (process.getuid?.() !== 0)
     throw new ImageBuildError('needs root (mmdebstrap --mode=root, file owners in the layers)');
   const images: BuiltImage[] = [];
-  for (const recipe of IMAGE_RECIPES) images.push(await buildImage(recipe, onProgress));
+  for (const recipe of IMAGE_RECIPES) images.push(await buildImage(recipe, onProgress, source));
   const dir = join(cacheRoot(), 'image', `out-${sha256(images.map((i) => i.ref).join('\n')).slice(0, 16)}`);
   if (!existsSync(join(dir, '.complete'))) {
     const tmp = `${dir}.${process.pid}.tmp`;

@@ -21,13 +21,15 @@ export interface HelmInstall {
   /** --set key=value pairs (chart values). */
   values: Record<string, string>;
   showProgress?: boolean;
+  /** The chart's directory; default this repository's charts/leasehold (CHART_DIR). */
+  chart?: string;
 }
 
 export async function helmInstall(opts: HelmInstall): Promise<void> {
   const args = [
     'install',
     opts.release,
-    CHART_DIR,
+    opts.chart ?? CHART_DIR,
     '--namespace',
     opts.namespace,
     '--create-namespace',
@@ -79,7 +81,7 @@ export async function helmUserValues(opts: HelmRelease): Promise<Record<string, 
  * value is the chart's default again, so one upgrade's settings never leak into the next.
  */
 export async function helmUpgrade(
-  opts: HelmRelease & { base: Record<string, unknown>; values: Record<string, string> },
+  opts: HelmRelease & { base: Record<string, unknown>; values: Record<string, string>; chart?: string },
 ): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'leasehold-helm-'));
   try {
@@ -88,7 +90,7 @@ export async function helmUpgrade(
     const args = [
       'upgrade',
       opts.release,
-      CHART_DIR,
+      opts.chart ?? CHART_DIR,
       '--namespace',
       opts.namespace,
       '--kubeconfig',

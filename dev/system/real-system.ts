@@ -119,6 +119,12 @@ export interface RealSystemOptions {
   csiProvisioning?: boolean;
   /** With csiProvisioning: also the real external-resizer; the backing class allows expansion. */
   csiExpansion?: boolean;
+  /**
+   * Install this chart with these images instead of today's (an older release:
+   * dev/image/previous-release.ts); today's images are in the nodes too, so an upgrade
+   * to them needs no import. Default: today's chart and images.
+   */
+  install?: () => Promise<{ chartDir: string; images: { leasehold: LocalImage; nfsGanesha: LocalImage } }>;
 }
 
 export interface RealSystem {
@@ -202,7 +208,12 @@ export async function startRealSystem(opts: RealSystemOptions = {}): Promise<Rea
         `the local images lack leasehold or nfs-ganesha: ${Object.keys(all)}`,
       );
     const bins = await nodeBinaries();
-    const seed = await containerdSeed(bins.dir, [bins.pauseTar, leasehold.tar, nfsGanesha.tar], progress);
+    const release = await opts.install?.();
+    const installed = release?.images ?? { leasehold, nfsGanesha };
+    const tars = [
+      ...new Set([leasehold.tar, nfsGanesha.tar, installed.leasehold.tar, installed.nfsGanesha.tar]),
+    ];
+    const seed = await containerdSeed(bins.dir, [bins.pauseTar, ...tars], progress);
     progress(`CSI controller up, images in the nodes' seed (${since()}); starting ${count} real nodes`);
     const names = Array.from({ length: count }, (_, i) => `real-${i + 1}`);
     const backingDir = csi.backingDir;
@@ -224,10 +235,11 @@ export async function startRealSystem(opts: RealSystemOptions = {}): Promise<Rea
       kubeconfigPath: cluster.kubeconfigPath,
       release: RELEASE,
       namespace: SYSTEM_NAMESPACE,
+      ...(release ? { chart: release.chartDir } : {}),
       values: {
-        ...imageValues('image', leasehold.ref),
+        ...imageValues('image', installed.leasehold.ref),
         'image.pullPolicy': 'Never',
-        ...imageValues('nfsServer.image', nfsGanesha.ref),
+        ...imageValues('nfsServer.image', installed.nfsGanesha.ref),
         'agent.namespaces': `{${SHARES_NAMESPACE}}`,
         ...(opts.values ?? {}),
       },
