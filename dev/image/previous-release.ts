@@ -32,12 +32,25 @@ export const PREVIOUS_RELEASE = {
 export async function previousReleaseSource(commit: string = PREVIOUS_RELEASE.commit): Promise<string> {
   const dir = join(cacheRoot(), 'image', `src-${commit.slice(0, 16)}`);
   if (existsSync(join(dir, '.complete'))) return dir;
-  try {
-    await run('git', ['-C', REPO_ROOT, 'cat-file', '-e', `${commit}^{commit}`]);
-  } catch (err) {
+  const present = () =>
+    run('git', ['-C', REPO_ROOT, 'cat-file', '-e', `${commit}^{commit}`]).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+  let missing = await present();
+  if (missing) {
+    // A shallow clone lacks it: deepen from the clone's origin when it can be reached.
+    const { stdout } = await run('git', ['-C', REPO_ROOT, 'rev-parse', '--is-shallow-repository']);
+    if (stdout.trim() === 'true') {
+      await run('git', ['-C', REPO_ROOT, 'fetch', '--quiet', '--unshallow']).catch(() => {});
+      missing = await present();
+    }
+  }
+  if (missing) {
+    const err = missing;
     throw new LeaseholdError(
       'E_PREVIOUS_RELEASE',
-      `the previous release's commit ${commit} is not in this clone (a shallow clone? \`git fetch --unshallow\`)`,
+      `the previous release's commit ${commit} is not in this clone, nor could a \`git fetch --unshallow\` bring it`,
       { cause: err },
     );
   }
