@@ -1,80 +1,90 @@
 /**
- * The Prometheus side of the dashboard render, as pure functions: the configuration that
- * scrapes a real-node system as the chart's monitors would (`prometheusConfig`), and what
- * the HTTP API's answers become (`seriesOnGrid`, `instantRows`).
+ * The Prometheus side of the dashboard render, as pure functions: what Prometheus scrapes
+ * of a real-node system, as the chart's monitors would select it (`scrapeTargets`), its
+ * configuration (`prometheusConfig`), and what its HTTP API answers become
+ * (`seriesOnGrid`, `instantRows`).
  *
- * The scrape follows the chart: the agents as templates/podmonitor.yaml does (every pod
- * labelled app.kubernetes.io/component=share-manager and managed-by=leasehold-manager, port
- * `agent-http`, labels `share` from the pod's leasehold.dev/share-manager label and `node`
- * from its node), the managers at their port `http` as templates/servicemonitor.yaml does
- * (through pods, not its headless Service: the chart creates the Service only with the
- * ServiceMonitor, whose CRD this cluster lacks), each with the labels prometheus-operator
- * gives a target (namespace, pod, container). Targets come from Kubernetes service
- * discovery against the real API server, so a replacement pod is scraped as it appears.
+ * Debian 12's Prometheus 2.42 is built without Kubernetes service discovery (its config
+ * refuses `kubernetes_sd_configs`), so the targets come from file-based discovery: the
+ * caller lists the pods and writes `scrapeTargets`' groups to the files the config names.
+ * The selection follows the chart: the agents as templates/podmonitor.yaml selects them
+ * (pods labelled app.kubernetes.io/component=share-manager and
+ * app.kubernetes.io/managed-by=leasehold-manager, their port `agent-http`, labels `share`
+ * from the pod's leasehold.dev/share-manager label and `node` from its node), the managers
+ * at their port `http` as templates/servicemonitor.yaml does (by pod: the chart makes its
+ * headless Service only with the ServiceMonitor, whose CRD this cluster lacks); each
+ * target with the labels prometheus-operator gives (namespace, pod, container), pods that
+ * ended (Failed, Succeeded) or have no IP left out, as the operator does.
  * Guarantees: the config is JSON (which is YAML); an answer that is not a successful
  * matrix or vector is an error quoting it.
  * Not modelled: the operator's job names and the `endpoint` and `service` labels (no
  * panel reads them).
  */
 import { LeaseholdError } from '../../lib/errors.ts';
+import type { k8s } from '../../lib/kube-client.ts';
 import type { Series } from './dashboard-geometry.ts';
 
-export interface ScrapeSetup {
-  /** https://host:port of the API server as seen from where Prometheus runs. */
-  apiServer: string;
-  caFile: string;
-  certFile: string;
-  keyFile: string;
-  intervalS: number;
+export const AGENTS_JOB = 'leasehold-agents';
+export const MANAGERS_JOB = 'leasehold-managers';
+
+/** A file_sd group: one target and its labels. */
+export interface TargetGroup {
+  targets: string[];
+  labels: Record<string, string>;
 }
 
-export function prometheusConfig(s: ScrapeSetup): string {
-  const sd = [
-    {
-      role: 'pod',
-      api_server: s.apiServer,
-      tls_config: { ca_file: s.caFile, cert_file: s.certFile, key_file: s.keyFile },
+const SELECTORS: Record<string, { labels: Record<string, string>; port: string }> = {
+  [AGENTS_JOB]: {
+    labels: {
+      'app.kubernetes.io/component': 'share-manager',
+      'app.kubernetes.io/managed-by': 'leasehold-manager',
     },
-  ];
-  const keep = (label: string, regex: string) => ({
-    source_labels: [label],
-    regex,
-    action: 'keep',
-  });
-  const copy = (from: string, to: string) => ({ source_labels: [from], target_label: to });
-  const operatorLabels = [
-    // prometheus-operator skips pods that ended.
-    { source_labels: ['__meta_kubernetes_pod_phase'], regex: 'Failed|Succeeded', action: 'drop' },
-    copy('__meta_kubernetes_namespace', 'namespace'),
-    copy('__meta_kubernetes_pod_name', 'pod'),
-    copy('__meta_kubernetes_pod_container_name', 'container'),
-  ];
+    port: 'agent-http',
+  },
+  [MANAGERS_JOB]: {
+    labels: { 'app.kubernetes.io/component': 'manager', 'app.kubernetes.io/name': 'leasehold' },
+    port: 'http',
+  },
+};
+
+/** Each job's targets among these pods. */
+export function scrapeTargets(pods: readonly k8s.V1Pod[]): Record<string, TargetGroup[]> {
+  const out: Record<string, TargetGroup[]> = {};
+  for (const [job, sel] of Object.entries(SELECTORS)) {
+    out[job] = [];
+    for (const pod of pods) {
+      const labels = pod.metadata?.labels ?? {};
+      const ip = pod.status?.podIP;
+      const phase = pod.status?.phase;
+      if (!ip || phase === 'Failed' || phase === 'Succeeded') continue;
+      if (!Object.entries(sel.labels).every(([k, v]) => labels[k] === v)) continue;
+      for (const c of [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])])
+        for (const port of c.ports ?? [])
+          if (port.name === sel.port)
+            out[job].push({
+              targets: [`${ip}:${port.containerPort}`],
+              labels: {
+                namespace: pod.metadata?.namespace ?? '',
+                pod: pod.metadata?.name ?? '',
+                container: c.name,
+                ...(job === AGENTS_JOB
+                  ? { share: labels['leasehold.dev/share-manager'] ?? '', node: pod.spec?.nodeName ?? '' }
+                  : {}),
+              },
+            });
+    }
+  }
+  return out;
+}
+
+/** Prometheus' config: each job reads its targets from `<dir>/<job>.json`. */
+export function prometheusConfig(s: { targetsDir: string; intervalS: number }): string {
   const config = {
     global: { scrape_interval: `${s.intervalS}s`, scrape_timeout: `${Math.max(1, s.intervalS - 1)}s` },
-    scrape_configs: [
-      {
-        job_name: 'leasehold-agents',
-        kubernetes_sd_configs: sd,
-        relabel_configs: [
-          keep('__meta_kubernetes_pod_label_app_kubernetes_io_component', 'share-manager'),
-          keep('__meta_kubernetes_pod_label_app_kubernetes_io_managed_by', 'leasehold-manager'),
-          keep('__meta_kubernetes_pod_container_port_name', 'agent-http'),
-          ...operatorLabels,
-          copy('__meta_kubernetes_pod_label_leasehold_dev_share_manager', 'share'),
-          copy('__meta_kubernetes_pod_node_name', 'node'),
-        ],
-      },
-      {
-        job_name: 'leasehold-managers',
-        kubernetes_sd_configs: sd,
-        relabel_configs: [
-          keep('__meta_kubernetes_pod_label_app_kubernetes_io_component', 'manager'),
-          keep('__meta_kubernetes_pod_label_app_kubernetes_io_name', 'leasehold'),
-          keep('__meta_kubernetes_pod_container_port_name', 'http'),
-          ...operatorLabels,
-        ],
-      },
-    ],
+    scrape_configs: Object.keys(SELECTORS).map((job) => ({
+      job_name: job,
+      file_sd_configs: [{ files: [`${s.targetsDir}/${job}.json`], refresh_interval: '5s' }],
+    })),
   };
   return `${JSON.stringify(config, null, 2)}\n`;
 }

@@ -5,25 +5,29 @@
  * as an in-cluster Prometheus would. The node's own relay binary (leasehold-netns-relay,
  * dev/node/relay) makes its HTTP API reachable on host loopback for the queries.
  *
+ * Its targets: file-based discovery (Debian's build has no Kubernetes discovery), fed by
+ * a loop here that lists every pod each second and rewrites the files when the chart's
+ * selection of them (prometheus-config.ts scrapeTargets) changed, so a replacement pod
+ * is scraped once its IP is known.
  * Guarantees: startPrometheusInNode resolves when Prometheus answers /-/ready through the
  * relay, or rejects having stopped what it started. Both processes are the node's
  * (spawnInNetwork: SIGKILLed with the node, at its stop, on SIGINT/SIGTERM, and by
- * pdeathsig when this process dies); stop() ends them (SIGTERM, then SIGKILL after 5 s)
- * and is idempotent. Its data directory lies under `dir`, which the caller removes
+ * pdeathsig when this process dies); stop() ends the discovery loop and them (SIGTERM,
+ * then SIGKILL after 5 s) and is idempotent. Its data directory lies under `dir`, which the caller removes
  * (here: the cluster's directory, removed at the cluster's stop).
  * NB: the node must not be the one that crashes; its crash kills Prometheus.
  * Not guaranteed: samples of a target while the API server's discovery lags.
  */
 import type { ChildProcess } from 'node:child_process';
-import { readFile, writeFile } from 'node:fs/promises';
+import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { sleep } from '../../lib/clock.ts';
 import { LeaseholdError } from '../../lib/errors.ts';
-import type { Cluster } from '../cluster/types.ts';
+import { type k8s, withDeadline } from '../../lib/kube-client.ts';
 import { freePort } from '../net/free-port.ts';
 import { nodeBinaries } from '../node/binaries.ts';
 import type { RealNode } from '../node/node.ts';
-import { prometheusConfig } from './prometheus-config.ts';
+import { prometheusConfig, scrapeTargets } from './prometheus-config.ts';
 
 export interface NodePrometheus {
   /** http://127.0.0.1:<port> on host loopback. */
@@ -47,40 +51,43 @@ async function ended(child: ChildProcess): Promise<void> {
   }
 }
 
+/** Writes each job's targets file when it changed (rename: Prometheus never reads half a file). */
+async function writeTargets(core: k8s.CoreV1Api, dir: string, last: Map<string, string>): Promise<void> {
+  const pods = await core.listPodForAllNamespaces({}, withDeadline(5_000));
+  for (const [job, groups] of Object.entries(scrapeTargets(pods.items))) {
+    const text = `${JSON.stringify(groups, null, 2)}\n`;
+    if (last.get(job) === text) continue;
+    await writeFile(join(dir, `${job}.json.tmp`), text);
+    await rename(join(dir, `${job}.json.tmp`), join(dir, `${job}.json`));
+    last.set(job, text);
+  }
+}
+
 export async function startPrometheusInNode(
-  cluster: Cluster,
+  core: k8s.CoreV1Api,
   node: RealNode,
   opts: { dir: string; intervalS: number },
 ): Promise<NodePrometheus> {
-  const apiAddress = cluster.nodeNetwork?.apiAddress;
-  if (!apiAddress)
-    throw new LeaseholdError(
-      'E_PROMETHEUS_START',
-      'the cluster has no node network (realNodes: true expected)',
-    );
-  const admin = JSON.parse(await readFile(cluster.kubeconfigPath, 'utf8')) as {
-    users: Array<{ user: { 'client-certificate': string; 'client-key': string } }>;
-  };
-  const user = admin.users[0]?.user;
-  if (!user?.['client-certificate'])
-    throw new LeaseholdError('E_PROMETHEUS_START', `${cluster.kubeconfigPath} names no client certificate`);
+  const targetsDir = join(opts.dir, 'targets');
+  await mkdir(targetsDir);
+  const written = new Map<string, string>();
+  await writeTargets(core, targetsDir, written);
   const configPath = join(opts.dir, 'prometheus.yml');
-  await writeFile(
-    configPath,
-    prometheusConfig({
-      apiServer: `https://${apiAddress}`,
-      caFile: cluster.caPath,
-      certFile: user['client-certificate'],
-      keyFile: user['client-key'],
-      intervalS: opts.intervalS,
-    }),
-  );
+  await writeFile(configPath, prometheusConfig({ targetsDir, intervalS: opts.intervalS }));
   const logPath = join(opts.dir, 'prometheus.log');
   const children: ChildProcess[] = [];
   let stopped = false;
+  const discovery = (async () => {
+    while (!stopped) {
+      await sleep(1_000);
+      // A failed listing (the API server busy) keeps the last targets; the next one retries.
+      if (!stopped) await writeTargets(core, targetsDir, written).catch(() => {});
+    }
+  })();
   const stop = async () => {
     if (stopped) return;
     stopped = true;
+    await discovery;
     await Promise.all(children.map(ended));
   };
   try {

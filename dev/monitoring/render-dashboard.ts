@@ -6,7 +6,8 @@
  *      shipped NFS server (the demo's createRealNfsShare and waitServingPod);
  *   2. a real Prometheus (Debian's) in the other node's network namespace, scraping the
  *      managers and the share's agent every 5 s as the chart's monitors select them
- *      (prometheus-in-node.ts, prometheus-config.ts);
+ *      (prometheus-in-node.ts, prometheus-config.ts; the targets by file discovery from
+ *      the pod list: Debian's build has no Kubernetes discovery);
  *   3. a minute of steady state, then the serving node crashes (RealNode.crash) and the
  *      surviving node's manager fails the share over; 90 s after the replacement serves,
  *      every panel query of charts/leasehold/dashboards/leasehold.json (the file the
@@ -133,7 +134,7 @@ async function run(outPath: string): Promise<void> {
     say(
       `${SHARE} served by ${before.pod} on ${before.node}; starting Prometheus in ${observer.name}'s network`,
     );
-    prom = await startPrometheusInNode(sys.cluster, observer, {
+    prom = await startPrometheusInNode(sys.core, observer, {
       dir: await mkdtemp(join(sys.cluster.dir, 'prometheus-')),
       intervalS: SCRAPE_S,
     });

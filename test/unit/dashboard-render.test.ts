@@ -31,7 +31,15 @@ import {
   runsOf,
   thresholdColor,
 } from '../../dev/monitoring/dashboard-svg.ts';
-import { instantRows, prometheusConfig, seriesOnGrid } from '../../dev/monitoring/prometheus-config.ts';
+import {
+  AGENTS_JOB,
+  instantRows,
+  MANAGERS_JOB,
+  prometheusConfig,
+  scrapeTargets,
+  seriesOnGrid,
+} from '../../dev/monitoring/prometheus-config.ts';
+import type { k8s } from '../../lib/kube-client.ts';
 import { repoRoot } from '../support/tools.ts';
 
 const chartDashboard = JSON.parse(
@@ -318,39 +326,80 @@ describe('the SVG', () => {
 });
 
 describe('Prometheus: the scrape config and the answers', () => {
-  const config = JSON.parse(
-    prometheusConfig({
-      apiServer: 'https://10.201.0.254:6443',
-      caFile: 'ca',
-      certFile: 'c',
-      keyFile: 'k',
-      intervalS: 5,
-    }),
-  ) as { scrape_configs: Array<{ job_name: string; relabel_configs: Array<Record<string, unknown>> }> };
+  const monitor = readFileSync(join(repoRoot, 'charts/leasehold/templates/podmonitor.yaml'), 'utf8');
+  const selector = monitor.slice(monitor.indexOf('matchLabels:'), monitor.indexOf('podMetricsEndpoints:'));
+  const selectedBy = Object.fromEntries(
+    [...selector.matchAll(/^\s+(app\.kubernetes\.io\/[\w-]+): (\S+)$/gm)].map(([, k, v]) => [k, v]),
+  );
+  const port = /- port: (\S+)/.exec(monitor)?.[1] ?? '';
+  const sharePod = (labels: Record<string, string>, portName = port, phase = 'Running'): k8s.V1Pod => ({
+    metadata: {
+      namespace: 'shares',
+      name: 'share-nfs-x',
+      labels: { ...labels, 'leasehold.dev/share-manager': 'share-nfs' },
+    },
+    spec: {
+      nodeName: 'real-1',
+      initContainers: [{ name: 'agent', ports: [{ name: portName, containerPort: 8081 }] }],
+      containers: [{ name: 'nfs', ports: [{ name: 'nfs', containerPort: 2049 }] }],
+    },
+    status: { podIP: '10.244.1.5', phase },
+  });
 
-  it("scrapes the agents as the chart's PodMonitor does: its port, its selector, its labels", () => {
-    const monitor = readFileSync(join(repoRoot, 'charts/leasehold/templates/podmonitor.yaml'), 'utf8');
-    const agents = config.scrape_configs.find((j) => j.job_name === 'leasehold-agents');
-    const rules = JSON.stringify(agents?.relabel_configs);
-    const port = /- port: (\S+)/.exec(monitor)?.[1];
-    assert.ok(port && rules.includes(`"regex":"${port}"`), `the PodMonitor's port ${port}`);
-    const selector = monitor.slice(monitor.indexOf('matchLabels:'), monitor.indexOf('podMetricsEndpoints:'));
-    const selected = [...selector.matchAll(/^\s+(app\.kubernetes\.io\/[\w-]+): (\S+)$/gm)];
-    assert.equal(selected.length, 2, 'the PodMonitor selects by two labels');
-    for (const [, label = '', value] of selected) {
-      const meta = `__meta_kubernetes_pod_label_${label.replace(/[./-]/g, '_')}`;
-      assert.ok(
-        rules.includes(`"source_labels":["${meta}"],"regex":"${value}","action":"keep"`),
-        `selector ${label}=${value}`,
-      );
+  it("scrapes the agents the chart's PodMonitor selects, at its port, with its labels", () => {
+    assert.equal(Object.keys(selectedBy).length, 2, 'the PodMonitor selects by two labels');
+    const [group, ...more] = scrapeTargets([sharePod(selectedBy)])[AGENTS_JOB] ?? [];
+    assert.equal(more.length, 0);
+    assert.deepEqual(group?.targets, ['10.244.1.5:8081']);
+    for (const [, target = ''] of monitor.matchAll(/targetLabel: (\w+)/g))
+      assert.ok(group?.labels[target], `the PodMonitor's label ${target}`);
+    assert.deepEqual(group?.labels, {
+      namespace: 'shares',
+      pod: 'share-nfs-x',
+      container: 'agent',
+      share: 'share-nfs',
+      node: 'real-1',
+    });
+    for (const label of Object.keys(selectedBy)) {
+      const { [label]: _, ...without } = selectedBy;
+      assert.deepEqual(scrapeTargets([sharePod(without)])[AGENTS_JOB], [], `a pod without ${label}`);
     }
-    for (const [, target] of monitor.matchAll(/targetLabel: (\w+)/g))
-      assert.ok(rules.includes(`"target_label":"${target}"`), target);
+    assert.deepEqual(scrapeTargets([sharePod(selectedBy, 'other')])[AGENTS_JOB], [], 'another port');
+    assert.deepEqual(
+      scrapeTargets([sharePod(selectedBy, port, 'Failed')])[AGENTS_JOB],
+      [],
+      'a pod that ended',
+    );
   });
 
   it('scrapes the managers at their port http with the pod label the dashboard groups by', () => {
-    const managers = JSON.stringify(config.scrape_configs.find((j) => j.job_name === 'leasehold-managers'));
-    assert.ok(managers.includes('"regex":"http"') && managers.includes('"target_label":"pod"'));
+    const manager: k8s.V1Pod = {
+      metadata: {
+        namespace: 'leasehold-system',
+        name: 'leasehold-manager-a',
+        labels: { 'app.kubernetes.io/component': 'manager', 'app.kubernetes.io/name': 'leasehold' },
+      },
+      spec: {
+        nodeName: 'real-2',
+        containers: [{ name: 'manager', ports: [{ name: 'http', containerPort: 8090 }] }],
+      },
+      status: { podIP: '10.244.2.3', phase: 'Running' },
+    };
+    assert.deepEqual(scrapeTargets([manager])[MANAGERS_JOB], [
+      {
+        targets: ['10.244.2.3:8090'],
+        labels: { namespace: 'leasehold-system', pod: 'leasehold-manager-a', container: 'manager' },
+      },
+    ]);
+    const config = JSON.parse(prometheusConfig({ targetsDir: '/t', intervalS: 5 })) as {
+      global: { scrape_interval: string };
+      scrape_configs: Array<{ job_name: string; file_sd_configs: Array<{ files: string[] }> }>;
+    };
+    assert.equal(config.global.scrape_interval, '5s');
+    assert.deepEqual(
+      config.scrape_configs.map((j) => [j.job_name, j.file_sd_configs[0]?.files]),
+      [AGENTS_JOB, MANAGERS_JOB].map((j) => [j, [`/t/${j}.json`]]),
+    );
   });
 
   it('a range answer on the step grid, a missing step a gap; a failed answer quoted', () => {
