@@ -71,12 +71,11 @@ const NAMED: Record<string, string> = {
   blue: '#5794f2',
 };
 const FONT = 'DejaVu Sans, sans-serif';
-const PAD = 8;
-const TITLE_H = 24;
-const HEADER_H = 30;
-const NOTE_H = 16;
-/** About the width of a character at 11 px (DejaVu Sans), for laying out legends. */
-const CHAR_PX = 6.4;
+/**
+ * Spacing in px: around and inside panels, a panel's title bar, the page's title and each
+ * note line; `charPx` about the width of a character at 11 px (DejaVu Sans), for legends.
+ */
+const SIZE = { pad: 8, titleH: 24, headerH: 30, noteH: 16, charPx: 6.4 } as const;
 
 export function escapeXml(s: string): string {
   return s.replace(
@@ -95,17 +94,19 @@ function r(v: number): string {
 }
 
 export function dashboardSvg(p: DashboardPicture): string {
-  const top = HEADER_H + p.notes.length * NOTE_H + PAD;
-  const height = top + gridHeight(p.panels.map((x) => x.panel.gridPos)) + PAD;
+  const top = SIZE.headerH + p.notes.length * SIZE.noteH + SIZE.pad;
+  const height = top + gridHeight(p.panels.map((x) => x.panel.gridPos)) + SIZE.pad;
   const parts = [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${p.widthPx + 2 * PAD}" height="${r(height)}" font-family="${FONT}" font-size="11" fill="${THEME.text}">`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${p.widthPx + 2 * SIZE.pad}" height="${r(height)}" font-family="${FONT}" font-size="11" fill="${THEME.text}">`,
     `<rect width="100%" height="100%" fill="${THEME.page}"/>`,
-    text(PAD, 22, p.title, 'font-size="18" font-weight="bold"'),
-    ...p.notes.map((n, i) => text(PAD, HEADER_H + 12 + i * NOTE_H, n, `fill="${THEME.dim}" font-size="12"`)),
+    text(SIZE.pad, 22, p.title, 'font-size="18" font-weight="bold"'),
+    ...p.notes.map((n, i) =>
+      text(SIZE.pad, SIZE.headerH + 12 + i * SIZE.noteH, n, `fill="${THEME.dim}" font-size="12"`),
+    ),
   ];
   for (const { panel, data } of p.panels) {
     const rect = panelRect(panel.gridPos, p.widthPx, top);
-    const box = { ...rect, x: rect.x + PAD };
+    const box = { ...rect, x: rect.x + SIZE.pad };
     parts.push(panelSvg(panel, data, box, p));
   }
   parts.push('</svg>');
@@ -116,9 +117,14 @@ function panelSvg(panel: Panel, data: PanelData, b: Rect, p: DashboardPicture): 
   if (panel.type === 'row') return text(b.x, b.y + 20, panel.title, 'font-size="15" font-weight="bold"');
   const frame = [
     `<rect x="${r(b.x)}" y="${r(b.y)}" width="${r(b.w)}" height="${r(b.h)}" rx="2" fill="${THEME.panel}" stroke="${THEME.border}"/>`,
-    text(b.x + PAD, b.y + 17, panel.title, 'font-size="12" font-weight="bold"'),
+    text(b.x + SIZE.pad, b.y + 17, panel.title, 'font-size="12" font-weight="bold"'),
   ];
-  const inner = { x: b.x + PAD, y: b.y + TITLE_H, w: b.w - 2 * PAD, h: b.h - TITLE_H - PAD };
+  const inner = {
+    x: b.x + SIZE.pad,
+    y: b.y + SIZE.titleH,
+    w: b.w - 2 * SIZE.pad,
+    h: b.h - SIZE.titleH - SIZE.pad,
+  };
   if (panel.type === 'stat' && data.kind === 'stat') frame.push(statSvg(panel, data.value, inner));
   else if (panel.type === 'table' && data.kind === 'table')
     frame.push(tableSvg(panel.columns, data.rows, inner));
@@ -180,7 +186,7 @@ export function legendLayout(
   let x = 0;
   let row = 0;
   for (const name of names) {
-    const w = 22 + name.length * CHAR_PX + 14;
+    const w = 22 + name.length * SIZE.charPx + 14;
     if (x > 0 && x + w > widthPx) {
       x = 0;
       row++;
