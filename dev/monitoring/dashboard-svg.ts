@@ -203,11 +203,19 @@ function timeseriesSvg(
   b: Rect,
   p: DashboardPicture,
 ): string {
-  const legend = legendLayout(
+  // The legend keeps the plot at least 60 px high; what does not fit is counted in its
+  // last row (Grafana scrolls it).
+  const maxRows = Math.max(1, Math.floor((b.h - 20 - 60) / 16));
+  const all = legendLayout(
     series.map((s) => s.name),
     b.w,
   );
-  const legendRows = legend.length === 0 ? 0 : Math.max(...legend.map((l) => l.row)) + 1;
+  const legend = all.filter(
+    (l) => all.length === 0 || l.row < maxRows - (all.some((x) => x.row >= maxRows) ? 1 : 0),
+  );
+  const hidden = all.length - legend.length;
+  const legendRows =
+    legend.length === 0 ? 0 : Math.max(...legend.map((l) => l.row)) + 1 + (hidden > 0 ? 1 : 0);
   const axisW = 52;
   const plot = { x: b.x + axisW, y: b.y + 4, w: b.w - axisW, h: b.h - 4 - 16 - legendRows * 16 };
   const stacked = panel.stacked
@@ -273,6 +281,15 @@ function timeseriesSvg(
     out.push(`<rect x="${r(b.x + l.x)}" y="${r(ly - 5)}" width="14" height="3" fill="${color}"/>`);
     out.push(text(b.x + l.x + 20, ly, l.name));
   }
+  if (hidden > 0)
+    out.push(
+      text(
+        b.x,
+        plot.y + plot.h + 30 + (legendRows - 1) * 16,
+        `… and ${hidden} more series`,
+        `fill="${THEME.dim}"`,
+      ),
+    );
   if (series.length === 0)
     out.push(
       text(plot.x + plot.w / 2, plot.y + plot.h / 2, 'No data', `text-anchor="middle" fill="${THEME.dim}"`),
