@@ -21,6 +21,8 @@
 #   client of dev/kernel-client), nfs-common (mount.nfs, which the guest runs from the
 #   host's root) and kmod (modprobe, for the guest's NFS modules); conntrack (the bench's
 #   --flush-conntrack lever: bench/kernel-client/run.ts).
+# With the argument render-dashboard (only `npm run render-dashboard` passes it, not the
+# tests): also librsvg2-bin (rsvg-convert, the dashboard picture's SVG to PNG).
 # Needs root for apt-get; without it, prints the command to run and exits 1.
 set -euo pipefail
 say() { echo "leasehold: $*" >&2; }
@@ -47,6 +49,7 @@ lean=()
 command -v promtool >/dev/null 2>&1 || lean+=(prometheus)
 command -v mmdebstrap >/dev/null 2>&1 || lean+=(mmdebstrap)
 command -v zstd >/dev/null 2>&1 || missing+=(zstd)
+if [ "${1:-}" = render-dashboard ]; then command -v rsvg-convert >/dev/null 2>&1 || lean+=(librsvg2-bin); fi
 # dpkg, not command -v: mkfs.ext4, debugfs and losetup live in /sbin, off a user's PATH.
 dpkg -s e2fsprogs >/dev/null 2>&1 || missing+=(e2fsprogs)
 # mkfs.xfs, xfs_growfs: the testbed driver's XFS volumes, which grow online (dev/csi).
