@@ -172,7 +172,9 @@ function dbusCall(
       { encoding: 'utf8', timeout: STATS_CALL_TIMEOUT_MS + 500, killSignal: 'SIGKILL' },
       (err, stdout, stderr) => {
         if (err) {
-          const why = stderr.trim() || err.message;
+          const why = err.killed
+            ? `no answer within ${STATS_CALL_TIMEOUT_MS + 500} ms (the bus or ganesha hangs)`
+            : stderr.trim() || err.message;
           return resolve({ ok: false, error: `${name}: ${bin} failed: ${why}` });
         }
         const parsed = parseDbusReply(stdout);
