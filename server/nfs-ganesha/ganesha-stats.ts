@@ -65,6 +65,15 @@ function afterStatus(method: string, args: DbusValue[]): Parsed<DbusValue[]> {
   return { ok: true, value: args.slice(2) };
 }
 
+/** The entries (each a struct's items) of the array after status, message and timestamp. */
+function entriesAfterTimestamp(method: string, args: DbusValue[], what: string): Parsed<DbusValue[][]> {
+  const rest = afterStatus(method, args);
+  if (!rest.ok) return rest;
+  const [, list] = rest.value;
+  if (list?.kind !== 'array') return fail(method, `no array of ${what} after the timestamp`);
+  return { ok: true, value: list.items.map((entry) => (entry.kind === 'struct' ? entry.items : [])) };
+}
+
 function numbers(value: DbusValue | undefined, count: number): number[] | undefined {
   if (value?.kind !== 'struct' || value.items.length !== count) return undefined;
   const out = value.items.map((v) => (v.kind === 'number' ? v.value : Number.NaN));
@@ -74,13 +83,10 @@ function numbers(value: DbusValue | undefined, count: number): number[] | undefi
 /** GetNFSIO: the READ and WRITE counters of export `exportId`, per version that saw traffic. */
 export function nfsIoOf(args: DbusValue[], exportId: number): Parsed<IoStat[]> {
   const method = 'GetNFSIO';
-  const rest = afterStatus(method, args);
-  if (!rest.ok) return rest;
-  const [, list] = rest.value;
-  if (list?.kind !== 'array') return fail(method, 'no array of exports after the timestamp');
+  const entries = entriesAfterTimestamp(method, args, 'exports');
+  if (!entries.ok) return entries;
   const out: IoStat[] = [];
-  for (const entry of list.items) {
-    const [id, version, read, write] = entry.kind === 'struct' ? entry.items : [];
+  for (const [id, version, read, write] of entries.value) {
     if (id?.kind !== 'number' || version?.kind !== 'string')
       return fail(method, 'an entry without its export id and version');
     if (id.value !== exportId) continue;
@@ -122,13 +128,10 @@ export function requestsOf(args: DbusValue[]): Parsed<Map<NfsVersion, number>> {
 /** GetFULLV4Stats: NFSv4 operations by name (all minor versions together), server-wide. */
 export function v4OpsOf(args: DbusValue[]): Parsed<OpStat[]> {
   const method = 'GetFULLV4Stats';
-  const rest = afterStatus(method, args);
-  if (!rest.ok) return rest;
-  const [, list] = rest.value;
-  if (list?.kind !== 'array') return fail(method, 'no array of operations after the timestamp');
+  const entries = entriesAfterTimestamp(method, args, 'operations');
+  if (!entries.ok) return entries;
   const out: OpStat[] = [];
-  for (const entry of list.items) {
-    const [name, ...values] = entry.kind === 'struct' ? entry.items : [];
+  for (const [name, ...values] of entries.value) {
     const n = numbers({ kind: 'struct', items: values }, 5);
     if (name?.kind !== 'string' || !n) return fail(method, 'an entry is no (s, t, t, d, d, d)');
     const [total, errors, meanMs] = n as [number, number, number];

@@ -43,6 +43,41 @@ export interface NfsObservations {
 
 const DIRECTIONS: readonly IoDirection[] = ['read', 'write'];
 
+/** Counters by NFSv4 operation (GetFULLV4Stats): name after `leasehold_nfs_`, HELP, value. */
+const OP_FAMILIES: readonly [string, string, (o: OpStat) => number][] = [
+  ['operations_total', 'NFSv4 operations ganesha served, by operation (all minor versions)', (o) => o.total],
+  ['operation_errors_total', 'NFSv4 operations that did not end NFS4_OK, by operation', (o) => o.errors],
+  [
+    'operation_latency_seconds_total',
+    "Seconds NFSv4 operations took in ganesha, summed, by operation (from ganesha's mean)",
+    (o) => o.latencySeconds,
+  ],
+];
+
+/** Counters by version and direction (GetNFSIO). */
+const IO_FAMILIES: readonly [string, string, (i: IoStat) => number][] = [
+  [
+    'io_operations_total',
+    'READ and WRITE operations on the export, by protocol version and direction',
+    (i) => i.ops,
+  ],
+  [
+    'io_errors_total',
+    'READ and WRITE operations on the export that failed, by protocol version and direction',
+    (i) => i.errors,
+  ],
+  [
+    'io_bytes_total',
+    'Bytes read from and written to the export, by protocol version and direction',
+    (i) => i.bytes,
+  ],
+  [
+    'io_latency_seconds_total',
+    'Seconds READ and WRITE operations took in ganesha, summed (rate over the operations rate: the mean latency)',
+    (i) => i.latencySeconds,
+  ],
+];
+
 export function nfsFamilies(o: NfsObservations): Family[] {
   const families: Family[] = [
     {
@@ -85,60 +120,26 @@ function ganeshaFamilies(s: GaneshaStats, versions: readonly NfsVersion[]): Fami
     );
   const byOp = (pick: (o: OpStat) => number): Sample[] =>
     s.ops.map((o) => ({ labels: { op: o.op }, value: pick(o) }));
+  const family = (name: string, type: Family['type'], help: string, samples: Sample[]): Family => ({
+    name: `leasehold_nfs_${name}`,
+    help,
+    type,
+    samples,
+  });
   return [
-    {
-      name: 'leasehold_nfs_in_grace',
-      help: 'Whether ganesha is in its NFSv4 grace period (new opens, locks, removes, renames and setattrs wait): 1 or 0',
-      type: 'gauge',
-      samples: [{ value: s.inGrace ? 1 : 0 }],
-    },
-    {
-      name: 'leasehold_nfs_requests_total',
-      help: 'NFS requests ganesha served, by protocol version (NFSv3 calls, NFSv4 COMPOUNDs)',
-      type: 'counter',
-      samples: versions.map((version) => ({ labels: { version }, value: s.requests.get(version) ?? 0 })),
-    },
-    {
-      name: 'leasehold_nfs_operations_total',
-      help: 'NFSv4 operations ganesha served, by operation (all minor versions)',
-      type: 'counter',
-      samples: byOp((o) => o.total),
-    },
-    {
-      name: 'leasehold_nfs_operation_errors_total',
-      help: 'NFSv4 operations that did not end NFS4_OK, by operation',
-      type: 'counter',
-      samples: byOp((o) => o.errors),
-    },
-    {
-      name: 'leasehold_nfs_operation_latency_seconds_total',
-      help: "Seconds NFSv4 operations took in ganesha, summed, by operation (from ganesha's mean)",
-      type: 'counter',
-      samples: byOp((o) => o.latencySeconds),
-    },
-    {
-      name: 'leasehold_nfs_io_operations_total',
-      help: 'READ and WRITE operations on the export, by protocol version and direction',
-      type: 'counter',
-      samples: io((i) => i.ops),
-    },
-    {
-      name: 'leasehold_nfs_io_errors_total',
-      help: 'READ and WRITE operations on the export that failed, by protocol version and direction',
-      type: 'counter',
-      samples: io((i) => i.errors),
-    },
-    {
-      name: 'leasehold_nfs_io_bytes_total',
-      help: 'Bytes read from and written to the export, by protocol version and direction',
-      type: 'counter',
-      samples: io((i) => i.bytes),
-    },
-    {
-      name: 'leasehold_nfs_io_latency_seconds_total',
-      help: 'Seconds READ and WRITE operations took in ganesha, summed (rate over the operations rate: the mean latency)',
-      type: 'counter',
-      samples: io((i) => i.latencySeconds),
-    },
+    family(
+      'in_grace',
+      'gauge',
+      'Whether ganesha is in its NFSv4 grace period (new opens, locks, removes, renames and setattrs wait): 1 or 0',
+      [{ value: s.inGrace ? 1 : 0 }],
+    ),
+    family(
+      'requests_total',
+      'counter',
+      'NFS requests ganesha served, by protocol version (NFSv3 calls, NFSv4 COMPOUNDs)',
+      versions.map((version) => ({ labels: { version }, value: s.requests.get(version) ?? 0 })),
+    ),
+    ...OP_FAMILIES.map(([name, help, pick]) => family(name, 'counter', help, byOp(pick))),
+    ...IO_FAMILIES.map(([name, help, pick]) => family(name, 'counter', help, io(pick))),
   ];
 }
