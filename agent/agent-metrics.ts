@@ -28,8 +28,8 @@
 import type { Clock } from '../lib/clock.ts';
 import { KubeApiError } from '../lib/errors.ts';
 import type { MetricsSource } from '../lib/http-endpoints.ts';
+import { CONTENT_TYPE, type Family, Histogram, renderFamilies } from '../lib/prom-text.ts';
 import { ProcessMetrics } from './process-metrics.ts';
-import { CONTENT_TYPE, type Family, Histogram, renderFamilies } from './prom-text.ts';
 
 export type FailureReason = 'timeout' | 'unreachable' | 'conflict' | 'server_check' | `http_${number}`;
 const FIXED_REASONS: readonly FailureReason[] = ['timeout', 'unreachable', 'conflict', 'server_check'];

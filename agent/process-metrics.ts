@@ -21,7 +21,7 @@
  * Node built-in reads every export, and some exports are lazy getters that load more.
  */
 import { createRequire } from 'node:module';
-import { type Family, Histogram, type Sample } from './prom-text.ts';
+import { type Family, Histogram, type Sample } from '../lib/prom-text.ts';
 
 const require = createRequire(import.meta.url);
 const { readdirSync, readFileSync } = require('node:fs') as typeof import('node:fs');

@@ -149,10 +149,10 @@ export const nfsGaneshaImage: ImageRecipe = {
   buildSources: ['lib', 'server'],
   nativeBuilds: ['bash server/nfs-ganesha/native/build.sh dist/server/nfs-ganesha'],
   appCopies: APP_COPIES,
-  aptPackages: ['nfs-ganesha', 'nfs-ganesha-vfs', 'rpcbind'],
+  aptPackages: ['nfs-ganesha', 'nfs-ganesha-vfs', 'rpcbind', 'dbus-daemon', 'dbus-bin'],
   base: {
     variant: 'minbase',
-    packages: ['nfs-ganesha', 'nfs-ganesha-vfs', 'rpcbind'],
+    packages: ['nfs-ganesha', 'nfs-ganesha-vfs', 'rpcbind', 'dbus-daemon', 'dbus-bin'],
     // /etc/mtab as debootstrap makes it (so debian:bookworm-slim has it; mmdebstrap does
     // not): ganesha's VFS FSAL finds the export's file system there. And the node
     // image's user (uid/gid 1000), as its Dockerfile adds it.
@@ -169,7 +169,7 @@ export const nfsGaneshaImage: ImageRecipe = {
     Entrypoint: ['node', 'dist/server/nfs-ganesha/main.js'],
     Cmd: null,
     WorkingDir: '/app',
-    ExposedPorts: { '2049/tcp': {}, '20048/tcp': {} },
+    ExposedPorts: { '2049/tcp': {}, '20048/tcp': {}, '9587/tcp': {} },
     StopSignal: 'SIGTERM',
   }),
 };

@@ -4,7 +4,8 @@
  * check preset and the mount information published in status.
  *
  * Guarantees: a ShareManager with only `spec.volume` gets a server that exports its
- * `mountPath` on TCP 2049 (named `nfs`), with the export path checked by the server's own
+ * `mountPath` on TCP 2049 (named `nfs`) and serves its metrics on 9587 (`nfs-metrics`,
+ * NFS_METRICS_PORT), with the export path checked by the server's own
  * settings reader (server/nfs-ganesha/config.ts), so a path the server would refuse is a
  * spec error (status Error) instead of a pod that exits 2 again and again. A user's own
  * `spec.server` is used exactly as written: nothing here applies to it.
@@ -47,7 +48,12 @@
 import type { V1Container, V1EnvVar, V1SecurityContext } from '@kubernetes/client-node';
 import { formatDuration } from '../../lib/env-config.ts';
 import { ConfigError } from '../../lib/errors.ts';
-import { type NfsVersion, readNfsServerConfig, type SquashMode } from '../../server/nfs-ganesha/config.ts';
+import {
+  DEFAULT_METRICS_PORT,
+  type NfsVersion,
+  readNfsServerConfig,
+  type SquashMode,
+} from '../../server/nfs-ganesha/config.ts';
 import type { LeaseTimings } from '../config.ts';
 
 export const NFS_PORT = 2049;
@@ -55,6 +61,14 @@ export const NFS_PORT_NAME = 'nfs';
 /** The NFSv3 MOUNT port, served (and published on the Service) only when spec.nfs.versions has 3. */
 export const NFS_MOUNT_PORT = 20048;
 export const NFS_MOUNT_PORT_NAME = 'nfs-mount';
+/**
+ * The server's Prometheus /metrics (server/nfs-ganesha/nfs-metrics-server.ts), on in
+ * every default-NFS share: 9587, the port of ganesha's own exporter in later versions;
+ * not the agent's (8081) nor the manager's (8090). A container port only: the chart's
+ * PodMonitor scrapes it by name; the Service (clients' ClusterIP) does not publish it.
+ */
+export const NFS_METRICS_PORT = DEFAULT_METRICS_PORT;
+export const NFS_METRICS_PORT_NAME = 'nfs-metrics';
 
 /**
  * spec.nfs: the shipped server's NFS settings a ShareManager may change (default server
@@ -188,6 +202,7 @@ export function nfsServerEnv(mountPath: string, nfs: NfsSettings = {}): V1EnvVar
     { name: 'LEASEHOLD_NFS_PSEUDO_PATH', value: mountPath },
     { name: 'LEASEHOLD_NFS_PORT', value: String(NFS_PORT) },
     { name: 'LEASEHOLD_NFS_RUN_DIR', value: NFS_RUN_DIR },
+    { name: 'LEASEHOLD_NFS_METRICS_PORT', value: String(NFS_METRICS_PORT) },
   ];
   if (nfs.versions?.includes('3'))
     env.push({ name: 'LEASEHOLD_NFS_MOUNT_PORT', value: String(NFS_MOUNT_PORT) });
@@ -228,7 +243,10 @@ export function nfsServerContainer(image: string, mountPath: string, nfs: NfsSet
   return {
     name: 'server',
     image,
-    ports: nfsPorts(nfs),
+    ports: [
+      ...nfsPorts(nfs),
+      { name: NFS_METRICS_PORT_NAME, containerPort: NFS_METRICS_PORT, protocol: 'TCP' },
+    ],
     env: nfsServerEnv(mountPath, nfs),
     securityContext: nfsServerSecurityContext(nfs),
     // NB: no readinessProbe. One tried here (TCP on `nfs`, every 1 s) kept the pod out of
@@ -241,7 +259,7 @@ export function nfsServerContainer(image: string, mountPath: string, nfs: NfsSet
   };
 }
 
-/** The server's ports: NFS, plus MOUNT when NFSv3 is on (also the Service's ports). */
+/** The server's NFS ports: NFS, plus MOUNT when NFSv3 is on (also the Service's ports; not the metrics port). */
 export function nfsPorts(nfs: NfsSettings = {}): { name: string; containerPort: number; protocol: string }[] {
   const ports = [{ name: NFS_PORT_NAME, containerPort: NFS_PORT, protocol: 'TCP' }];
   if (nfs.versions?.includes('3'))

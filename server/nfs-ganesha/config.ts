@@ -106,7 +106,19 @@ export interface NfsServerConfig {
    * sets; 2 s (the default timings' D - T) when unset.
    */
   leaseProofToleranceMs: number;
+  /**
+   * The port of the entrypoint's Prometheus `/metrics` (nfs-metrics-server.ts); undefined:
+   * off, so no private dbus-daemon is started and ganesha runs without DBus. The
+   * manager's preset sets it (DEFAULT_METRICS_PORT).
+   */
+  metricsPort: number | undefined;
+  /** The private message bus's daemon and client (private-bus.ts), with metrics on. */
+  dbusDaemonBin: string;
+  dbusSendBin: string;
 }
+
+/** NFS-Ganesha's own exporter's port in later versions (Monitoring_Port, 9587): the manager's preset uses it. */
+export const DEFAULT_METRICS_PORT = 9587;
 
 export const DEFAULT_RECOVERY_DIR = '.leasehold-ganesha-recovery';
 /** Where native/build.sh puts the shim: beside the compiled entrypoint. */
@@ -213,6 +225,28 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
   const leaseProofToleranceMs = Math.floor(
     r.duration('LEASEHOLD_NFS_LEASE_PROOF_TOLERANCE', WATCH_TOLERANCE_MS, 100, 10 * MINUTE),
   );
+  const metricsPort =
+    r.optionalString('LEASEHOLD_NFS_METRICS_PORT') === undefined
+      ? undefined
+      : r.integer('LEASEHOLD_NFS_METRICS_PORT', 0, 1, 65535);
+  if (metricsPort !== undefined) {
+    const taken: [string, number | undefined][] = [
+      ['LEASEHOLD_NFS_PORT', port],
+      ['LEASEHOLD_NFS_MOUNT_PORT', versions.includes('3') ? mountPort : undefined],
+      ['LEASEHOLD_NFS_LEASE_GATE_PORT', leaseGatePort],
+    ];
+    for (const [name, value] of taken)
+      r.require(
+        value !== metricsPort,
+        `LEASEHOLD_NFS_METRICS_PORT=${metricsPort} must differ from ${name}=${value} (both listen in the pod)`,
+      );
+  }
+  const program = {
+    pattern: /^[A-Za-z0-9._+/-]+$/,
+    rule: 'must be a program name or path (letters, digits, . _ + / -)',
+  };
+  const dbusDaemonBin = r.string('LEASEHOLD_NFS_DBUS_DAEMON_BIN', { fallback: 'dbus-daemon', ...program });
+  const dbusSendBin = r.string('LEASEHOLD_NFS_DBUS_SEND_BIN', { fallback: 'dbus-send', ...program });
   r.done();
   return {
     exportPath,
@@ -244,6 +278,9 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     leaseGatePort,
     leaseGateTimeoutMs,
     leaseProofToleranceMs,
+    metricsPort,
+    dbusDaemonBin,
+    dbusSendBin,
   };
 }
 

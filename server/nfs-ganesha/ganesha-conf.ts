@@ -61,6 +61,10 @@
  *    that never return, new opens got NFS4ERR_GRACE for 15.0 s after the replacement
  *    served; ganesha's reaper logged its grace check every 5 s.
  *
+ * With metrics on (LEASEHOLD_NFS_METRICS_PORT) `Enable_FULLV4_Stats` is set too: the
+ * per-operation NFSv4 counters (atomic adds per operation, src/support/server_stats.c
+ * record_v4_full_stats) behind leasehold_nfs_operations_total.
+ *
  * Does not guarantee: that ganesha accepts the config (config.ts keeps values within its
  * parser's ranges; the integration test starts a real ganesha with it).
  */
@@ -84,6 +88,9 @@ export function renderGaneshaConfig(config: NfsServerConfig, serverOwner: string
     '  Enable_RQUOTA = false;',
     '  Clustered = false;',
     '  fsid_device = false;',
+    // Per-operation NFSv4 counters for /metrics (nfs-metrics.ts; GetFULLV4Stats answers
+    // "v4_full stats disabled" without it). Off without metrics: ganesha's default.
+    ...(config.metricsPort !== undefined ? ['  Enable_FULLV4_Stats = true;'] : []),
     '}',
     'NFSv4 {',
     '  Graceless = false;',

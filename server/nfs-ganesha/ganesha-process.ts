@@ -48,7 +48,17 @@ const ERROR_LINE = / :(FATAL|CRIT|MAJ|WARN) :/;
 const CONFIG_ERROR_LINE = /:CONFIG :(FATAL|CRIT|MAJ) :|No export entries found/;
 const KEPT_ERROR_LINES = 5;
 
-export function startGanesha(config: NfsServerConfig, prepared: PreparedServer): GaneshaProcess {
+/** What else ganesha runs with: env added (the private bus's address), a tap on its log lines. */
+export interface GaneshaExtras {
+  env?: Record<string, string>;
+  onLine?: (line: string) => void;
+}
+
+export function startGanesha(
+  config: NfsServerConfig,
+  prepared: PreparedServer,
+  extras: GaneshaExtras = {},
+): GaneshaProcess {
   const args = ['-F', '-f', prepared.configPath, '-L', 'STDOUT', '-p', prepared.pidPath];
   const preload = [config.recoveryShim, config.stableFsidShim].filter((p) => p !== undefined);
   const env = {
@@ -60,11 +70,13 @@ export function startGanesha(config: NfsServerConfig, prepared: PreparedServer):
           LEASEHOLD_NFS_STABLE_FSID_DEV: prepared.stableFsid.dev,
         }
       : {}),
+    ...extras.env,
   };
   const child = spawn(config.ganeshaBin, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true, env });
   const errors: string[] = [];
   const configErrors: string[] = [];
   const keep = (line: string) => {
+    extras.onLine?.(line);
     if (CONFIG_ERROR_LINE.test(line) && configErrors.length < KEPT_ERROR_LINES) configErrors.push(line);
     if (!ERROR_LINE.test(line) || NOISE.some((n) => n.test(line))) return;
     errors.push(line);

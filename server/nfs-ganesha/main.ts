@@ -1,7 +1,10 @@
 /**
  * Entry point of the shipped NFS server (image leasehold.dev/nfs-ganesha): only wiring.
  * Reads the env (config.ts), starts rpcbind when NFSv3 needs one and none is there
- * (rpcbind.ts; stopped after ganesha, on every path), waits until leasehold's agent
+ * (rpcbind.ts; stopped after ganesha, on every path), with LEASEHOLD_NFS_METRICS_PORT the
+ * private message bus and /metrics (private-bus.ts, nfs-metrics-server.ts; the bus
+ * stopped after ganesha, before rpcbind, on every path; a failure of either does not
+ * keep ganesha from serving), waits until leasehold's agent
  * holds the volume's lease (lease-gate.ts; only with LEASEHOLD_NFS_LEASE_GATE_PORT, as
  * the manager's preset sets it), then checks the volume and writes the rendered config
  * (volume.ts, ganesha-conf.ts), runs ganesha.nfsd in the foreground (ganesha-process.ts)
@@ -21,6 +24,7 @@
  * server directly, this process then exits 1) or `leasehold-nfs`, this process's title
  * (stops it the clean way, exit 0).
  */
+import { mkdirSync } from 'node:fs';
 import { type Clock, systemClock } from '../../lib/clock.ts';
 import { ConfigError } from '../../lib/errors.ts';
 import { createLogger, type Logger } from '../../lib/logger.ts';
@@ -30,11 +34,13 @@ import { renderGaneshaConfig } from './ganesha-conf.ts';
 import { describeExit, startGanesha, waitServing } from './ganesha-process.ts';
 import { lapseKillAfterMs } from './lease-gate.ts';
 import { waitForLease, watchLease } from './lease-gate-loops.ts';
+import { type NfsMetricsServer, serveNfsMetrics } from './nfs-metrics-server.ts';
+import { type PrivateBus, startPrivateBus } from './private-bus.ts';
 import {
   decideRpcbind,
   RPCBIND_SOCKET,
   type RpcbindProcess,
-  socketAnswers,
+  rpcbindAnswers,
   startRpcbind,
 } from './rpcbind.ts';
 import { type PreparedServer, prepareServer } from './volume.ts';
@@ -69,7 +75,7 @@ async function main(): Promise<number> {
     });
   }
 
-  const decision = decideRpcbind(config, config.versions.includes('3') && (await socketAnswers()));
+  const decision = decideRpcbind(config, config.versions.includes('3') && (await rpcbindAnswers()));
   let rpcbind: RpcbindProcess | undefined;
   if (decision.kind === 'start') {
     try {
@@ -82,17 +88,80 @@ async function main(): Promise<number> {
     log.info({ rpcbindPid: rpcbind.pid, socket: RPCBIND_SOCKET }, 'rpcbind started');
   } else if (config.versions.includes('3')) log.info({ reason: decision.reason }, 'rpcbind not started');
 
+  const metrics = await startMetrics(config, log, clock);
   let code: number = EXIT_ENDED;
   try {
-    code = await gateThenRun(config, log, clock, stopping.signal, stopRequested, (f) => {
+    code = await gateThenRun(config, log, clock, stopping.signal, stopRequested, metrics, (f) => {
       onStop = f;
     });
   } finally {
     // NB: after ganesha is gone (runGanesha returns only then), also on a throw; a
-    // failed stop is a failed stop (exit 1).
+    // failed stop is a failed stop (exit 1). The bus before rpcbind: the reverse of the start.
+    if (!(await stopMetrics(metrics, config, log))) code = EXIT_ENDED;
     if (rpcbind && !(await stopRpcbind(rpcbind, config, log))) code = EXIT_ENDED;
   }
   return code;
+}
+
+interface Metrics {
+  bus?: PrivateBus;
+  server?: NfsMetricsServer;
+  /** Set once the bus is being stopped: its end is then no news. */
+  stopping: boolean;
+}
+
+/**
+ * With LEASEHOLD_NFS_METRICS_PORT: the private bus and /metrics, before the lease gate
+ * (neither needs the lease nor touches the volume). NB: a failure of either is logged and
+ * ganesha serves anyway: metrics are not worth an outage; /metrics then says stats_up 0,
+ * or is not there (the scrape target is down).
+ */
+async function startMetrics(config: NfsServerConfig, log: Logger, clock: Clock): Promise<Metrics> {
+  const metrics: Metrics = { stopping: false };
+  if (config.metricsPort === undefined) return metrics;
+  try {
+    mkdirSync(config.runDir, { recursive: true, mode: 0o755 });
+    const bus = await startPrivateBus(config, clock);
+    metrics.bus = bus;
+    log.info({ dbusPid: bus.pid, address: bus.address }, 'private message bus started');
+    void bus.exited.then((how) => {
+      if (!metrics.stopping)
+        log.error(
+          { code: 'E_NFS_METRICS', dbusPid: bus.pid },
+          `the private message bus ${how}: ganesha exits with it (libdbus ends a process whose system bus disconnects), so the server stops (exit 1); leasehold_nfs_stats_up is 0 meanwhile`,
+        );
+    });
+  } catch (err) {
+    log.error({ code: 'E_NFS_METRICS' }, err instanceof Error ? err.message : String(err));
+  }
+  try {
+    metrics.server = await serveNfsMetrics({ config, busAddress: metrics.bus?.address, log, clock });
+    log.info({ metricsPort: metrics.server.port }, 'metrics served');
+  } catch (err) {
+    log.error(
+      { code: 'E_NFS_METRICS' },
+      `LEASEHOLD_NFS_METRICS_PORT=${config.metricsPort}: cannot serve /metrics: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  }
+  return metrics;
+}
+
+/** After ganesha: /metrics closed, the bus stopped; false when the bus would not stop. */
+async function stopMetrics(metrics: Metrics, config: NfsServerConfig, log: Logger): Promise<boolean> {
+  await metrics.server?.close();
+  if (!metrics.bus) return true;
+  metrics.stopping = true;
+  try {
+    await metrics.bus.stop(config.stopTimeoutMs);
+    log.info({ dbusPid: metrics.bus.pid }, 'private message bus stopped');
+    return true;
+  } catch (err) {
+    log.error(
+      { dbusPid: metrics.bus.pid },
+      `stop failed: ${err instanceof Error ? err.message : String(err)}`,
+    );
+    return false;
+  }
 }
 
 async function stopRpcbind(rpcbind: RpcbindProcess, config: NfsServerConfig, log: Logger): Promise<boolean> {
@@ -121,6 +190,7 @@ async function gateThenRun(
   clock: Clock,
   stop: AbortSignal,
   stopRequested: StopRequested,
+  metrics: Metrics,
   setOnStop: (onStop: () => void) => void,
 ): Promise<number> {
   let gate: { port: number; lastHeldMs: number } | undefined;
@@ -145,7 +215,7 @@ async function gateThenRun(
     return EXIT_START_FAILED;
   }
   if (stopRequested()) return EXIT_STOPPED;
-  return runGanesha(config, prepared, log, clock, stopRequested, setOnStop, gate);
+  return runGanesha(config, prepared, log, clock, stopRequested, setOnStop, gate, metrics);
 }
 
 /**
@@ -160,9 +230,16 @@ async function runGanesha(
   stopRequested: StopRequested,
   setOnStop: (onStop: () => void) => void,
   gate: { port: number; lastHeldMs: number } | undefined,
+  metrics: Metrics,
 ): Promise<number> {
   const startedAtMs = clock.now();
-  const ganesha = startGanesha(config, prepared);
+  const server = metrics.server;
+  const ganesha = startGanesha(config, prepared, {
+    ...(metrics.bus ? { env: { DBUS_SYSTEM_BUS_ADDRESS: metrics.bus.address } } : {}),
+    ...(server ? { onLine: (line: string) => server.onGaneshaLine(line) } : {}),
+  });
+  server?.setGaneshaRunning(true);
+  void ganesha.exited.then(() => server?.setGaneshaRunning(false));
   setOnStop(() => ganesha.stop(config.stopTimeoutMs));
   // NB: read through a call, like stopRequested: set by the watch's callback.
   let lapse: string | undefined;

@@ -2,7 +2,8 @@
  * The chart's alerts (templates/prometheusrule.yaml) and Grafana dashboard
  * (dashboards/leasehold.json) against what the components really export: one compiled
  * agent holding a Lease and one compiled manager watching it, on a real control plane,
- * each scraped at /metrics. Checks:
+ * and the compiled NFS server entrypoint running Debian's ganesha with its metrics on
+ * (as the manager's preset sets them), each scraped at /metrics. Checks:
  *  - every alert and every panel query reads only metrics, labels and label values in
  *    those scrapes (plus the labels the chart's ServiceMonitor and PodMonitor give a
  *    target), and a metric renamed in a component is reported naming the alert;
@@ -29,10 +30,17 @@ import { addScrape, type Catalogue, problemsOf } from '../support/metric-catalog
 import { chartDir, helm, repoRoot } from '../support/tools.ts';
 import { agentEnv, cleanup, spawnAgent } from './agent-harness.ts';
 import { applyCrd, createNamespace, startManager, stopAllManagers } from './manager-harness.ts';
+import {
+  cleanup as cleanupNfs,
+  freePort,
+  tempDir as nfsTempDir,
+  spawnNfsServer,
+} from './nfs-ganesha-harness.ts';
 
 const cluster = useCluster({ scheduler: false, controllerManager: false });
 after(cleanup);
 after(stopAllManagers);
+after(cleanupNfs);
 
 /**
  * The labels prometheus-operator gives every target of a ServiceMonitor (the manager)
@@ -168,6 +176,24 @@ describe('the chart alerts and dashboard against the real components /metrics', 
     const agentText = await scrape(agentPort);
     assert.equal(sample(agentText, 'leasehold_agent_lease_held'), 1);
 
+    // The shipped NFS server with its metrics on, as in every default-NFS share pod.
+    const nfsBase = await nfsTempDir('monitoring');
+    const nfsMetricsPort = await freePort();
+    const nfs = spawnNfsServer({
+      LEASEHOLD_NFS_EXPORT_PATH: nfsBase,
+      LEASEHOLD_NFS_PSEUDO_PATH: '/export',
+      // Off the export, as in a pod (the emptyDir on /run).
+      LEASEHOLD_NFS_RUN_DIR: join(dir, 'nfs-run'),
+      LEASEHOLD_NFS_BIND_ADDR: '127.0.0.1',
+      LEASEHOLD_NFS_PORT: String(await freePort()),
+      LEASEHOLD_NFS_METRICS_PORT: String(nfsMetricsPort),
+    });
+    await nfs.waitForLog('serving');
+    const nfsText = await eventually('the NFS server reads its statistics', async () => {
+      const text = await scrape(nfsMetricsPort);
+      return sample(text, 'leasehold_nfs_stats_up') === 1 ? text : undefined;
+    });
+
     const rendered = await helm([
       'template',
       'leasehold',
@@ -189,12 +215,24 @@ describe('the chart alerts and dashboard against the real components /metrics', 
     const serviceMonitor = ofKind('ServiceMonitor').spec as { endpoints: [] };
     const podMonitor = ofKind('PodMonitor').spec as { podMetricsEndpoints: [] };
     targetLabels.set('manager', [...SERVICE_MONITOR_LABELS, ...relabelTargets(serviceMonitor.endpoints)]);
-    targetLabels.set('agent', [...POD_MONITOR_LABELS, ...relabelTargets(podMonitor.podMetricsEndpoints)]);
+    const podEndpoint = (port: string) => {
+      const endpoints = (
+        podMonitor.podMetricsEndpoints as Array<{
+          port?: string;
+          relabelings?: Array<{ targetLabel?: string }>;
+        }>
+      ).filter((e) => e.port === port);
+      assert.equal(endpoints.length, 1, `the PodMonitor scrapes port ${port}`);
+      return [...POD_MONITOR_LABELS, ...relabelTargets(endpoints)];
+    };
+    targetLabels.set('agent', podEndpoint('agent-http'));
+    targetLabels.set('nfs-server', podEndpoint('nfs-metrics'));
     assert.ok(targetLabels.get('agent')?.includes('share'), 'the PodMonitor gives agents a share label');
 
     catalogue = new Map();
     addScrape(catalogue, 'manager', managerText, targetLabels.get('manager') ?? []);
     addScrape(catalogue, 'agent', agentText, targetLabels.get('agent') ?? []);
+    addScrape(catalogue, 'nfs-server', nfsText, targetLabels.get('nfs-server') ?? []);
 
     const prometheusRule = ofKind('PrometheusRule').spec as { groups: Array<{ rules: Rule[] }> };
     rules = prometheusRule.groups.flatMap((g) => g.rules);

@@ -4,7 +4,7 @@
  * export, collects its JSON lines and ganesha's raw lines, and runs libnfs's user-space
  * clients (nfs-cp, nfs-cat; Debian libnfs-utils) against it. No kernel NFS client, no
  * mount. Everything started here is stopped by `cleanup()`: the entrypoint's process
- * group and the ganesha it logged, SIGKILLed if still there.
+ * group and the ganesha and private message bus it logged, SIGKILLed if still there.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -114,9 +114,11 @@ export function spawnNfsServer(
       }
       await exited;
     }
-    // ganesha runs in its own process group: kill it by pid if it outlived the entrypoint.
-    const pid = ganeshaPid();
-    if (pid !== undefined && processRuns(pid)) process.kill(pid, 'SIGKILL');
+    // ganesha and the metrics' private bus run in process groups of their own: kill them
+    // by pid if they outlived the entrypoint (a SIGKILL runs none of its exit hooks).
+    const bus = lines.find((l) => l.msg === 'private message bus started')?.dbusPid;
+    for (const pid of [ganeshaPid(), typeof bus === 'number' ? bus : undefined])
+      if (pid !== undefined && processRuns(pid)) process.kill(pid, 'SIGKILL');
   });
   const waitForLog = async (msg: string, timeoutMs = 20_000): Promise<ServerLine> => {
     const until = performance.now() + timeoutMs;

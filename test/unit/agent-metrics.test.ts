@@ -12,8 +12,8 @@ import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import { AgentMetrics } from '../../agent/agent-metrics.ts';
-import { renderFamilies, Histogram as TextHistogram } from '../../agent/prom-text.ts';
 import { ManualClock } from '../../lib/clock.ts';
+import { renderFamilies, Histogram as TextHistogram } from '../../lib/prom-text.ts';
 
 interface FamilyShape {
   type: string;

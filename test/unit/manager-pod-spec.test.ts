@@ -372,12 +372,16 @@ describe('no spec.server: the shipped NFS server', () => {
     assert.equal(server?.name, 'server');
     assert.equal(server?.image, 'registry.example/nfs-ganesha:1.2');
     assert.equal(server?.command, undefined, "the image's entrypoint runs");
-    assert.deepEqual(server?.ports, [{ name: 'nfs', containerPort: 2049, protocol: 'TCP' }]);
+    assert.deepEqual(server?.ports, [
+      { name: 'nfs', containerPort: 2049, protocol: 'TCP' },
+      { name: 'nfs-metrics', containerPort: 9587, protocol: 'TCP' },
+    ]);
     assert.deepEqual(server?.env, [
       { name: 'LEASEHOLD_NFS_EXPORT_PATH', value: '/srv/share' },
       { name: 'LEASEHOLD_NFS_PSEUDO_PATH', value: '/srv/share' },
       { name: 'LEASEHOLD_NFS_PORT', value: '2049' },
       { name: 'LEASEHOLD_NFS_RUN_DIR', value: '/run/leasehold-nfs' },
+      { name: 'LEASEHOLD_NFS_METRICS_PORT', value: '9587' },
       { name: 'LEASEHOLD_NFS_LEASE_GATE_PORT', value: '8081' },
       // D - T of the manager's defaults (6 s - 4 s): the entrypoint's watch tolerance.
       { name: 'LEASEHOLD_NFS_LEASE_PROOF_TOLERANCE', value: '2s' },

@@ -1,14 +1,17 @@
 /**
  * test/support/metric-catalogue.ts on the real components' expositions, rendered in
  * process (the agent's AgentMetrics, the manager's prom-client registry): what it reads
- * from them, and each kind of problem it reports, each named.
+ * from them, and each kind of problem it reports, each named; the NFS server's families
+ * (server/nfs-ganesha/nfs-metrics.ts) rendered from a good scrape's observations.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Registry } from 'prom-client';
 import { AgentMetrics } from '../../agent/agent-metrics.ts';
 import { ManualClock } from '../../lib/clock.ts';
+import { renderFamilies } from '../../lib/prom-text.ts';
 import { createManagerMetrics } from '../../manager/manager-metrics.ts';
+import { nfsFamilies } from '../../server/nfs-ganesha/nfs-metrics.ts';
 import { addScrape, type Catalogue, parseExposition, problemsOf } from '../support/metric-catalogue.ts';
 
 async function catalogue(): Promise<Catalogue> {
@@ -17,6 +20,14 @@ async function catalogue(): Promise<Catalogue> {
   const c: Catalogue = new Map();
   addScrape(c, 'manager', await registry.metrics(), ['job', 'instance', 'namespace', 'pod']);
   addScrape(c, 'agent', new AgentMetrics(new ManualClock(0)).render(), ['job', 'pod', 'share', 'node']);
+  const nfs = nfsFamilies({
+    versions: ['4.1', '4.2'],
+    stats: { ok: true, value: { io: [], requests: new Map(), ops: [], inGrace: false } },
+    connections: 0,
+    gracePeriodsStarted: 1,
+    scrapeSeconds: 0.02,
+  });
+  addScrape(c, 'nfs-server', renderFamilies(nfs), ['job', 'pod', 'share', 'node']);
   return c;
 }
 
@@ -35,6 +46,19 @@ describe('parseExposition', () => {
 });
 
 describe('problemsOf', () => {
+  it("accepts the NFS server's families, with its version and direction labels", async () => {
+    assert.deepEqual(
+      problemsOf(
+        'nfs',
+        'sum by (share, direction) (rate(leasehold_nfs_io_latency_seconds_total{direction="write",version="4.1"}[5m])) / sum by (share, direction) (rate(leasehold_nfs_io_operations_total[5m])) + max by (share) (leasehold_nfs_in_grace)',
+        await catalogue(),
+      ),
+      [],
+    );
+    const [problem] = problemsOf('nfs', 'leasehold_nfs_io_operations_total{version="3"}', await catalogue());
+    assert.match(problem ?? '', /matches no series nfs-server exports/);
+  });
+
   it('accepts what the components export, with scraped and target labels', async () => {
     const c = await catalogue();
     assert.deepEqual(

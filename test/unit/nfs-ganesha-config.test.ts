@@ -64,7 +64,28 @@ describe('nfs-ganesha config', () => {
       leaseGatePort: undefined,
       leaseGateTimeoutMs: 600_000,
       leaseProofToleranceMs: 2_000,
+      metricsPort: undefined,
+      dbusDaemonBin: 'dbus-daemon',
+      dbusSendBin: 'dbus-send',
     });
+  });
+
+  it('the metrics port: off when unset, must not collide with the NFS, MOUNT or agent port', () => {
+    assert.equal(readNfsServerConfig({ LEASEHOLD_NFS_METRICS_PORT: '9587' }).metricsPort, 9587);
+    assert.throws(
+      () =>
+        readNfsServerConfig({
+          LEASEHOLD_NFS_METRICS_PORT: '8081',
+          LEASEHOLD_NFS_LEASE_GATE_PORT: '8081',
+        }),
+      /LEASEHOLD_NFS_METRICS_PORT=8081 must differ from LEASEHOLD_NFS_LEASE_GATE_PORT=8081/,
+    );
+    assert.throws(
+      () => readNfsServerConfig({ LEASEHOLD_NFS_METRICS_PORT: '2049' }),
+      /must differ from LEASEHOLD_NFS_PORT=2049/,
+    );
+    // The MOUNT port only counts with NFSv3.
+    assert.equal(readNfsServerConfig({ LEASEHOLD_NFS_METRICS_PORT: '20048' }).metricsPort, 20048);
   });
 
   it('reads every setting', () => {
