@@ -7,7 +7,7 @@
  * always spans its data (and 0..1 when there is none); a gridPos outside the 24 columns
  * is an error naming it.
  * Not modelled: Grafana's responsive breakpoints (the picture is one fixed width),
- * logarithmic axes, units other than seconds and plain numbers.
+ * logarithmic axes, units other than seconds, operations per second and plain numbers.
  */
 import { LeaseholdError } from '../../lib/errors.ts';
 import type { GridPos, Unit } from './dashboard-panels.ts';
@@ -103,6 +103,7 @@ export function formatValue(v: number, unit: Unit): string {
     return String(Number(x.toFixed(digits)));
   };
   if (unit === 's') return Math.abs(v) < 1 && v !== 0 ? `${short(v * 1000)} ms` : `${short(v)} s`;
+  if (unit === 'ops') return `${short(v)} ops/s`;
   return short(v);
 }
 

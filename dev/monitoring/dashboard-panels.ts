@@ -54,7 +54,7 @@ export type Panel =
       stacked: boolean;
     });
 
-export type Unit = 's' | 'none';
+export type Unit = 's' | 'ops' | 'none';
 
 type Json = Record<string, unknown>;
 
@@ -76,8 +76,8 @@ function gridPosOf(v: unknown, where: string): GridPos {
 
 function unitOf(v: unknown, where: string): Unit {
   if (v === undefined || v === 'none') return 'none';
-  if (v === 's') return 's';
-  throw problem(where, `unit ${JSON.stringify(v)}: only "s" and "none" are drawn`);
+  if (v === 's' || v === 'ops') return v;
+  throw problem(where, `unit ${JSON.stringify(v)}: only "s", "ops" and "none" are drawn`);
 }
 
 function targetsOf(v: unknown, where: string): PanelTarget[] {

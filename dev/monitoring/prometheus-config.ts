@@ -33,17 +33,17 @@ export interface TargetGroup {
   labels: Record<string, string>;
 }
 
-const SELECTORS: Record<string, { labels: Record<string, string>; port: string }> = {
+const SELECTORS: Record<string, { labels: Record<string, string>; ports: string[] }> = {
   [AGENTS_JOB]: {
     labels: {
       'app.kubernetes.io/component': 'share-manager',
       'app.kubernetes.io/managed-by': 'leasehold-manager',
     },
-    port: 'agent-http',
+    ports: ['agent-http', 'nfs-metrics'],
   },
   [MANAGERS_JOB]: {
     labels: { 'app.kubernetes.io/component': 'manager', 'app.kubernetes.io/name': 'leasehold' },
-    port: 'http',
+    ports: ['http'],
   },
 };
 
@@ -60,7 +60,7 @@ export function scrapeTargets(pods: readonly k8s.V1Pod[]): Record<string, Target
       if (!Object.entries(sel.labels).every(([k, v]) => labels[k] === v)) continue;
       for (const c of [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])])
         for (const port of c.ports ?? [])
-          if (port.name === sel.port)
+          if (port.name !== undefined && sel.ports.includes(port.name))
             out[job].push({
               targets: [`${ip}:${port.containerPort}`],
               labels: {

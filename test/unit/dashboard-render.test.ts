@@ -186,6 +186,7 @@ describe('the layout and the axes', () => {
     assert.equal(formatValue(0.25, 's'), '250 ms');
     assert.equal(formatValue(4.0812, 's'), '4.08 s');
     assert.equal(formatValue(0, 's'), '0 s');
+    assert.equal(formatValue(12.345, 'ops'), '12.3 ops/s');
     assert.equal(formatValue(123.4, 'none'), '123');
     assert.equal(formatValue(Number.NaN, 'none'), '–');
   });
@@ -331,7 +332,11 @@ describe('Prometheus: the scrape config and the answers', () => {
   const selectedBy = Object.fromEntries(
     [...selector.matchAll(/^\s+(app\.kubernetes\.io\/[\w-]+): (\S+)$/gm)].map(([, k, v]) => [k, v]),
   );
-  const port = /- port: (\S+)/.exec(monitor)?.[1] ?? '';
+  // The template ranges over its ports: `list "agent-http" "nfs-metrics"`.
+  const ports = [...(/list((?: "[\w-]+")+)/.exec(monitor)?.[1] ?? '').matchAll(/"([\w-]+)"/g)].map(
+    (m) => m[1] ?? '',
+  );
+  const port = ports[0] ?? '';
   const sharePod = (labels: Record<string, string>, portName = port, phase = 'Running'): k8s.V1Pod => ({
     metadata: {
       namespace: 'shares',
@@ -347,6 +352,14 @@ describe('Prometheus: the scrape config and the answers', () => {
   });
 
   it("scrapes the agents the chart's PodMonitor selects, at its port, with its labels", () => {
+    assert.deepEqual(ports, ['agent-http', 'nfs-metrics'], "the PodMonitor's ports");
+    const both = sharePod(selectedBy);
+    both.spec?.containers[0]?.ports?.push({ name: ports[1] ?? '', containerPort: 9587 });
+    assert.deepEqual(
+      (scrapeTargets([both])[AGENTS_JOB] ?? []).map((g) => `${g.labels.container}@${g.targets}`),
+      ['agent@10.244.1.5:8081', 'nfs@10.244.1.5:9587'],
+      'the agent and the NFS server of the pod',
+    );
     assert.equal(Object.keys(selectedBy).length, 2, 'the PodMonitor selects by two labels');
     const [group, ...more] = scrapeTargets([sharePod(selectedBy)])[AGENTS_JOB] ?? [];
     assert.equal(more.length, 0);
