@@ -31,13 +31,8 @@ export const KUBELET_SYSCTLS: Readonly<Record<string, string>> = {
 
 const q = (s: string) => `'${s.replace(/'/g, '')}'`;
 
-export function containerdConfig(layout: NodeLayout, binDir: string, pauseImage: string): string {
-  const rt = "plugins.'io.containerd.cri.v1.runtime'";
-  const img = "plugins.'io.containerd.cri.v1.images'";
-  return `version = 3
-root = ${q(layout.containerdRoot)}
-state = ${q(layout.containerdState)}
-disabled_plugins = [
+/** What containerd leaves out on a node: NRI, tracing, the snapshotters this kernel or build lacks. */
+export const CONTAINERD_DISABLED_PLUGINS: readonly string[] = [
   'io.containerd.nri.v1.nri',
   'io.containerd.snapshotter.v1.btrfs',
   'io.containerd.snapshotter.v1.zfs',
@@ -45,6 +40,19 @@ disabled_plugins = [
   'io.containerd.snapshotter.v1.blockfile',
   'io.containerd.tracing.processor.v1.otlp',
   'io.containerd.internal.v1.tracing',
+];
+
+/** A TOML array's lines for `plugins`. */
+export const disabledPlugins = (plugins: readonly string[]) => plugins.map((p) => `  ${q(p)},`).join('\n');
+
+export function containerdConfig(layout: NodeLayout, binDir: string, pauseImage: string): string {
+  const rt = "plugins.'io.containerd.cri.v1.runtime'";
+  const img = "plugins.'io.containerd.cri.v1.images'";
+  return `version = 3
+root = ${q(layout.containerdRoot)}
+state = ${q(layout.containerdState)}
+disabled_plugins = [
+${disabledPlugins(CONTAINERD_DISABLED_PLUGINS)}
 ]
 
 [grpc]

@@ -41,6 +41,7 @@ import { promisify } from 'node:util';
 import { sleep } from '../../lib/clock.ts';
 import { LeaseholdError } from '../../lib/errors.ts';
 import { cacheRoot } from '../image/build.ts';
+import { CONTAINERD_DISABLED_PLUGINS, disabledPlugins } from './config.ts';
 
 const run = promisify(execFile);
 
@@ -64,14 +65,7 @@ export function seedContainerdConfig(root: string, state: string, socket: string
 root = '${root}'
 state = '${state}'
 disabled_plugins = [
-  'io.containerd.nri.v1.nri',
-  'io.containerd.snapshotter.v1.btrfs',
-  'io.containerd.snapshotter.v1.zfs',
-  'io.containerd.snapshotter.v1.devmapper',
-  'io.containerd.snapshotter.v1.blockfile',
-  'io.containerd.tracing.processor.v1.otlp',
-  'io.containerd.internal.v1.tracing',
-  'io.containerd.grpc.v1.cri',
+${disabledPlugins([...CONTAINERD_DISABLED_PLUGINS, 'io.containerd.grpc.v1.cri'])}
 ]
 
 [grpc]
