@@ -87,6 +87,11 @@ export interface NfsServerConfig {
   recoveryShim: string | undefined;
   /** native/stable-fsid.so, preloaded too: the export's fsid from the volume, not the device (undefined: off). */
   stableFsidShim: string | undefined;
+  /**
+   * native/bus-stay.so, preloaded with metrics on: the private bus's end does not end
+   * ganesha, only its DBus thread (undefined: off).
+   */
+  busShim: string | undefined;
   /** Whether the entrypoint may start rpcbind for NFSv3 (rpcbind.ts). */
   rpcbind: RpcbindMode;
   rpcbindBin: string;
@@ -125,6 +130,7 @@ export const DEFAULT_RECOVERY_DIR = '.leasehold-ganesha-recovery';
 export const DEFAULT_RECOVERY_SHIM = join(import.meta.dirname, 'recovery-tag.so');
 /** Where native/build.sh puts the stable-fsid shim: beside the compiled entrypoint. */
 export const DEFAULT_STABLE_FSID_SHIM = join(import.meta.dirname, 'stable-fsid.so');
+export const DEFAULT_BUS_SHIM = join(import.meta.dirname, 'bus-stay.so');
 /** ganesha's parser limits: Grace_Period 0..270, Lease_Lifetime 0..180 (whole seconds). */
 const GANESHA_MAX_GRACE_S = 270;
 const GANESHA_MAX_LEASE_S = 180;
@@ -206,6 +212,12 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     rule: 'must be an absolute path or none',
   });
   const stableFsidShim = fsidShim === 'none' ? undefined : fsidShim;
+  const busShimPath = r.string('LEASEHOLD_NFS_BUS_SHIM', {
+    fallback: DEFAULT_BUS_SHIM,
+    pattern: /^(none|\/[A-Za-z0-9._+/-]+)$/,
+    rule: 'must be an absolute path or none',
+  });
+  const busShim = busShimPath === 'none' ? undefined : busShimPath;
   const rpcbind = r.oneOf('LEASEHOLD_NFS_RPCBIND', RPCBIND_MODES, 'auto');
   const rpcbindBin = r.string('LEASEHOLD_NFS_RPCBIND_BIN', {
     fallback: 'rpcbind',
@@ -271,6 +283,7 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     ganeshaBin,
     recoveryShim,
     stableFsidShim,
+    busShim,
     rpcbind,
     rpcbindBin,
     startTimeoutMs,

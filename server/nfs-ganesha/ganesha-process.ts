@@ -60,7 +60,9 @@ export function startGanesha(
   extras: GaneshaExtras = {},
 ): GaneshaProcess {
   const args = ['-F', '-f', prepared.configPath, '-L', 'STDOUT', '-p', prepared.pidPath];
-  const preload = [config.recoveryShim, config.stableFsidShim].filter((p) => p !== undefined);
+  // The bus shim only where ganesha has our private bus (metrics on).
+  const busShim = extras.env?.DBUS_SYSTEM_BUS_ADDRESS ? config.busShim : undefined;
+  const preload = [config.recoveryShim, config.stableFsidShim, busShim].filter((p) => p !== undefined);
   const env = {
     ...process.env,
     ...(preload.length > 0 ? { LD_PRELOAD: preload.join(' ') } : {}),

@@ -128,7 +128,9 @@ async function startMetrics(config: NfsServerConfig, log: Logger, clock: Clock):
       if (!metrics.stopping)
         log.error(
           { code: 'E_NFS_METRICS', dbusPid: bus.pid },
-          `the private message bus ${how}: ganesha exits with it (libdbus ends a process whose system bus disconnects), so the server stops (exit 1); leasehold_nfs_stats_up is 0 meanwhile`,
+          config.busShim
+            ? `the private message bus ${how}: ganesha serves on without statistics (bus-stay.so: only its DBus thread ends); leasehold_nfs_stats_up is 0 until the server restarts`
+            : `the private message bus ${how}: ganesha exits with it (libdbus ends a process whose system bus disconnects; LEASEHOLD_NFS_BUS_SHIM=none), so the server stops (exit 1); leasehold_nfs_stats_up is 0 meanwhile`,
         );
     });
   } catch (err) {

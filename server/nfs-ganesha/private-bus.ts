@@ -15,12 +15,13 @@
  * raise its file limit to 65536 and, without CAP_SYS_RESOURCE (the preset drops it),
  * prints `Failed to set fd limit to 65536: Operation not permitted` and goes on: harmless.
  *
- * NB: ganesha does not outlive its bus: it joins with dbus_bus_get and never turns off
- * libdbus's exit-on-disconnect (src/dbus/dbus_server.c of V4.3 has no
+ * NB: left alone, ganesha does not outlive its bus: it joins with dbus_bus_get and never
+ * turns off libdbus's exit-on-disconnect (src/dbus/dbus_server.c of V4.3 has no
  * dbus_connection_set_exit_on_disconnect), so when the daemon ends (killed, OOM) ganesha
- * exits 1 at once (measured) and the entrypoint with it, as when ganesha crashes: the
- * kubelet restarts the container. A daemon that hangs (SIGSTOP) costs only the
- * statistics: ganesha serves on, each scrape's calls time out (stats_up 0).
+ * exits 1 at once (measured). So the entrypoint preloads native/bus-stay.so with it
+ * (LEASEHOLD_NFS_BUS_SHIM), which turns that off: only ganesha's DBus thread ends and the
+ * share serves on without statistics (stats_up 0) until the container restarts. A daemon
+ * that hangs (SIGSTOP) costs only the statistics too: each scrape's calls time out.
  *
  * Start and stop (daemon-child.ts): ready once it answers on its socket; stopped after
  * ganesha on every exit path (main.ts), SIGKILLed by an exit hook if still there.

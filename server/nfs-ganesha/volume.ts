@@ -63,6 +63,10 @@ export function prepareServer(
     throw new ServerStartError(
       `LEASEHOLD_NFS_STABLE_FSID_SHIM=${config.stableFsidShim}: no such file (server/nfs-ganesha/native/build.sh builds it beside main.js; \`none\` runs ganesha without it, and on XFS every file handle goes stale when the volume comes back under another device number)`,
     );
+  if (config.metricsPort !== undefined && config.busShim !== undefined && !existsSync(config.busShim))
+    throw new ServerStartError(
+      `LEASEHOLD_NFS_BUS_SHIM=${config.busShim}: no such file (server/nfs-ganesha/native/build.sh builds it beside main.js; \`none\` runs ganesha without it, and the metrics' private bus ending then ends ganesha)`,
+    );
   if (config.recoveryShim !== undefined && !existsSync(config.recoveryShim))
     throw new ServerStartError(
       `LEASEHOLD_NFS_RECOVERY_SHIM=${config.recoveryShim}: no such file (server/nfs-ganesha/native/build.sh builds it beside main.js; \`none\` runs ganesha without it, and a client whose address changes across a failover then loses its opens and locks)`,

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { ConfigError } from '../../lib/errors.ts';
 import {
+  DEFAULT_BUS_SHIM,
   DEFAULT_RECOVERY_SHIM,
   DEFAULT_STABLE_FSID_SHIM,
   readNfsServerConfig,
@@ -57,6 +58,7 @@ describe('nfs-ganesha config', () => {
       ganeshaBin: 'ganesha.nfsd',
       recoveryShim: DEFAULT_RECOVERY_SHIM,
       stableFsidShim: DEFAULT_STABLE_FSID_SHIM,
+      busShim: DEFAULT_BUS_SHIM,
       rpcbind: 'auto',
       rpcbindBin: 'rpcbind',
       startTimeoutMs: 30_000,
