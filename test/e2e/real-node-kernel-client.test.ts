@@ -30,6 +30,10 @@
  * each kernel client's leftover check passes at its stop. Not asserted: the prober's
  * client may log `lost 1 locks` at its reclaim (its denied F_SETLK's lock owner, not a
  * lock it held: its own lock holder's fd keeps working, asserted).
+ * Then the replacement's NFS metrics, scraped from the clients' node at the pod's
+ * nfs-metrics port as Prometheus would: ganesha's statistics readable in the share pod
+ * (stats_up 1, under the preset's capabilities), both clients connected, WRITEs counted,
+ * the grace period counted and over.
  * Cost: one two-node system start (25-40 s), the clients' boots (about 2 s each), one
  * failover and the clients' resumption (about 25 s): 70 s for the file (2026-12-04).
  */
@@ -51,6 +55,7 @@ import {
   tagOf,
 } from '../../dev/kernel-client/user-workloads.ts';
 import { lockExclusion } from '../../dev/kernel-client/workload-analysis.ts';
+import type { RealNode } from '../../dev/node/node.ts';
 import { createRealNfsShare, podLog, readRealShareFile } from '../../dev/system/real-share.ts';
 import { shareStatus } from '../../dev/system/shares.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
@@ -128,6 +133,31 @@ test('a node crash as the Linux kernel NFS client sees it: writes, reads, locks 
   });
   await sleep(2_000); // the probe keeps asking while the holder holds
 
+  // The replacement's NFS metrics (the PodMonitor's nfs-metrics port), scraped from the
+  // clients' node as Prometheus would reach the pod: ganesha's statistics readable under
+  // the preset's capabilities, both clients connected, their writes counted, its grace
+  // period (which ran on the replacement) counted and over.
+  const metricsPort = [...(after.object.spec?.containers ?? [])]
+    .flatMap((c) => c.ports ?? [])
+    .find((p) => p.name === 'nfs-metrics')?.containerPort;
+  assert.ok(metricsPort, `${after.pod}: a port nfs-metrics`);
+  const metrics = await scrapeInNetwork(
+    sys.node(clientNode),
+    `http://${after.object.status?.podIP}:${metricsPort}/metrics`,
+  );
+  const sample = (series: string) => {
+    const line = metrics.split('\n').find((l) => l.startsWith(`${series} `));
+    return line === undefined ? undefined : Number(line.slice(series.length + 1));
+  };
+  assert.equal(sample('leasehold_nfs_stats_up'), 1, `ganesha's statistics readable in ${after.pod}`);
+  assert.ok((sample('leasehold_nfs_client_connections') ?? 0) >= clients.length, 'both clients connected');
+  assert.ok((sample('leasehold_nfs_operations_total{op="WRITE"}') ?? 0) > 0, 'WRITEs counted');
+  assert.ok(
+    (sample('leasehold_nfs_grace_periods_total') ?? 0) >= 1,
+    "the replacement's grace period counted",
+  );
+  assert.equal(sample('leasehold_nfs_in_grace'), 0, 'out of grace once creates work again');
+
   const report: string[] = [
     `crash of ${before.node}: ${SHARE} served again from ${after.node} at +${servedS.toFixed(2)} s`,
   ];
@@ -171,3 +201,21 @@ test('a node crash as the Linux kernel NFS client sees it: writes, reads, locks 
   );
   t.diagnostic(report.join('\n'));
 });
+
+/** GETs `url` from `node`'s network namespace (curl), as a scraper there would. */
+async function scrapeInNetwork(node: RealNode, url: string): Promise<string> {
+  const child = node.spawnInNetwork(['curl', '-sS', '--max-time', '10', url], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let err = '';
+  child.stdout?.on('data', (d: Buffer) => {
+    out += d.toString();
+  });
+  child.stderr?.on('data', (d: Buffer) => {
+    err += d.toString();
+  });
+  const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));
+  assert.equal(code, 0, `curl ${url} from ${node.name}: ${err.trim()}`);
+  return out;
+}
