@@ -241,6 +241,16 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     r.optionalString('LEASEHOLD_NFS_METRICS_PORT') === undefined
       ? undefined
       : r.integer('LEASEHOLD_NFS_METRICS_PORT', 0, 1, 65535);
+  // The agent listens on the lease-gate port in the same pod: ganesha's ports must be others.
+  if (leaseGatePort !== undefined)
+    for (const [name, value] of [
+      ['LEASEHOLD_NFS_PORT', port],
+      ['LEASEHOLD_NFS_MOUNT_PORT', versions.includes('3') ? mountPort : undefined],
+    ] as const)
+      r.require(
+        value !== leaseGatePort,
+        `LEASEHOLD_NFS_LEASE_GATE_PORT=${leaseGatePort} must differ from ${name}=${value} (the agent and ganesha both listen in the pod)`,
+      );
   if (metricsPort !== undefined) {
     const taken: [string, number | undefined][] = [
       ['LEASEHOLD_NFS_PORT', port],

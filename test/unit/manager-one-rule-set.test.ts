@@ -93,6 +93,17 @@ describe('one set of rules: the manager refuses what the agent or the server wou
     });
   }
 
+  for (const agentPort of [2049, 9587]) {
+    it(`a manager whose agent port (LEASEHOLD_AGENT_PORT=${agentPort}) is one of the shipped server's: every default share refused, naming it`, () => {
+      const resolved = resolveShare(share({}), { ...settings, agentPort });
+      assert.equal(resolved.ok, false);
+      assert.match(
+        resolved.ok ? '' : resolved.message,
+        new RegExp(`LEASEHOLD_NFS_LEASE_GATE_PORT=${agentPort}`),
+      );
+    });
+  }
+
   it('the default spec and a user server with a sound check are accepted', () => {
     assert.equal(resolveShare(share({}), settings).ok, true);
     const own = resolveShare(

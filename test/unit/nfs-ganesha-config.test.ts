@@ -90,6 +90,18 @@ describe('nfs-ganesha config', () => {
     assert.equal(readNfsServerConfig({ LEASEHOLD_NFS_METRICS_PORT: '20048' }).metricsPort, 20048);
   });
 
+  it("the lease gate's port (the agent's, in the same pod) must not be ganesha's NFS or MOUNT port", () => {
+    assert.throws(
+      () => readNfsServerConfig({ LEASEHOLD_NFS_LEASE_GATE_PORT: '2049' }),
+      /LEASEHOLD_NFS_LEASE_GATE_PORT=2049 must differ from LEASEHOLD_NFS_PORT=2049/,
+    );
+    assert.throws(
+      () => readNfsServerConfig({ LEASEHOLD_NFS_LEASE_GATE_PORT: '20048', LEASEHOLD_NFS_VERSIONS: '3,4.1' }),
+      /LEASEHOLD_NFS_LEASE_GATE_PORT=20048 must differ from LEASEHOLD_NFS_MOUNT_PORT=20048/,
+    );
+    assert.equal(readNfsServerConfig({ LEASEHOLD_NFS_LEASE_GATE_PORT: '20048' }).leaseGatePort, 20048);
+  });
+
   it('reads every setting', () => {
     const config = readNfsServerConfig({
       LEASEHOLD_NFS_EXPORT_PATH: '/data/vol-1/',
