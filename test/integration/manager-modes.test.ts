@@ -263,10 +263,18 @@ describe('manager modes', () => {
       assert.equal(server?.image, image);
       assert.deepEqual(
         server?.ports?.map((p) => ({ ...p })),
-        [{ name: 'nfs', containerPort: 2049, protocol: 'TCP' }],
+        [
+          { name: 'nfs', containerPort: 2049, protocol: 'TCP' },
+          { name: 'nfs-metrics', containerPort: 9587, protocol: 'TCP' },
+        ],
       );
       const serverEnv = Object.fromEntries((server?.env ?? []).map((e) => [e.name, e.value]));
       assert.equal(serverEnv.LEASEHOLD_NFS_EXPORT_PATH, '/srv/share');
+      assert.equal(
+        serverEnv.LEASEHOLD_NFS_METRICS_PORT,
+        '9587',
+        'metrics on, at the port the PodMonitor scrapes',
+      );
       assert.deepEqual(server?.securityContext?.capabilities?.add, [
         'CHOWN',
         'DAC_OVERRIDE',
