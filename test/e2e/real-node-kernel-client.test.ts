@@ -157,6 +157,9 @@ test('a node crash as the Linux kernel NFS client sees it: writes, reads, locks 
     "the replacement's grace period counted",
   );
   assert.equal(sample('leasehold_nfs_in_grace'), 0, 'out of grace once creates work again');
+  t.diagnostic(
+    `${after.pod}'s /metrics: stats_up 1, ${sample('leasehold_nfs_client_connections')} client connections, ${sample('leasehold_nfs_operations_total{op="WRITE"}')} WRITEs, ${sample('leasehold_nfs_grace_periods_total')} grace period(s), in_grace 0`,
+  );
 
   const report: string[] = [
     `crash of ${before.node}: ${SHARE} served again from ${after.node} at +${servedS.toFixed(2)} s`,
