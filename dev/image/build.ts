@@ -430,11 +430,12 @@ export async function buildImage(
 export async function buildImages(
   onProgress: (line: string) => void = () => {},
   source: string = repo,
+  recipes: readonly ImageRecipe[] = IMAGE_RECIPES,
 ): Promise<{ dir: string; images: BuiltImage[] }> {
   if (process.getuid?.() !== 0)
     throw new ImageBuildError('needs root (mmdebstrap --mode=root, file owners in the layers)');
   const images: BuiltImage[] = [];
-  for (const recipe of IMAGE_RECIPES) images.push(await buildImage(recipe, onProgress, source));
+  for (const recipe of recipes) images.push(await buildImage(recipe, onProgress, source));
   const dir = join(cacheRoot(), 'image', `out-${sha256(images.map((i) => i.ref).join('\n')).slice(0, 16)}`);
   if (!existsSync(join(dir, '.complete'))) {
     const tmp = `${dir}.${process.pid}.tmp`;

@@ -2,14 +2,16 @@
  * The previous release, for the tests that cross versions (an upgrade from it, its agent
  * with today's manager and the reverse): its sources taken from git at a pinned commit
  * (`git archive`, extracted once under ~/.cache/leasehold/image/src-<commit>/), its images
- * built from them with today's recipes (build.ts), its chart the one in that tree.
+ * built from them by today's builder (build.ts) with that tree's own recipes
+ * (dev/image/recipes.ts there: data only, so its Debian packages are its own), its chart
+ * the one in that tree.
  *
  * leasehold has no tagged releases yet: the pin is the last main that landed before the
  * current line of work changed the agent, the manager and the chart; bump it (commit and
- * `what`) when a release is cut. Not guaranteed: that the pinned tree builds with today's
- * recipes (they are unchanged since it; a future change to them may need an older
- * recipe) nor with today's TypeScript and @types (tsc runs with this repository's dev
- * dependencies; the runtime node_modules are the old tree's own `npm ci --omit=dev`).
+ * `what`) when a release is cut. Not guaranteed: that today's builder reads a future
+ * pin's recipes (their shape is today's), nor that the tree compiles with today's
+ * TypeScript and @types (tsc runs with this repository's dev dependencies; the runtime
+ * node_modules are the old tree's own `npm ci --omit=dev`).
  */
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -20,6 +22,7 @@ import { LeaseholdError } from '../../lib/errors.ts';
 import { REPO_ROOT } from '../helm/helm.ts';
 import { buildImages, cacheRoot } from './build.ts';
 import type { LocalImage } from './images.ts';
+import type { ImageRecipe } from './recipes.ts';
 
 const run = promisify(execFile);
 
@@ -80,7 +83,11 @@ export interface PreviousRelease {
 /** The previous release's chart and images (built on first use, cached like today's). */
 export async function previousRelease(progress: (line: string) => void = () => {}): Promise<PreviousRelease> {
   const source = await previousReleaseSource();
-  const { images } = await buildImages((l) => progress(`previous release's image ${l}`), source);
+  // Its own recipes (data only, no imports), so its images have its own packages.
+  const { IMAGE_RECIPES: recipes } = (await import(join(source, 'dev', 'image', 'recipes.ts'))) as {
+    IMAGE_RECIPES: readonly ImageRecipe[];
+  };
+  const { images } = await buildImages((l) => progress(`previous release's image ${l}`), source, recipes);
   const of = (name: string): LocalImage => {
     const i = images.find((x) => x.name === name);
     if (!i) throw new LeaseholdError('E_IMAGE_MISSING', `the previous release built no ${name} image`);
