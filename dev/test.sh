@@ -25,7 +25,8 @@ fi
 # Each test file starts its own control plane where it needs one. Three at a time: most
 # of a file's time is waiting (lease durations, grace periods, a node's boot), so on the
 # 2-core machine the suite took 12.7 min of tests at three against about 17 at two
-# (2026-12-07, JUnit reports), and each test's bounds leave slack for that load.
+# (2026-12-07, JUnit reports), and each test's bounds leave slack for that load. Four
+# was tried once (with other work on the machine): load 33, two e2e scenarios failed.
 # LEASEHOLD_TEST_CONCURRENCY=2 (or 1) when timing matters more than the wait.
 # No single test may hang CI: each gets at most 10 minutes.
 # LEASEHOLD_TEST_JUNIT=FILE also writes a JUnit report there: it names each test's file
