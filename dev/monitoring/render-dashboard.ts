@@ -5,10 +5,13 @@
  *   1. the whole system on 2 real nodes (dev/system/real-system.ts) and one share on the
  *      shipped NFS server (the demo's createRealNfsShare and waitServingPod);
  *   2. a real Prometheus (Debian's) in the other node's network namespace, scraping the
- *      managers and the share's agent every 5 s as the chart's monitors select them
+ *      managers and the share pod's agent and NFS server every 5 s as the chart's
+ *      monitors select them
  *      (prometheus-in-node.ts, prometheus-config.ts; the targets by file discovery from
  *      the pod list: Debian's build has no Kubernetes discovery);
- *   3. a minute of steady state, then the serving node crashes (RealNode.crash) and the
+ *   3. a Linux 6.12 kernel NFS client (dev/kernel-client) on that node mounts the share
+ *      with its published options and runs a user's workloads (writes with fsync, reads,
+ *      a lock, creates); a minute of steady state, then the serving node crashes (RealNode.crash) and the
  *      surviving node's manager fails the share over; 60 s after the replacement serves,
  *      every panel query of charts/leasehold/dashboards/leasehold.json (the file the
  *      chart's ConfigMap ships) is evaluated with query_range over the run (instant at
@@ -16,7 +19,7 @@
  *   4. the panels drawn into one SVG at their gridPos (dashboard-svg.ts), converted to PNG
  *      with rsvg-convert (Debian's librsvg2-bin), written to docs/images/dashboard.png
  *      unless OUT is given; the run's facts printed for the caption in docs/operations.md.
- * Every process started stops on every path: Prometheus and its relay here, then the
+ * Every process started stops on every path: the client, Prometheus and its relay here, then the
  * system (its nodes' leftover checks); on SIGINT the components' own hooks do it.
  * Exit codes: 0 the PNG was written, 1 it was not.
  */
@@ -28,8 +31,11 @@ import { fileURLToPath } from 'node:url';
 import { sleep } from '../../lib/clock.ts';
 import { say } from '../demo/progress.ts';
 import { waitServingPod } from '../demo/real-pods.ts';
+import { type KernelClient, startKernelClient } from '../kernel-client/machine.ts';
+import { mountShare, startUserWorkloads } from '../kernel-client/user-workloads.ts';
 import { createRealNfsShare } from '../system/real-share.ts';
 import { type RealSystem, startRealSystem } from '../system/real-system.ts';
+import { shareStatus } from '../system/shares.ts';
 import { clockOf } from './dashboard-geometry.ts';
 import { gridStep, panelsOf, queryOf, seriesName } from './dashboard-panels.ts';
 import { type DashboardPicture, dashboardSvg, type PanelData } from './dashboard-svg.ts';
@@ -120,6 +126,7 @@ function pictureOf(text: string): DashboardPicture {
 async function run(outPath: string): Promise<void> {
   let sys: RealSystem | undefined;
   let prom: NodePrometheus | undefined;
+  let client: KernelClient | undefined;
   try {
     say('starting the control plane and 2 real nodes with the chart installed');
     sys = await startRealSystem({
@@ -140,6 +147,14 @@ async function run(outPath: string): Promise<void> {
       intervalS: SCRAPE_S,
     });
     await waitTargets(prom, 3);
+    // A user's NFS client on the other node (Linux 6.12, the published options), so the
+    // NFS panels show a share in use: writes with fsync, reads, a lock, creates.
+    const exported = (await shareStatus(sys, SHARE)).export;
+    if (!exported?.source || !exported.mountOptions) throw new Error(`${SHARE} has no status.export`);
+    client = await startKernelClient(observer, { name: 'kc1', index: 1, kernel: '6.12' });
+    await mountShare(client, exported.source, exported.mountOptions);
+    await startUserWorkloads(client);
+    say(`a Linux 6.12 NFS client on ${observer.name} mounted ${exported.source} and writes`);
     const fromS = Math.ceil(Date.now() / 1000 / SCRAPE_S) * SCRAPE_S;
     say(`2 managers and 1 agent scraped every ${SCRAPE_S} s; ${STEADY_S} s of steady state`);
     await sleep(STEADY_S * 1000);
@@ -158,7 +173,7 @@ async function run(outPath: string): Promise<void> {
     const picture: DashboardPicture = {
       title: 'leasehold (the chart’s Grafana dashboard, drawn without Grafana)',
       notes: [
-        `A real run on ${day}: 2 real nodes, one share; ${before.node} crashed at ${clockOf(crashAt)} UTC, the share was served from ${after.node} ${servedS.toFixed(1)} s later.`,
+        `A real run on ${day}: 2 real nodes, one share, a Linux 6.12 NFS client writing on ${observer.name}; ${before.node} crashed at ${clockOf(crashAt)} UTC, the share was served from ${after.node} ${servedS.toFixed(1)} s later.`,
         `Queries of charts/leasehold/dashboards/leasehold.json against a real Prometheus (scrape ${SCRAPE_S} s); drawn by dev/monitoring/render-dashboard.ts, not by Grafana.`,
       ],
       fromMs: fromS * 1000,
@@ -194,6 +209,7 @@ async function run(outPath: string): Promise<void> {
     say(
       'stopping Prometheus and the system (nodes with their leftover checks, CSI controller, control plane)',
     );
+    await client?.stop();
     await prom?.stop();
     await sys?.stop();
   }
