@@ -28,6 +28,8 @@ import {
   stallsOf,
   startUserWorkloads,
   tagOf,
+  USER_WORKLOADS,
+  type UserWorkload,
 } from '../../dev/kernel-client/user-workloads.ts';
 import { checkReadBack } from '../../dev/kernel-client/workload-analysis.ts';
 import { readRealShareFile } from '../../dev/system/real-share.ts';
@@ -117,20 +119,35 @@ export class RealKernelClient {
       .map((e) => e.atMs);
   }
 
+  /** The lock workload after `sinceMonoMs`: its first success, or that it has none (and its errors). */
+  lockAfter(sinceMonoMs: number): string {
+    const lock = stallsOf(this.kc, sinceMonoMs).lock;
+    const first = lock.firstSuccessAfter?.atMs;
+    return first !== undefined
+      ? `worked again ${((first - sinceMonoMs) / 1000).toFixed(2)} s after the replacement served (its lock kept or reclaimed)`
+      : `never worked again (${lock.outcome}; its lock lost)`;
+  }
+
   /** When the writer's first acknowledged write after `sinceMonoMs` came, if one did. */
   firstWriteAfterMs(sinceMonoMs: number): number | undefined {
     return stallsOf(this.kc, sinceMonoMs).write.firstSuccessAfter?.atMs;
   }
 
   /**
-   * Waits until every workload succeeded after `sinceMonoMs` (default: the last fault).
+   * Waits until every workload (or those of `workloads`) succeeded after `sinceMonoMs`
+   * (default: the last fault).
    * NB: pass when the replacement served where the old server may answer after the mark.
    */
-  async waitResumed(timeoutMs: number, sinceMonoMs?: number): Promise<void> {
+  async waitResumed(
+    timeoutMs: number,
+    sinceMonoMs?: number,
+    workloads: readonly UserWorkload[] = USER_WORKLOADS,
+  ): Promise<void> {
     const since = sinceMonoMs ?? this.faultsMs.at(-1) ?? 0;
+    const stalls = () => stallsOf(this.kc, since);
     await eventually(
-      `${this.share}: every workload of ${this.label} succeeded again`,
-      async () => (allResumed(this.kc, since) ? true : undefined),
+      `${this.share}: ${workloads.join(', ')} of ${this.label} succeeded again`,
+      async () => (workloads.every((w) => stalls()[w].outcome === 'resumed') ? true : undefined),
       timeoutMs,
       250,
     ).catch((err: Error) => {
