@@ -27,7 +27,8 @@ import {
 import type { ConsumerObjects } from './decide-consumer.ts';
 import { decideShareManager } from './decide-reconcile.ts';
 import type { ConsumerExecutor } from './execute-consumer.ts';
-import { isOwnService, newRequestId, type ReconcileExecutor, serviceDrift } from './execute-reconcile.ts';
+import { newRequestId, type ReconcileExecutor } from './execute-reconcile.ts';
+import { isOwnService, serviceDrift } from './service-spec.ts';
 
 /** Failed passes in a row after which the ShareManager's status and an event say so. */
 const PERSISTENT_FAILURES = 3;

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { servicePorts } from '../../manager/reconciliation/execute-reconcile.ts';
+import { servicePorts } from '../../manager/reconciliation/service-spec.ts';
 import { exportStatus, NFS_MOUNT_OPTIONS } from '../../manager/share-model/nfs-server-preset.ts';
 import { sharePodFor } from '../../manager/share-model/pod-spec.ts';
 import { resolveSpec, type ShareManager } from '../../manager/share-model/share-manager-spec.ts';

@@ -7,7 +7,7 @@ import {
   fencingCondition,
   type ShareManagerSnapshot,
 } from '../../manager/reconciliation/decide-reconcile.ts';
-import { serviceDrift, servicePorts, serviceSpec } from '../../manager/reconciliation/execute-reconcile.ts';
+import { serviceDrift, servicePorts, serviceSpec } from '../../manager/reconciliation/service-spec.ts';
 import { resolveSpec, type ShareManager } from '../../manager/share-model/share-manager-spec.ts';
 
 const defaults = { leaseDurationMs: 6000, renewIntervalMs: 2000, renewDeadlineMs: 4000, retryPeriodMs: 500 };
