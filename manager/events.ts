@@ -36,6 +36,8 @@ export type EventReason =
   // The share's pod cannot be scheduled (the Scheduled condition, reconciliation/decide-reconcile.ts).
   | 'Unschedulable'
   | 'LeaseReleased'
+  // An upgrade removed the previous release's Service selector (reconciliation/execute-reconcile.ts).
+  | 'EndpointsManaged'
   | 'OutOfServiceTaintAdded'
   | 'OutOfServiceTaintRemoved'
   | 'VolumeHandoff'
@@ -127,7 +129,7 @@ export class EventRecorder {
             reason,
             message,
             source: { component: 'leasehold-manager', host: this.nodeName },
-            reportingComponent: 'leasehold.dev/manager',
+            reportingComponent: 'manager.leasehold.dev',
             reportingInstance: this.identity,
             firstTimestamp: now,
             lastTimestamp: now,

@@ -8,6 +8,7 @@
  * the Lease watch is open.
  */
 import type {
+  V1EndpointSlice,
   V1Node,
   V1PersistentVolume,
   V1PersistentVolumeClaim,
@@ -203,6 +204,13 @@ const services = informer<V1Service>({
   path: `/api/v1${ns}/services`,
   labelSelector: LABEL_SHARE_MANAGER,
   onEvent: (_type, service) => controller?.enqueueFor(service, false),
+});
+// The manager's EndpointSlices of the shares (share-endpoints.ts): a deleted or changed one is written again.
+const endpointSlices = informer<V1EndpointSlice>({
+  resource: 'endpointslices',
+  path: `/apis/discovery.k8s.io/v1${ns}/endpointslices`,
+  labelSelector: LABEL_SHARE_MANAGER,
+  onEvent: (_type, slice) => controller?.enqueueFor(slice, true),
 });
 const nodes = informer<V1Node>({
   resource: 'nodes',
@@ -402,6 +410,7 @@ controller = new ShareManagerController(
     leases,
     pods,
     services,
+    endpointSlices,
     volumes,
     claims,
     failoverRunning: (key) => failovers.phaseOf(key) !== 'idle',
@@ -415,6 +424,7 @@ const all = [
   leases,
   pods,
   services,
+  endpointSlices,
   nodes,
   nodeLeases,
   volumes,

@@ -9,7 +9,11 @@
  *  1. spec invalid (cross-field rules, see share-manager-spec.ts) -> status Error with the
  *     message; nothing else is touched.
  *  2. the Lease is missing -> create it (labelled, owned by the ShareManager).
- *  3. the Service is not known to exist -> ensure it.
+ *  3. the Service is not known to exist -> ensure it. The share's endpoints: the
+ *     manager's own EndpointSlice made what share-endpoints.ts says (the live pods with
+ *     an address), or deleted when no pod may be published. A selector on the Service (a
+ *     previous release's, or a hand edit) is removed only once that slice is in place, so
+ *     an upgrade never leaves the Service without endpoints.
  *  4. the Lease (not delinquent) names a pod of this ShareManager that the kubelet reported
  *     ended (phase Succeeded/Failed, no container running) -> free the lease by CAS, so the
  *     replacement's agent acquires at once instead of after D, and no manager ever judges
@@ -53,7 +57,7 @@
  * Not guaranteed: at most one live pod at every instant (a claim retried after its
  * timeout may race a very slow creator); the lease gate still lets only one serve.
  */
-import type { V1Pod, V1Service } from '@kubernetes/client-node';
+import type { V1EndpointSlice, V1Pod, V1Service } from '@kubernetes/client-node';
 import type { LeaseRecord } from '../../lib/lease-record.ts';
 import { type ExportStatus, exportStatus } from '../share-model/nfs-server-preset.ts';
 import { ANNOTATION_POD_REQUEST, isLive } from '../share-model/pod-spec.ts';
@@ -65,6 +69,7 @@ import type {
   ShareManagerStatus,
 } from '../share-model/share-manager-spec.ts';
 import { type ConsumerAction, type ConsumerObjects, decideConsumer } from './decide-consumer.ts';
+import { decideEndpoints, type EndpointsAction } from './share-endpoints.ts';
 
 export interface ShareManagerSnapshot {
   sm: ShareManager;
@@ -75,6 +80,8 @@ export interface ShareManagerSnapshot {
   service: V1Service | undefined;
   /** What of that Service differs from what the share needs (serviceDrift); [] = nothing. */
   serviceDrift: readonly string[];
+  /** The manager's EndpointSlice of the share (isOwnEndpointSlice) as the cache has it. */
+  endpointSlice: V1EndpointSlice | undefined;
   pods: readonly V1Pod[];
   now: number;
   /** When this manager first saw the current status.podRequest (monotonic). */
@@ -112,6 +119,7 @@ export type ReconcileAction =
       event?: { type: 'Normal' | 'Warning'; reason: 'FenceDisabled' | 'Unschedulable' | 'ServedOnPromises' };
     }
   | { kind: 'requeueAfter'; ms: number; reason: string }
+  | EndpointsAction
   | ConsumerAction;
 
 export interface ShareCondition {
@@ -186,8 +194,12 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
     actions.push({ kind: 'createLease', durationSeconds: s.resolved.timings.leaseDurationMs / 1000 });
   }
   if (!s.service) actions.push({ kind: 'ensureService' });
-  else if (s.serviceDrift.length > 0)
-    actions.push({ kind: 'repairService', service: s.service, fields: [...s.serviceDrift] });
+  const endpoints = decideEndpoints(s.sm, s.pods, s.endpointSlice);
+  if (endpoints) actions.push(endpoints);
+  // The selector goes once the manager's slice is in place (this pass writes none).
+  const drift = s.serviceDrift.filter((f) => f !== 'spec.selector' || endpoints === undefined);
+  if (s.service && drift.length > 0)
+    actions.push({ kind: 'repairService', service: s.service, fields: drift });
 
   // The pod the (non-delinquent) Lease names; its deletion waits for the lease to be freed.
   const holding = s.lease && !s.lease.delinquentSince ? s.lease.holder : '';

@@ -22,7 +22,9 @@ import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from '../share-model
 import type { StatusWriter } from '../share-model/status-writer.ts';
 import type { ReconcileAction } from './decide-reconcile.ts';
 import type { ConsumerExecutor } from './execute-consumer.ts';
-import { isOwnService, ownerRef, serviceSpec } from './service-spec.ts';
+import { EndpointsWriter } from './execute-endpoints.ts';
+import { hasLegacySelector, isOwnService, ownerRef, serviceSpec } from './service-spec.ts';
+import { endpointSliceName } from './share-endpoints.ts';
 
 type ShareCondition = NonNullable<NonNullable<ShareManager['status']>['conditions']>[number];
 
@@ -42,6 +44,7 @@ export function newRequestId(): string {
 
 export class ReconcileExecutor {
   private readonly core: k8s.CoreV1Api;
+  private readonly endpoints: EndpointsWriter;
   /**
    * ShareManager UID -> when (performance.now) its Service name was last found taken:
    * looked at again only after SERVICE_TAKEN_RETRY_MS. An entry lives only while the
@@ -68,6 +71,7 @@ export class ReconcileExecutor {
     private readonly consumer: ConsumerExecutor,
   ) {
     this.core = kc.makeApiClient(k8s.CoreV1Api);
+    this.endpoints = new EndpointsWriter(kc, config.requestTimeoutMs, log);
   }
 
   /** Drops what it remembers of a deleted ShareManager (a taken Service name). */
@@ -199,6 +203,10 @@ export class ReconcileExecutor {
       }
       case 'requeueAfter':
         return action.ms;
+      case 'applyEndpoints':
+      case 'deleteEndpoints':
+        await this.endpoints.run(`${namespace}/${name}`, action);
+        return undefined;
       default:
         return this.consumer.run(sm, action, conditions);
     }
@@ -349,7 +357,6 @@ export class ReconcileExecutor {
               ...service.spec,
               selector: want.selector,
               ports: sameKind ? want.ports : service.spec?.ports,
-              publishNotReadyAddresses: want.publishNotReadyAddresses,
             },
           },
         },
@@ -360,6 +367,13 @@ export class ReconcileExecutor {
       throw new KubeApiError(`repairing the service of share manager ${namespace}/${name}`, statusOf(err), {
         cause: err,
       });
+    }
+    if (fields.length === 1 && fields[0] === 'spec.selector' && hasLegacySelector(service, sm)) {
+      // An upgrade from a release whose Service had a selector, not a hand edit.
+      const message = `Service ${namespace}/${name}: selector removed; the manager publishes the share's endpoints itself (EndpointSlice ${endpointSliceName(name)})`;
+      await this.events.record(sm, 'Normal', 'EndpointsManaged', message);
+      this.log.info({ sm: `${namespace}/${name}` }, message);
+      return;
     }
     const message = `Service ${namespace}/${name} was changed (${fields.join(', ')}): put back as the ShareManager needs it`;
     await this.events.record(sm, 'Warning', 'ServiceRepaired', message);

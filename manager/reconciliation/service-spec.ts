@@ -16,44 +16,38 @@ export function isOwnService(service: k8s.V1Service, sm: ShareManager): boolean 
 }
 
 /**
- * The ShareManager's Service spec: its pods by label, servicePorts(sm); no ports declared
- * gives a headless Service (DNS to the pod needs none).
- *
- * The shipped NFS server's Service publishes its pods before they are Ready
- * (`publishNotReadyAddresses`): the EndpointSlice controller then lists a pod with
- * ready=true as soon as it has an IP (and keeps a terminating one listed, ready, until
- * it is gone), so a client reaches the replacement as soon as ganesha listens instead
- * of a readiness probe tick plus status and EndpointSlice propagation later (about
- * 1.5 s of every failover as clients saw it). Before ganesha listens a connection is
- * refused and the client retries, as NFS clients do. It costs no safety: readiness
- * never decided who serves. Only a pod whose ganesha runs accepts NFS connections, and
- * ganesha starts only after the lease gate (docs/design.md, Startup order); a failover
- * force-deletes the lost pod before it creates the replacement. A user's server
- * (`spec.server`) keeps the default: we do not know that it refuses connections
- * until it may serve.
+ * The ShareManager's Service spec: servicePorts(sm), and no selector: the manager
+ * publishes the share's endpoints itself (share-endpoints.ts), so the clients' route to
+ * a replacement does not wait on kube-controller-manager's EndpointSlice controller. No
+ * ports declared gives a headless Service (DNS to the pod needs none).
  * A Service changed by hand is put back (serviceDrift, repairService).
  */
 export function serviceSpec(sm: ShareManager): k8s.V1ServiceSpec {
   const ports = servicePorts(sm);
-  return {
-    selector: { [LABEL_SHARE_MANAGER]: sm.metadata.name ?? '' },
-    ...(ports.length > 0 ? { ports } : { clusterIP: 'None' }),
-    ...(sm.spec.server ? {} : { publishNotReadyAddresses: true }),
-  };
+  return ports.length > 0 ? { ports } : { clusterIP: 'None' };
 }
 
 /**
- * What of the share's own Service differs from serviceSpec (pure): the selector, the
- * ports (name, port, targetPort, protocol) and publishNotReadyAddresses, by name. A
- * headless Service that should have an address (or the reverse) is not repairable in
- * place (the ClusterIP is immutable) and is not reported here.
+ * The selector the previous releases gave a share's Service (their EndpointSlice
+ * controller then published its pods); removing it hands the endpoints to the manager.
+ */
+export function legacySelector(sm: ShareManager): Record<string, string> {
+  return { [LABEL_SHARE_MANAGER]: sm.metadata.name ?? '' };
+}
+
+/**
+ * What of the share's own Service differs from serviceSpec (pure): a selector (any:
+ * Kubernetes' controller would then publish endpoints beside the manager's), the ports
+ * (name, port, targetPort, protocol), by name. A headless Service that should have an
+ * address (or the reverse) is not repairable in place (the ClusterIP is immutable) and
+ * is not reported here. publishNotReadyAddresses, which the previous releases set, does
+ * nothing without a selector and is left alone.
  */
 export function serviceDrift(service: k8s.V1Service, sm: ShareManager): string[] {
   const want = serviceSpec(sm);
   const have = service.spec ?? {};
   const drift: string[] = [];
-  if (JSON.stringify(sortedEntries(have.selector)) !== JSON.stringify(sortedEntries(want.selector)))
-    drift.push('spec.selector');
+  if (sortedEntries(have.selector).length > 0) drift.push('spec.selector');
   const portKey = (p: k8s.V1ServicePort) =>
     `${p.name ?? ''}/${p.port}/${String(p.targetPort ?? p.port)}/${p.protocol ?? 'TCP'}`;
   if ((have.clusterIP === 'None') === (want.clusterIP === 'None')) {
@@ -61,9 +55,15 @@ export function serviceDrift(service: k8s.V1Service, sm: ShareManager): string[]
     const b = (want.ports ?? []).map(portKey).sort();
     if (JSON.stringify(a) !== JSON.stringify(b)) drift.push('spec.ports');
   }
-  if (Boolean(have.publishNotReadyAddresses) !== Boolean(want.publishNotReadyAddresses))
-    drift.push('spec.publishNotReadyAddresses');
   return drift;
+}
+
+/** Whether `service` carries exactly the previous releases' selector (an upgrade, not a hand edit). */
+export function hasLegacySelector(service: k8s.V1Service, sm: ShareManager): boolean {
+  return (
+    JSON.stringify(sortedEntries(service.spec?.selector)) ===
+    JSON.stringify(sortedEntries(legacySelector(sm)))
+  );
 }
 
 function sortedEntries(map: Record<string, string> | undefined): [string, string][] {

@@ -7,7 +7,13 @@
  * The consumer caches are waited for only by a ShareManager that has spec.consumer or
  * the consumer finalizer: the others never need them.
  */
-import type { V1PersistentVolume, V1PersistentVolumeClaim, V1Pod, V1Service } from '@kubernetes/client-node';
+import type {
+  V1EndpointSlice,
+  V1PersistentVolume,
+  V1PersistentVolumeClaim,
+  V1Pod,
+  V1Service,
+} from '@kubernetes/client-node';
 import type { Clock } from '../../lib/clock.ts';
 import { failureGist } from '../../lib/errors.ts';
 import type { Informer } from '../../lib/informer.ts';
@@ -29,6 +35,7 @@ import { decideShareManager } from './decide-reconcile.ts';
 import type { ConsumerExecutor } from './execute-consumer.ts';
 import { newRequestId, type ReconcileExecutor } from './execute-reconcile.ts';
 import { isOwnService, serviceDrift } from './service-spec.ts';
+import { endpointSliceName, isOwnEndpointSlice } from './share-endpoints.ts';
 
 /** Failed passes in a row after which the ShareManager's status and an event say so. */
 const PERSISTENT_FAILURES = 3;
@@ -39,6 +46,8 @@ export interface ControllerSources {
   pods: Informer<V1Pod>;
   /** The shares' Services, selected by LABEL_SHARE_MANAGER. */
   services: Informer<V1Service>;
+  /** The manager's EndpointSlices of the shares (labelled with the share). */
+  endpointSlices: Informer<V1EndpointSlice>;
   /** Consumer PVs and claims, selected by LABEL_CONSUMER_NAMESPACE / LABEL_CONSUMER_OF. */
   volumes: Informer<V1PersistentVolume>;
   claims: Informer<V1PersistentVolumeClaim>;
@@ -129,7 +138,13 @@ export class ShareManagerController {
       sm.spec.consumer !== undefined || (sm.metadata.finalizers ?? []).includes(FINALIZER_CONSUMER);
     if (needsConsumer && (!this.sources.volumes.synced || !this.sources.claims.synced)) return 500;
     // Before every cache has synced the snapshot could miss a pod: wait.
-    if (!this.sources.leases.synced || !this.sources.pods.synced || !this.sources.services.synced) return 500;
+    if (
+      !this.sources.leases.synced ||
+      !this.sources.pods.synced ||
+      !this.sources.services.synced ||
+      !this.sources.endpointSlices.synced
+    )
+      return 500;
     const now = this.clock.now();
     const request = sm.status?.podRequest;
     let seen = this.requestSeen.get(key);
@@ -140,6 +155,7 @@ export class ShareManagerController {
     const wireLease = this.sources.leases.get(namespace, name);
     const cachedService = this.sources.services.get(namespace, name);
     const ownService = cachedService && isOwnService(cachedService, sm) ? cachedService : undefined;
+    const cachedSlice = this.sources.endpointSlices.get(namespace, endpointSliceName(name));
     const pods = this.sources.pods
       .list()
       .filter(
@@ -151,6 +167,7 @@ export class ShareManagerController {
       lease: wireLease ? fromWire(wireLease) : undefined,
       service: ownService,
       serviceDrift: ownService ? serviceDrift(ownService, sm) : [],
+      endpointSlice: cachedSlice && isOwnEndpointSlice(cachedSlice, sm) ? cachedSlice : undefined,
       pods,
       now,
       podRequestSeenAt: request ? seen?.at : undefined,

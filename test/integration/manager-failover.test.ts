@@ -15,6 +15,7 @@ import {
   FAST_LEASE_D_MS,
   getShareManager,
   HolderLoop,
+  heartbeatNode,
   podsOf,
   readLease,
   reportPodEnded,
@@ -26,12 +27,22 @@ import {
 } from './manager-harness.ts';
 
 const cluster = useCluster({ scheduler: false });
+const core = (kc: k8s.KubeConfig) => kc.makeApiClient(k8s.CoreV1Api);
+
+/** The addresses in the manager's EndpointSlice of the share (none: no slice). */
+async function sliceAddresses(kc: k8s.KubeConfig, namespace: string, share: string): Promise<string[]> {
+  const slices = await kc.makeApiClient(k8s.DiscoveryV1Api).listNamespacedEndpointSlice({
+    namespace,
+    labelSelector: `kubernetes.io/service-name=${share},endpointslice.kubernetes.io/managed-by=manager.leasehold.dev`,
+  });
+  return slices.items.flatMap((sl) => (sl.endpoints ?? []).flatMap((e) => e.addresses));
+}
 const LEASE = FAST_LEASE;
 const D_MS = FAST_LEASE_D_MS;
 const holders: HolderLoop[] = [];
 
-function runningShare(namespace: string, name: string, node: string) {
-  return runningShareOn(cluster().kubeConfig, { namespace, name, node, lease: LEASE }, holders);
+function runningShare(namespace: string, name: string, node: string, ready?: boolean) {
+  return runningShareOn(cluster().kubeConfig, { namespace, name, node, lease: LEASE, ready }, holders);
 }
 
 /** Counts what happens to one lease and its pods from now on (via watches). */
@@ -84,11 +95,19 @@ describe('manager failover on a stale lease', () => {
     const kc = cluster().kubeConfig;
     await createNamespace(kc, 'three');
     const managers = ['m1', 'm2', 'm3'].map((n) => startManager(cluster(), n));
-    const { pod, holder } = await runningShare('three', 'vol-a', 'node-1');
+    // Ready: the harness's server is a user's (spec.server), published only when Ready.
+    const { pod, holder } = await runningShare('three', 'vol-a', 'node-1', true);
     const service = await kc
       .makeApiClient(k8s.CoreV1Api)
       .readNamespacedService({ namespace: 'three', name: 'vol-a' });
-    assert.deepEqual(service.spec?.selector, { 'leasehold.dev/share-manager': 'vol-a' });
+    assert.equal(service.spec?.selector, undefined, 'no selector: the manager publishes the endpoints');
+    const first = (await core(kc).readNamespacedPod({ namespace: 'three', name: pod.metadata?.name ?? '' }))
+      .status?.podIP;
+    await eventually(`the manager's EndpointSlice lists ${pod.metadata?.name} (${first})`, async () =>
+      JSON.stringify(await sliceAddresses(kc, 'three', 'vol-a')) === JSON.stringify([first])
+        ? true
+        : undefined,
+    );
     assert.equal(service.spec?.ports?.[0]?.port, 8080);
     assert.equal(service.metadata?.ownerReferences?.[0]?.kind, 'ShareManager');
     const ownedLease = await kc
@@ -127,7 +146,8 @@ describe('manager failover on a stale lease', () => {
       assert.ok(replacement && replacement.metadata?.name !== pod.metadata?.name);
       const avoid = JSON.stringify(replacement.spec?.affinity?.nodeAffinity ?? {});
       assert.match(avoid, /"NotIn","values":\["node-1"\]/);
-      await runPodOn(kc, replacement, 'node-2');
+      await heartbeatNode(kc, 'node-2'); // its pod stays Ready (the node controller's rule)
+      await runPodOn(kc, replacement, 'node-2', { ready: true });
       const next = new HolderLoop(
         kc,
         'three',
@@ -149,6 +169,11 @@ describe('manager failover on a stale lease', () => {
       assert.equal(sm.status?.lastFailover?.lostNode, 'node-1');
       assert.equal(sm.status?.lastFailover?.replacementPod, replacement.metadata?.name);
       await sleep(2 * D_MS); // anything duplicated would show by now
+      // Three managers wrote the slice by CAS: it names the replacement alone.
+      const nextIp = (
+        await core(kc).readNamespacedPod({ namespace: 'three', name: replacement.metadata?.name ?? '' })
+      ).status?.podIP;
+      assert.deepEqual(await sliceAddresses(kc, 'three', 'vol-a'), [nextIp]);
 
       assert.equal(history.delinquentWrites, 1, 'one delinquent write');
       assert.deepEqual([...history.failoverBy], [owner], 'one owner');

@@ -79,7 +79,7 @@ export function startManager(
       LEASEHOLD_NODE_NAME: 'node-manager',
       LEASEHOLD_HTTP_PORT: '0',
       LEASEHOLD_HTTP_HOST: '127.0.0.1',
-      LEASEHOLD_LOG_LEVEL: 'info',
+      LEASEHOLD_LOG_LEVEL: process.env.DIAG_LOG_LEVEL ?? 'info',
       // NB: these tests play the kubelet and create no volumes (the ShareManagers' claims
       // do not exist), so the storage-fencing gate would find nothing that fences and wait
       // for node-down evidence; they test the lease protocol, so they fail over on it alone.
@@ -143,6 +143,15 @@ export async function createNode(kc: k8s.KubeConfig, name: string): Promise<void
   await core.createNode({
     body: { metadata: { name, labels: { 'kubernetes.io/hostname': name } }, spec: {} },
   });
+  await heartbeatNode(kc, name);
+}
+
+/**
+ * Reports `name` Ready now, as its kubelet's heartbeat would: the node controller
+ * marks the pods of a node silent for its grace period not Ready.
+ */
+export async function heartbeatNode(kc: k8s.KubeConfig, name: string): Promise<void> {
+  const core = kc.makeApiClient(k8s.CoreV1Api);
   const now = new Date().toISOString();
   await core.patchNodeStatus(
     {
@@ -251,7 +260,15 @@ export async function podsOf(kc: k8s.KubeConfig, namespace: string, sm: string):
 }
 
 /** Plays scheduler + kubelet: binds the pod to `node` and reports it Running. */
-export async function runPodOn(kc: k8s.KubeConfig, pod: k8s.V1Pod, node: string): Promise<void> {
+let podAddresses = 0;
+
+/** Binds `pod` to `node` and reports it Running with an address of its own, as a kubelet would. */
+export async function runPodOn(
+  kc: k8s.KubeConfig,
+  pod: k8s.V1Pod,
+  node: string,
+  opts: { ready?: boolean } = {},
+): Promise<void> {
   const core = kc.makeApiClient(k8s.CoreV1Api);
   const namespace = pod.metadata?.namespace ?? '';
   const name = pod.metadata?.name ?? '';
@@ -260,7 +277,18 @@ export async function runPodOn(kc: k8s.KubeConfig, pod: k8s.V1Pod, node: string)
     body: { metadata: { name, namespace }, target: { apiVersion: 'v1', kind: 'Node', name: node } },
   });
   const current = await core.readNamespacedPod({ namespace, name });
-  current.status = { ...current.status, phase: 'Running', startTime: new Date() };
+  podAddresses++;
+  const podIP = `10.244.${Math.floor(podAddresses / 250)}.${(podAddresses % 250) + 2}`;
+  current.status = {
+    ...current.status,
+    phase: 'Running',
+    startTime: new Date(),
+    podIP,
+    podIPs: [{ ip: podIP }],
+    ...(opts.ready
+      ? { conditions: [{ type: 'Ready', status: 'True', lastTransitionTime: new Date() }] }
+      : {}),
+  };
   await core.replaceNamespacedPodStatus({ namespace, name, body: current });
 }
 
@@ -317,14 +345,14 @@ export async function waitForReplacement(
 /** Creates a ShareManager, waits for its pod, runs it on `node` and holds its lease. */
 export async function runningShare(
   kc: k8s.KubeConfig,
-  where: { namespace: string; name: string; node: string; lease: Record<string, string> },
+  where: { namespace: string; name: string; node: string; lease: Record<string, string>; ready?: boolean },
   holders: HolderLoop[],
 ): Promise<{ pod: k8s.V1Pod; holder: HolderLoop }> {
   const { namespace, name, node } = where;
   await createShareManager(kc, { namespace, name, lease: where.lease });
   const [pod] = await waitForPods(kc, namespace, name, 1);
   if (!pod) throw new Error(`no pod for ${namespace}/${name}`);
-  await runPodOn(kc, pod, node);
+  await runPodOn(kc, pod, node, { ready: where.ready });
   const holder = new HolderLoop(kc, namespace, name, pod.metadata?.name ?? '', node, 1000).start();
   holders.push(holder);
   await eventually(`${name} Running`, async () =>

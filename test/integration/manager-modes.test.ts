@@ -472,7 +472,7 @@ describe('manager modes', () => {
       );
       assert.equal((await exportOf())?.clusterIP, published);
 
-      // Changed by hand: selector, ports and publishNotReadyAddresses put back, the address kept.
+      // Changed by hand: the selector removed and the ports put back, the address kept.
       await core.patchNamespacedService(
         {
           namespace: 'svc',
@@ -491,20 +491,16 @@ describe('manager modes', () => {
         'the Service put back',
         async () => {
           const svc = await core.readNamespacedService({ namespace: 'svc', name: 'vol-svc' });
-          return svc.spec?.selector?.['leasehold.dev/share-manager'] === 'vol-svc' &&
-            svc.spec.publishNotReadyAddresses === true &&
-            svc.spec.ports?.[0]?.port === 2049
-            ? svc
-            : undefined;
+          return svc.spec?.selector === undefined && svc.spec?.ports?.[0]?.port === 2049 ? svc : undefined;
         },
         15_000,
       );
-      assert.deepEqual(repaired.spec?.selector, { 'leasehold.dev/share-manager': 'vol-svc' });
+      assert.equal(repaired.spec?.selector, undefined);
       assert.equal(repaired.spec?.clusterIP, published);
       const said = await eventually('a ServiceRepaired event', async () =>
         (await eventsFor(kc, 'svc', 'vol-svc')).find((e) => e.reason === 'ServiceRepaired'),
       );
-      assert.match(said.message ?? '', /spec\.selector, spec\.ports, spec\.publishNotReadyAddresses/);
+      assert.match(said.message ?? '', /spec\.selector, spec\.ports\)/);
 
       // Deleted while no manager runs, its address taken meanwhile: a new address, and
       // status.export follows it; a Warning says clients at the old one must remount.

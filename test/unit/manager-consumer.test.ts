@@ -448,6 +448,7 @@ describe('spec.consumer in resolveSpec and decideShareManager', () => {
       resolved,
       lease: fromWire({ metadata: { namespace: 'apps', name: 'vol', resourceVersion: '1' }, spec: {} }),
       service: { metadata: { name: 'svc' }, spec: { clusterIP: '10.96.0.20' } },
+      endpointSlice: undefined,
       serviceDrift: [],
       pods: [],
       now: 1000,

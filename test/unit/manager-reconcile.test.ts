@@ -53,6 +53,7 @@ function snap(over: Partial<ShareManagerSnapshot> = {}): ShareManagerSnapshot {
     lease: lease('vol-a'),
     service: ownService('10.96.0.20'),
     serviceDrift: [],
+    endpointSlice: undefined,
     pods: [pod('vol-a')],
     now: 1000,
     podRequestSeenAt: undefined,
@@ -348,21 +349,20 @@ test('no pod starts behind the storage-fencing gate: AwaitingNodeDown and a hold
   );
 });
 
-test('the Service spec: the NFS default publishes not-ready pods (ganesha gates itself on the lease); a user server does not', () => {
+test('the Service spec: ports, no selector (the manager publishes the endpoints); headless without ports', () => {
   const nfs = serviceSpec({ ...sm, spec: { volume: { pvc: 'pvc' } } });
-  assert.equal(nfs.publishNotReadyAddresses, true);
-  assert.deepEqual(nfs.selector, { 'leasehold.dev/share-manager': 'vol' });
+  assert.equal(nfs.selector, undefined);
+  assert.equal(nfs.publishNotReadyAddresses, undefined);
   assert.deepEqual(nfs.ports, [{ name: 'nfs', port: 2049, targetPort: 2049, protocol: 'TCP' }]);
   assert.equal(nfs.clusterIP, undefined);
   const own = serviceSpec({
     ...sm,
     spec: { ...sm.spec, server: { image: 'img', ports: [{ containerPort: 8080 }] } },
   });
-  assert.equal(own.publishNotReadyAddresses, undefined);
+  assert.equal(own.selector, undefined);
   assert.deepEqual(own.ports, [{ name: 'port-0', port: 8080, targetPort: 8080, protocol: 'TCP' }]);
   const headless = serviceSpec(sm);
   assert.equal(headless.clusterIP, 'None');
-  assert.equal(headless.publishNotReadyAddresses, undefined);
 });
 
 test('a Service changed by hand is put back: the drifted fields are named; the CAS uses the cached version', () => {
@@ -389,14 +389,18 @@ test('a Service changed by hand is put back: the drifted fields are named; the C
     ports: [{ name: 'nfs', port: 2050, targetPort: 2050 as unknown as string, protocol: 'TCP' }],
     publishNotReadyAddresses: false,
   };
-  assert.deepEqual(serviceDrift(edited, nfs), [
-    'spec.selector',
-    'spec.ports',
-    'spec.publishNotReadyAddresses',
-  ]);
-  const extraKey = served();
-  extraKey.spec = { ...extraKey.spec, selector: { ...extraKey.spec?.selector, extra: 'x' } };
-  assert.deepEqual(serviceDrift(extraKey, nfs), ['spec.selector'], 'an added selector key is drift');
+  assert.deepEqual(
+    serviceDrift(edited, nfs),
+    ['spec.selector', 'spec.ports'],
+    'publishNotReadyAddresses is left alone',
+  );
+  const legacy = served();
+  legacy.spec = {
+    ...legacy.spec,
+    selector: { 'leasehold.dev/share-manager': 'vol' },
+    publishNotReadyAddresses: true,
+  };
+  assert.deepEqual(serviceDrift(legacy, nfs), ['spec.selector'], "the previous release's selector is drift");
   // Headless where an address is needed: not repairable in place, not reported.
   const headless = served();
   headless.spec = { ...headless.spec, clusterIP: 'None', ports: [] };
@@ -416,7 +420,7 @@ test('a Service changed by hand is put back: the drifted fields are named; the C
   const repair = actions.find((a) => a.kind === 'repairService');
   assert.ok(repair?.kind === 'repairService', JSON.stringify(actions.map((a) => a.kind)));
   assert.equal(repair.service.metadata?.resourceVersion, '9');
-  assert.deepEqual(repair.fields, ['spec.selector', 'spec.ports', 'spec.publishNotReadyAddresses']);
+  assert.deepEqual(repair.fields, ['spec.selector', 'spec.ports']);
   assert.equal(
     decideShareManager(snap({ sm: { ...nfs, status: running }, service: undefined })).some(
       (a) => a.kind === 'ensureService',
