@@ -79,7 +79,7 @@ export function startManager(
       LEASEHOLD_NODE_NAME: 'node-manager',
       LEASEHOLD_HTTP_PORT: '0',
       LEASEHOLD_HTTP_HOST: '127.0.0.1',
-      LEASEHOLD_LOG_LEVEL: process.env.DIAG_LOG_LEVEL ?? 'info',
+      LEASEHOLD_LOG_LEVEL: 'info',
       // NB: these tests play the kubelet and create no volumes (the ShareManagers' claims
       // do not exist), so the storage-fencing gate would find nothing that fences and wait
       // for node-down evidence; they test the lease protocol, so they fail over on it alone.
