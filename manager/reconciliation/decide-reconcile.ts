@@ -13,7 +13,10 @@
  *     manager's own EndpointSlice made what share-endpoints.ts says (the live pods with
  *     an address), or deleted when no pod may be published. A selector on the Service (a
  *     previous release's, or a hand edit) is removed only once that slice is in place, so
- *     an upgrade never leaves the Service without endpoints.
+ *     an upgrade never leaves the Service without endpoints; then the slices Kubernetes'
+ *     controller wrote for that selector are deleted (it never updates them again), and
+ *     the v1 Endpoints its Endpoints controller wrote (mirrored into a slice once the
+ *     selector is gone, and as stale).
  *  4. the Lease (not delinquent) names a pod of this ShareManager that the kubelet reported
  *     ended (phase Succeeded/Failed, no container running) -> free the lease by CAS, so the
  *     replacement's agent acquires at once instead of after D, and no manager ever judges
@@ -82,6 +85,10 @@ export interface ShareManagerSnapshot {
   serviceDrift: readonly string[];
   /** The manager's EndpointSlice of the share (isOwnEndpointSlice) as the cache has it. */
   endpointSlice: V1EndpointSlice | undefined;
+  /** Slices Kubernetes' controller wrote for the share's Service while it had a selector (isKubernetesSliceOf). */
+  kubernetesSlices?: readonly V1EndpointSlice[];
+  /** Whether a slice mirrors the v1 Endpoints Kubernetes wrote for that selector (isMirroredLegacySliceOf). */
+  legacyEndpointsMirrored?: boolean;
   pods: readonly V1Pod[];
   now: number;
   /** When this manager first saw the current status.podRequest (monotonic). */
@@ -200,6 +207,16 @@ export function decideShareManager(s: ShareManagerSnapshot): ReconcileAction[] {
   const drift = s.serviceDrift.filter((f) => f !== 'spec.selector' || endpoints === undefined);
   if (s.service && drift.length > 0)
     actions.push({ kind: 'repairService', service: s.service, fields: drift });
+  // Once the selector is gone, Kubernetes' controllers leave what they wrote as it was: stale.
+  if (s.service && !s.serviceDrift.includes('spec.selector') && endpoints === undefined) {
+    for (const slice of s.kubernetesSlices ?? []) actions.push({ kind: 'deleteEndpoints', current: slice });
+    if (s.legacyEndpointsMirrored)
+      actions.push({
+        kind: 'deleteLegacyEndpoints',
+        namespace: s.sm.metadata.namespace ?? '',
+        name: s.sm.metadata.name ?? '',
+      });
+  }
 
   // The pod the (non-delinquent) Lease names; its deletion waits for the lease to be freed.
   const holding = s.lease && !s.lease.delinquentSince ? s.lease.holder : '';

@@ -12,10 +12,17 @@ import type { V1EndpointSlice } from '@kubernetes/client-node';
 import { KubeApiError } from '../../lib/errors.ts';
 import { k8s, statusOf, withDeadline } from '../../lib/kube-client.ts';
 import type { Logger } from '../../lib/logger.ts';
-import { ENDPOINTS_MANAGER, type EndpointsAction, LABEL_MANAGED_BY } from './share-endpoints.ts';
+import {
+  ENDPOINTS_MANAGER,
+  type EndpointsAction,
+  KUBERNETES_ENDPOINTS_LEGACY_CONTROLLER,
+  LABEL_ENDPOINTS_MANAGED_BY,
+  LABEL_MANAGED_BY,
+} from './share-endpoints.ts';
 
 export class EndpointsWriter {
   private readonly discovery: k8s.DiscoveryV1Api;
+  private readonly core: k8s.CoreV1Api;
 
   constructor(
     kc: k8s.KubeConfig,
@@ -23,9 +30,12 @@ export class EndpointsWriter {
     private readonly log: Logger,
   ) {
     this.discovery = kc.makeApiClient(k8s.DiscoveryV1Api);
+    this.core = kc.makeApiClient(k8s.CoreV1Api);
   }
 
   async run(share: string, action: EndpointsAction): Promise<void> {
+    if (action.kind === 'deleteLegacyEndpoints')
+      return this.deleteLegacyEndpoints(share, action.namespace, action.name);
     const current = action.current;
     const namespace =
       current?.metadata?.namespace ??
@@ -41,7 +51,16 @@ export class EndpointsWriter {
           { namespace, name, body: { preconditions: { uid: current?.metadata?.uid ?? '' } } },
           deadline(),
         );
-        this.log.info({ sm: share, slice: name }, 'endpoints removed: no pod of the share may be published');
+        if (current?.metadata?.labels?.[LABEL_MANAGED_BY] === ENDPOINTS_MANAGER)
+          this.log.info(
+            { sm: share, slice: name },
+            'endpoints removed: no pod of the share may be published',
+          );
+        else
+          this.log.info(
+            { sm: share, slice: name },
+            "Kubernetes' EndpointSlice of the share removed: its Service has no selector, the manager's slice routes",
+          );
         return;
       }
       const { want } = action;
@@ -73,6 +92,35 @@ export class EndpointsWriter {
         code,
         { cause: err },
       );
+    }
+  }
+
+  /**
+   * Deletes the v1 Endpoints `namespace/name` only if Kubernetes' Endpoints controller
+   * wrote it (its managed-by label; the UID read is the precondition): a user's own
+   * Endpoints of that name is left alone.
+   */
+  private async deleteLegacyEndpoints(share: string, namespace: string, name: string): Promise<void> {
+    const what = `the v1 Endpoints ${namespace}/${name} of share manager ${share}`;
+    try {
+      const endpoints = await this.core.readNamespacedEndpoints(
+        { namespace, name },
+        withDeadline(this.timeoutMs),
+      );
+      if (endpoints.metadata?.labels?.[LABEL_ENDPOINTS_MANAGED_BY] !== KUBERNETES_ENDPOINTS_LEGACY_CONTROLLER)
+        return;
+      await this.core.deleteNamespacedEndpoints(
+        { namespace, name, body: { preconditions: { uid: endpoints.metadata?.uid ?? '' } } },
+        withDeadline(this.timeoutMs),
+      );
+      this.log.info(
+        { sm: share, endpoints: name },
+        "Kubernetes' v1 Endpoints of the share removed (its mirrored slice goes with it): its Service has no selector, the manager's slice routes",
+      );
+    } catch (err) {
+      const code = statusOf(err);
+      if (code === 404 || code === 409) return;
+      throw new KubeApiError(`deleting ${what}`, code, { cause: err });
     }
   }
 

@@ -205,6 +205,7 @@ export class ReconcileExecutor {
         return action.ms;
       case 'applyEndpoints':
       case 'deleteEndpoints':
+      case 'deleteLegacyEndpoints':
         await this.endpoints.run(`${namespace}/${name}`, action);
         return undefined;
       default:

@@ -30,6 +30,47 @@ export const LABEL_MANAGED_BY = 'endpointslice.kubernetes.io/managed-by';
 export const ENDPOINTS_MANAGER = 'manager.leasehold.dev';
 const LABEL_SERVICE_NAME = 'kubernetes.io/service-name';
 
+/** The label value of the slices Kubernetes' EndpointSlice controller writes for a Service with a selector. */
+export const KUBERNETES_ENDPOINTS_CONTROLLER = 'endpointslice-controller.k8s.io';
+
+/**
+ * Whether `slice` is one Kubernetes' controller wrote for the share's Service while it
+ * had a selector (a previous release's). The controller never updates nor deletes such
+ * a slice once the selector is gone, so it would keep a lost pod's address beside the
+ * manager's slice: the manager deletes it (decideShareManager).
+ */
+export function isKubernetesSliceOf(slice: V1EndpointSlice, sm: ShareManager): boolean {
+  const labels = slice.metadata?.labels ?? {};
+  return (
+    slice.metadata?.namespace === sm.metadata.namespace &&
+    labels[LABEL_SERVICE_NAME] === sm.metadata.name &&
+    labels[LABEL_MANAGED_BY] === KUBERNETES_ENDPOINTS_CONTROLLER
+  );
+}
+
+/** What Kubernetes' EndpointSlice mirroring controller labels the slices it copies from a v1 Endpoints object with. */
+export const KUBERNETES_MIRRORING_CONTROLLER = 'endpointslicemirroring-controller.k8s.io';
+/** The label Kubernetes' (legacy) Endpoints controller puts on the v1 Endpoints it writes for a selector. */
+export const LABEL_ENDPOINTS_MANAGED_BY = 'endpoints.kubernetes.io/managed-by';
+export const KUBERNETES_ENDPOINTS_LEGACY_CONTROLLER = 'endpoint-controller';
+
+/**
+ * Whether `slice` mirrors a v1 Endpoints object that Kubernetes' Endpoints controller
+ * wrote for the share's Service while it had a selector. That controller too leaves its
+ * Endpoints alone once the selector is gone, and the mirroring controller then copies
+ * it into a slice, as stale as it: the manager deletes that Endpoints object, and the
+ * mirrored slice goes with it.
+ */
+export function isMirroredLegacySliceOf(slice: V1EndpointSlice, sm: ShareManager): boolean {
+  const labels = slice.metadata?.labels ?? {};
+  return (
+    slice.metadata?.namespace === sm.metadata.namespace &&
+    labels[LABEL_SERVICE_NAME] === sm.metadata.name &&
+    labels[LABEL_MANAGED_BY] === KUBERNETES_MIRRORING_CONTROLLER &&
+    labels[LABEL_ENDPOINTS_MANAGED_BY] === KUBERNETES_ENDPOINTS_LEGACY_CONTROLLER
+  );
+}
+
 /** The slice's name: the share's, with a suffix Kubernetes' controller never generates (it adds `-` and 5 characters). */
 export function endpointSliceName(share: string): string {
   return `${share}-leasehold`;
@@ -126,8 +167,10 @@ function routingKey(slice: V1EndpointSlice): string {
 export type EndpointsAction =
   /** Create `want`, or replace `current` (its resourceVersion: a CAS) with it; recreate when the address family changed. */
   | { kind: 'applyEndpoints'; want: V1EndpointSlice; current?: V1EndpointSlice }
-  /** Delete `current` (its uid as the precondition): no pod may be published. */
-  | { kind: 'deleteEndpoints'; current: V1EndpointSlice };
+  /** Delete `current` (its uid as the precondition): no pod may be published, or Kubernetes' stale one. */
+  | { kind: 'deleteEndpoints'; current: V1EndpointSlice }
+  /** Delete the v1 Endpoints `namespace/name` if Kubernetes' Endpoints controller wrote it (isMirroredLegacySliceOf). */
+  | { kind: 'deleteLegacyEndpoints'; namespace: string; name: string };
 
 /** The write that makes the share's slice what it needs, if any. */
 export function decideEndpoints(

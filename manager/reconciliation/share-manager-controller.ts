@@ -35,7 +35,12 @@ import { decideShareManager } from './decide-reconcile.ts';
 import type { ConsumerExecutor } from './execute-consumer.ts';
 import { newRequestId, type ReconcileExecutor } from './execute-reconcile.ts';
 import { isOwnService, serviceDrift } from './service-spec.ts';
-import { endpointSliceName, isOwnEndpointSlice } from './share-endpoints.ts';
+import {
+  endpointSliceName,
+  isKubernetesSliceOf,
+  isMirroredLegacySliceOf,
+  isOwnEndpointSlice,
+} from './share-endpoints.ts';
 
 /** Failed passes in a row after which the ShareManager's status and an event say so. */
 const PERSISTENT_FAILURES = 3;
@@ -168,6 +173,10 @@ export class ShareManagerController {
       service: ownService,
       serviceDrift: ownService ? serviceDrift(ownService, sm) : [],
       endpointSlice: cachedSlice && isOwnEndpointSlice(cachedSlice, sm) ? cachedSlice : undefined,
+      kubernetesSlices: this.sources.endpointSlices.list().filter((sl) => isKubernetesSliceOf(sl, sm)),
+      legacyEndpointsMirrored: this.sources.endpointSlices
+        .list()
+        .some((sl) => isMirroredLegacySliceOf(sl, sm)),
       pods,
       now,
       podRequestSeenAt: request ? seen?.at : undefined,

@@ -33,9 +33,10 @@ import {
 } from '../../dev/kernel-client/user-workloads.ts';
 import { checkReadBack } from '../../dev/kernel-client/workload-analysis.ts';
 import { readRealShareFile } from '../../dev/system/real-share.ts';
-import type { RealSystem } from '../../dev/system/real-system.ts';
+import { type RealSystem, SHARES_NAMESPACE } from '../../dev/system/real-system.ts';
 import { shareStatus } from '../../dev/system/shares.ts';
 import { monotonicMs } from '../../lib/clock.ts';
+import { k8s } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
 
 const open = new Set<RealKernelClient>();
@@ -150,10 +151,46 @@ export class RealKernelClient {
       async () => (workloads.every((w) => stalls()[w].outcome === 'resumed') ? true : undefined),
       timeoutMs,
       250,
-    ).catch((err: Error) => {
+    ).catch(async (err: Error) => {
       const fault = this.faultsMs.at(-1) ?? since;
-      throw new Error(`${err.message}; its console since the fault:\n${consoleSince(this.kc, fault)}`);
+      throw new Error(
+        `${err.message}; the share's routing now: ${await this.routing()}; its console since the fault:\n${consoleSince(this.kc, fault)}`,
+      );
     });
+  }
+
+  /** The share's Service selector, EndpointSlices (who wrote each, its addresses) and pods, for a failure message. */
+  private async routing(): Promise<string> {
+    try {
+      const svc = await this.sys.core.readNamespacedService({
+        namespace: SHARES_NAMESPACE,
+        name: this.share,
+      });
+      const slices = await this.sys.kc.makeApiClient(k8s.DiscoveryV1Api).listNamespacedEndpointSlice({
+        namespace: SHARES_NAMESPACE,
+        labelSelector: `kubernetes.io/service-name=${this.share}`,
+      });
+      const pods = await this.sys.core.listNamespacedPod({
+        namespace: SHARES_NAMESPACE,
+        labelSelector: `leasehold.dev/share-manager=${this.share}`,
+      });
+      return JSON.stringify({
+        selector: svc.spec?.selector ?? null,
+        slices: slices.items.map((sl) => [
+          sl.metadata?.name,
+          sl.metadata?.labels?.['endpointslice.kubernetes.io/managed-by'],
+          (sl.endpoints ?? []).flatMap((e) => e.addresses),
+        ]),
+        pods: pods.items.map((p) => [
+          p.metadata?.name,
+          p.status?.phase,
+          p.status?.podIP,
+          Boolean(p.metadata?.deletionTimestamp),
+        ]),
+      });
+    } catch (err) {
+      return `(not read: ${(err as Error).message})`;
+    }
   }
 
   /**

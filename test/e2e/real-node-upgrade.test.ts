@@ -53,6 +53,7 @@ import { createRealNfsShare, GaneshaTracker } from '../../dev/system/real-share.
 import { imageValues, RELEASE, SHARES_NAMESPACE, SYSTEM_NAMESPACE } from '../../dev/system/real-system.ts';
 import { sharePods, shareStatus } from '../../dev/system/shares.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
+import { k8s } from '../../lib/kube-client.ts';
 import { eventually } from '../support/cluster.ts';
 import { eventsOf, leaseOf, servingRealPod, useRealSystem } from './e2e-support.ts';
 import { RealKernelClient } from './kernel-client-support.ts';
@@ -204,6 +205,34 @@ test('upgrade and uninstall while a share serves: no failover, no restart, no st
   await assertUntouched('after the upgrade', before.object, leaseBefore, restartsBefore);
   assert.equal((await shareStatus(sys, SHARE)).lastFailover, undefined, 'no failover');
   assert.deepEqual(await eventsOf(sys, 'LeaseExpired'), [], 'no LeaseExpired event');
+  // The new manager took the endpoints over: its slice, the selector and Kubernetes' slice gone.
+  let seen = '';
+  const routed = await eventually(
+    `${SHARE}: the Service without a selector and only the manager's EndpointSlice`,
+    async () => {
+      const svc = await sys.core.readNamespacedService({ namespace: SHARES_NAMESPACE, name: SHARE });
+      const slices = (
+        await sys.kc.makeApiClient(k8s.DiscoveryV1Api).listNamespacedEndpointSlice({
+          namespace: SHARES_NAMESPACE,
+          labelSelector: `kubernetes.io/service-name=${SHARE}`,
+        })
+      ).items.map((sl) => ({
+        by: sl.metadata?.labels?.['endpointslice.kubernetes.io/managed-by'],
+        addresses: (sl.endpoints ?? []).flatMap((e) => e.addresses),
+        labels: sl.metadata?.labels,
+      }));
+      seen = JSON.stringify({ selector: svc.spec?.selector, slices });
+      return svc.spec?.selector === undefined &&
+        slices.length === 1 &&
+        slices[0]?.by === 'manager.leasehold.dev'
+        ? slices[0]
+        : undefined;
+    },
+    30_000,
+  ).catch((err: Error) => {
+    throw new Error(`${err.message}; last seen: ${seen}`);
+  });
+  assert.deepEqual(routed.addresses, [before.object.status?.podIP], 'the serving pod');
   const pauseMs = longestPauseMs(client.acksMs(), upgradeMs, upgradeEndMs);
   t.diagnostic(
     `helm upgrade from ${prev.commit.slice(0, 7)}: every manager replaced and Ready after ${rolledS.toFixed(1)} s; the client's longest pause between acknowledged writes over the upgrade and 16 s after: ${(pauseMs / 1000).toFixed(2)} s (over 8 s with nothing happening before it: ${(floorMs / 1000).toFixed(2)} s)`,
@@ -262,6 +291,19 @@ test('upgrade and uninstall while a share serves: no failover, no restart, no st
   );
   t.diagnostic(
     `helm rollback: every manager of the previous release Ready after ${rolledBackS.toFixed(1)} s`,
+  );
+  // The pinned release predates the manager's own EndpointSlice and never repairs a
+  // Service: the selector this release removed stays removed, and nothing would publish
+  // its next pod. docs/operations.md (Rolling back) has the user put it back; so here.
+  const svc = await sys.core.readNamespacedService({ namespace: SHARES_NAMESPACE, name: SHARE });
+  assert.equal(svc.spec?.selector, undefined, 'the previous release left the Service without a selector');
+  await sys.core.patchNamespacedService(
+    {
+      namespace: SHARES_NAMESPACE,
+      name: SHARE,
+      body: { spec: { selector: { 'leasehold.dev/share-manager': SHARE } } },
+    },
+    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
   );
 
   // 4. The previous release's manager replaces this release's agent: the pod is deleted.

@@ -134,7 +134,21 @@ test("an upgrade: the previous release's selector goes only once the manager's s
     },
   };
   const pods = [pod('vol-a', '10.244.1.5')];
-  const snapshot = (endpointSlice: V1EndpointSlice | undefined) =>
+  const kubernetesSlice: V1EndpointSlice = {
+    metadata: {
+      name: 'vol-x7k2p',
+      namespace: 'ns',
+      uid: 'k-uid',
+      labels: {
+        'kubernetes.io/service-name': 'vol',
+        'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io',
+        'leasehold.dev/share-manager': 'vol',
+      },
+    },
+    addressType: 'IPv4',
+    endpoints: [{ addresses: ['10.244.1.5'] }],
+  };
+  const snapshot = (endpointSlice: V1EndpointSlice | undefined, svc = service) =>
     decideShareManager({
       sm: { ...nfs, status: { conditions: [fencingCondition(resolved.fenceAction)] } },
       resolved,
@@ -142,9 +156,11 @@ test("an upgrade: the previous release's selector goes only once the manager's s
         metadata: { namespace: 'ns', name: 'vol', resourceVersion: '5' },
         spec: { holderIdentity: 'vol-a', leaseDurationSeconds: 6 },
       }),
-      service,
-      serviceDrift: serviceDrift(service, nfs),
+      service: svc,
+      serviceDrift: serviceDrift(svc, nfs),
       endpointSlice,
+      kubernetesSlices: [kubernetesSlice],
+      legacyEndpointsMirrored: true,
       pods,
       now: 1000,
       podRequestSeenAt: undefined,
@@ -155,7 +171,19 @@ test("an upgrade: the previous release's selector goes only once the manager's s
   const first = snapshot(undefined);
   assert.ok(first.includes('applyEndpoints'), JSON.stringify(first));
   assert.ok(!first.includes('repairService'), 'the selector stays while the slice is not written');
-  const next = snapshot(stored(desiredEndpointSlice(nfs, pods)));
+  assert.ok(!first.includes('deleteEndpoints'), "Kubernetes' slice stays while the selector does");
+  const ours = stored(desiredEndpointSlice(nfs, pods));
+  const next = snapshot(ours);
   assert.ok(!next.includes('applyEndpoints'));
   assert.ok(next.includes('repairService'), JSON.stringify(next));
+  assert.ok(!next.includes('deleteEndpoints'), "Kubernetes' slice stays while the selector does");
+  // The selector gone: Kubernetes' controller never updates its slice again, so it goes.
+  const bare: V1Service = { ...service, spec: { ...service.spec, selector: undefined } };
+  const last = snapshot(ours, bare);
+  assert.deepEqual(
+    last.filter((k) => k !== 'setStatus'),
+    ['deleteEndpoints', 'deleteLegacyEndpoints'],
+    JSON.stringify(last),
+  );
+  assert.ok(!next.includes('deleteLegacyEndpoints'), 'the v1 Endpoints stay while the selector does');
 });
