@@ -17,7 +17,8 @@
  */
 import type { V1ObjectMeta, V1PersistentVolume, V1PersistentVolumeClaim } from '@kubernetes/client-node';
 import type { ExportStatus } from '../share-model/nfs-server-preset.ts';
-import { type ShareManager, SM_GROUP, SM_KIND, SM_VERSION } from '../share-model/share-manager-spec.ts';
+import type { ShareManager } from '../share-model/share-manager-spec.ts';
+import { ownerRef } from './service-spec.ts';
 
 export const FINALIZER_CONSUMER = 'leasehold.dev/consumer-volume';
 /** On the PV and the claim: the ShareManager's name and namespace (the informers select on them). */
@@ -68,13 +69,7 @@ function ourMetadata(sm: ShareManager): Pick<V1ObjectMeta, 'labels' | 'annotatio
  * finalizers under the OwnerReferencesPermissionEnforcement admission plugin.
  */
 function claimOwner(sm: ShareManager) {
-  return {
-    apiVersion: `${SM_GROUP}/${SM_VERSION}`,
-    kind: SM_KIND,
-    name: sm.metadata.name ?? '',
-    uid: sm.metadata.uid ?? '',
-    controller: true,
-  };
+  return ownerRef(sm, { blockOwnerDeletion: false });
 }
 
 /** The claim workloads mount: pre-bound to the PV, no class, owned by the ShareManager. */

@@ -81,13 +81,17 @@ export function servicePorts(sm: ShareManager): k8s.V1ServicePort[] {
   }));
 }
 
-export function ownerRef(sm: ShareManager): k8s.V1OwnerReference {
+/** The ShareManager as the controller owner of an object it makes; `blockOwnerDeletion` unless told otherwise. */
+export function ownerRef(
+  sm: ShareManager,
+  opts: { blockOwnerDeletion?: boolean } = {},
+): k8s.V1OwnerReference {
   return {
     apiVersion: `${SM_GROUP}/${SM_VERSION}`,
     kind: SM_KIND,
     name: sm.metadata.name ?? '',
     uid: sm.metadata.uid ?? '',
     controller: true,
-    blockOwnerDeletion: true,
+    ...(opts.blockOwnerDeletion === false ? {} : { blockOwnerDeletion: true }),
   };
 }
