@@ -436,7 +436,7 @@ test('node crash on real nodes: the manager of the other node fails the share ov
   assert.ok([...managersBefore.values()].includes(lf.by as string), `${lf.by} is one of the manager pods`);
   const expired = (await eventsOf(sys, 'LeaseExpired')).filter((e) => e.startsWith(`${SHARE}:`));
   assert.equal(expired.length, 1, `one failover of ${SHARE} by leasehold: ${expired.join(' | ')}`);
-  // What the real EndpointSlice controller published: the replacement only.
+  // What the manager published in the share's EndpointSlice: the replacement only.
   await eventually(
     `the EndpointSlices of the Service of ${SHARE} point at ${f.after.pod} only`,
     async () => {
