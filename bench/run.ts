@@ -9,6 +9,7 @@
  *   witness-cost    bench/witness-cost/run.ts   witness promises' requests, bytes and manager CPU at N shares
  *   provisioning    bench/provisioning/run.ts   N claims of the StorageClass at once: time to Bound, manager CPU/RSS, requests per claim
  *   share-resources bench/share-resources/run.ts the share pod's server and agent memory and CPU under a kernel client's writes
+ *   api-outage      bench/api-outage/run.ts     the API server down on real nodes: when a kernel client reaches the replacement
  *   all             each of the above in turn (args go to every one)
  * Exit codes: the benchmark's own; 2 for an unknown name; with `all`, the first failure's.
  * NB: `failover --real-nodes` (the benchmark's name when a simulated one existed, in the
@@ -28,6 +29,7 @@ const BENCHMARKS = {
   'witness-cost': 'witness-cost/run.ts',
   provisioning: 'provisioning/run.ts',
   'share-resources': 'share-resources/run.ts',
+  'api-outage': 'api-outage/run.ts',
 } as const;
 type Name = keyof typeof BENCHMARKS;
 
