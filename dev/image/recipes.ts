@@ -149,10 +149,26 @@ export const nfsGaneshaImage: ImageRecipe = {
   buildSources: ['lib', 'server'],
   nativeBuilds: ['bash server/nfs-ganesha/native/build.sh dist/server/nfs-ganesha'],
   appCopies: APP_COPIES,
-  aptPackages: ['nfs-ganesha', 'nfs-ganesha-vfs', 'rpcbind', 'dbus-daemon', 'dbus-bin'],
+  aptPackages: [
+    'nfs-ganesha',
+    'nfs-ganesha-vfs',
+    'rpcbind',
+    'dbus-daemon',
+    'dbus-bin',
+    'conntrack',
+    'iproute2',
+  ],
   base: {
     variant: 'minbase',
-    packages: ['nfs-ganesha', 'nfs-ganesha-vfs', 'rpcbind', 'dbus-daemon', 'dbus-bin'],
+    packages: [
+      'nfs-ganesha',
+      'nfs-ganesha-vfs',
+      'rpcbind',
+      'dbus-daemon',
+      'dbus-bin',
+      'conntrack',
+      'iproute2',
+    ],
     // /etc/mtab as debootstrap makes it (so debian:bookworm-slim has it; mmdebstrap does
     // not): ganesha's VFS FSAL finds the export's file system there. And the node
     // image's user (uid/gid 1000), as its Dockerfile adds it.

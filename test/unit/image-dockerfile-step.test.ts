@@ -50,7 +50,7 @@ describe('dev/image recipes and the published Dockerfiles', () => {
     [
       'apt-get',
       nfsGaneshaImage,
-      (t) => t.replace(' dbus-bin \\', ' dbus-bin nfs-common \\'),
+      (t) => t.replace(' iproute2 \\', ' iproute2 nfs-common \\'),
       /apt-get install.*nfs-common/,
     ],
     [
