@@ -50,10 +50,15 @@ export const SHARES_NAMESPACE = 'shares';
 export const RELEASE = 'leasehold';
 export const MANAGER_LABEL = 'app.kubernetes.io/component=manager';
 
-/** The manager pod on each node (node name -> pod), deleted ones left out. */
-export async function managerPodsByNode(core: k8s.CoreV1Api): Promise<Map<string, k8s.V1Pod>> {
+export const RECONNECTOR_LABEL = 'app.kubernetes.io/component=reconnector';
+
+/** The pod of one of the chart's DaemonSets (by its component label) on each node (node name -> pod), deleted ones left out. */
+export async function componentPodsByNode(
+  core: k8s.CoreV1Api,
+  labelSelector: string,
+): Promise<Map<string, k8s.V1Pod>> {
   const list = await core.listNamespacedPod(
-    { namespace: SYSTEM_NAMESPACE, labelSelector: MANAGER_LABEL },
+    { namespace: SYSTEM_NAMESPACE, labelSelector },
     withDeadline(10_000),
   );
   const byNode = new Map<string, k8s.V1Pod>();
@@ -62,6 +67,11 @@ export async function managerPodsByNode(core: k8s.CoreV1Api): Promise<Map<string
     byNode.set(pod.spec.nodeName, pod);
   }
   return byNode;
+}
+
+/** The manager pod on each node (node name -> pod), deleted ones left out. */
+export function managerPodsByNode(core: k8s.CoreV1Api): Promise<Map<string, k8s.V1Pod>> {
+  return componentPodsByNode(core, MANAGER_LABEL);
 }
 
 function isReady(pod: k8s.V1Pod): boolean {
@@ -75,15 +85,22 @@ async function ensureNamespace(core: k8s.CoreV1Api, name: string): Promise<void>
 }
 
 /** Waits until every node of `nodes` runs a Ready manager pod. */
-export async function waitForManagers(
+export function waitForManagers(core: k8s.CoreV1Api, nodes: string[], timeoutMs: number): Promise<void> {
+  return waitForComponent(core, nodes, MANAGER_LABEL, 'manager', timeoutMs);
+}
+
+/** Waits until every node of `nodes` runs a Ready pod of the chart's DaemonSet `labelSelector` selects. */
+export async function waitForComponent(
   core: k8s.CoreV1Api,
   nodes: string[],
+  labelSelector: string,
+  what: string,
   timeoutMs: number,
 ): Promise<void> {
   const deadline = performance.now() + timeoutMs;
   let missing: string[] = nodes;
   while (performance.now() < deadline) {
-    const pods = await managerPodsByNode(core).catch(() => new Map<string, k8s.V1Pod>());
+    const pods = await componentPodsByNode(core, labelSelector).catch(() => new Map<string, k8s.V1Pod>());
     missing = nodes.filter((n) => {
       const pod = pods.get(n);
       return !pod || !isReady(pod);
@@ -93,7 +110,7 @@ export async function waitForManagers(
   }
   throw new LeaseholdError(
     'E_SYSTEM_START',
-    `no ready manager pod on ${missing.join(', ')} after ${timeoutMs} ms (namespace ${SYSTEM_NAMESPACE})`,
+    `no ready ${what} pod on ${missing.join(', ')} after ${timeoutMs} ms (namespace ${SYSTEM_NAMESPACE})`,
   );
 }
 
@@ -246,7 +263,10 @@ export async function startRealSystem(opts: RealSystemOptions = {}): Promise<Rea
     });
     progress('waiting for a ready manager pod on every node');
     await waitForManagers(core, names, 180_000);
-    progress(`system ready: managers ready (${since()})`);
+    // The reconnector must know each share's address before a fault to end connections to it.
+    if (!release && opts.values?.['reconnector.enabled'] !== 'false')
+      await waitForComponent(core, names, RECONNECTOR_LABEL, 'reconnector', 180_000);
+    progress(`system ready: managers and reconnectors ready (${since()})`);
     const node = (name: string) => {
       const n = nodes.find((x) => x.name === name);
       if (!n)

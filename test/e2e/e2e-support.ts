@@ -24,6 +24,8 @@ import { analyzeWriteRun } from '../../dev/nfs-client/write-analysis.ts';
 import { buildWriter, startWriter, type WriterProcess } from '../../dev/nfs-client/writer-process.ts';
 import { podLog, REAL_NFS_EXPORT, readRealShareFile } from '../../dev/system/real-share.ts';
 import {
+  componentPodsByNode,
+  RECONNECTOR_LABEL,
   type RealSystem,
   type RealSystemOptions,
   SHARES_NAMESPACE,
@@ -413,3 +415,15 @@ export class RealNfsClient {
   }
 }
 const openRealClients = new Set<RealNfsClient>();
+
+/** The log lines of the reconnector pod on `nodeName` (its container's log as the kubelet wrote it). */
+export async function reconnectorLogOn(
+  sys: Pick<RealSystem, 'core' | 'node'>,
+  nodeName: string,
+): Promise<string[]> {
+  const pod = (await componentPodsByNode(sys.core, RECONNECTOR_LABEL)).get(nodeName);
+  assert.ok(pod, `a reconnector pod on ${nodeName}`);
+  return podLog(sys.node(nodeName), pod, 'reconnector')
+    .split('\n')
+    .filter((l) => l.trim() !== '');
+}

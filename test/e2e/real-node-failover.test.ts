@@ -64,9 +64,11 @@
  *  - the Lease's holder is the new pod;
  *  - the Service's routing when its backend dies (held-connection.ts): a TCP connection
  *    held through the ClusterIP from the surviving node since before the fault (so to
- *    the old pod) hears nothing after the crash (no FIN, no RST: a dead machine sends
- *    none and kube-proxy adds none; its client must time out), while a new connection to
- *    the same ClusterIP reaches the replacement; after a partition the live old node's
+ *    the old pod) hears nothing from the crashed machine (no FIN, no RST: a dead machine
+ *    sends none and kube-proxy adds none) and is ended by the reconnector
+ *    (server/reconnector/) once the replacement serves, not before, with ECONNABORTED
+ *    (the kernel's SOCK_DESTROY), while a new connection to the same ClusterIP reaches
+ *    the replacement; after a partition the live old node's
  *    kernel closes it when the fence stops ganesha (a FIN or a RST heard: what the
  *    crash's silence is measured against); after the freeze it is printed;
  *  - the NFS client's view across the fault: a libnfs NFSv3 writer in the surviving
@@ -449,18 +451,26 @@ test('node crash on real nodes: the manager of the other node fails the share ov
     throw new Error(`${String(err)}; endpoints now: ${JSON.stringify(now)}`, { cause: err });
   });
   // The Service when its backend's machine died: the connection it had routed there
-  // heard nothing (no FIN, no RST: its client must time out), while a new connection to
-  // the same ClusterIP reaches the replacement, now the only endpoint.
-  const silentS = (monotonicMs() - f.faultMono) / 1000;
-  assert.equal(
-    f.held.ended(),
-    undefined,
-    `the connection routed to the crashed ${f.before.pod} heard nothing in the ${silentS.toFixed(1)} s since the crash: ${endOf(f)}`,
+  // heard nothing from the dead machine (no FIN, no RST: a dead kernel sends none and
+  // kube-proxy adds none), until the reconnector on this node ended it once the
+  // replacement answered (SOCK_DESTROY on a socket of the node's own network namespace:
+  // its client reads ECONNABORTED and reconnects at once); without the reconnector its
+  // client must time out. A new connection to the same ClusterIP reaches the replacement,
+  // now the only endpoint.
+  const end = await eventually(
+    `the connection routed to the crashed ${f.before.pod} ended by the reconnector`,
+    async () => f.held.ended(),
+    10_000,
+    100,
   );
+  assert.equal(end.how, 'error', `ended locally, not by the dead machine: ${endOf(f)}`);
+  assert.match(end.detail, /abort/i, `ECONNABORTED (SOCK_DESTROY), not a timeout: ${endOf(f)}`);
+  assert.ok(end.monoMs >= f.servedMono, `not before the replacement served: ${endOf(f)}`);
+  const endedS = (end.monoMs - f.faultMono) / 1000;
   const fresh = await holdServiceConnection(sys.node(survivor));
   await Promise.all([fresh.stop(), f.held.stop()]);
   process.stderr.write(
-    `crash: the connection held to ${f.before.pod} through the ClusterIP silent ${silentS.toFixed(1)} s after the crash; a new one connected (${f.after.pod})\n`,
+    `crash: the connection held to ${f.before.pod} through the ClusterIP heard nothing from it; the reconnector ended it ${endedS.toFixed(2)} s after the crash, ${((end.monoMs - f.servedMono) / 1000).toFixed(2)} s after the replacement served; a new one connected (${f.after.pod})\n`,
   );
   const [gapS] = f.client.assertClientView(`${SHARE} crash`);
   const kernelS = f.kernel.assertClientView(`${SHARE} crash`, f.servedMono);
