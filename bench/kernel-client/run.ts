@@ -1,6 +1,6 @@
 /**
  * `npm run bench -- kernel-client [--runs N] [--lanes L,...] [--nfs-lease S] [--nfs-grace S]
- * [--flush-conntrack] [--adc-sync D] [--node-monitor-grace D] [--budget S]`: node crashes
+ * [--reconnector on|off|alternate] [--adc-sync D] [--node-monitor-grace D] [--budget S]`: node crashes
  * on real nodes as the Linux kernel's NFS client sees them (issue 25 items 5 and 6),
  * several clients side by side in every crash, with Kubernetes' default timings (ADC
  * sync 1m, node-monitor grace 40s) unless told otherwise.
@@ -20,15 +20,15 @@
  * locked fd after the replacement served (before it, a call in flight at the crash may
  * still complete); over the run: acknowledged writes lost, ESTALE seen. Prints one table
  * and writes bench/results/failover-real-nodes-kernel-clients-adc-<adc>-nmg-<grace>
- * [-lease-<s>s-grace-<s>s][-flush-conntrack].json.
+ * [-lease-<s>s-grace-<s>s]-reconnector-<on|off|alternate>.json.
  * Lanes (--lanes, by key): 6.1 and 6.12 with the published options (nfsvers=4.1, ...),
  * 6.1-4.2 and 6.12-4.2 with Linux's defaults but the version (`nfsvers=4.2`), 6.1-v3 and
  * 6.12-v3 with what the manager publishes for an NFSv3-only share (`nolock`: their locks
  * are the client's own, not the server's). Default: the four v4 lanes.
- * --flush-conntrack is a lever measured, not what leasehold does: once the replacement
- * served (and again 1 s later) the client node's TCP conntrack entries still translated
- * to the old pod are deleted, so the client's next segment is translated anew and reset
- * by the replacement's node.
+ * --reconnector: the chart's reconnector (server/reconnector/) on for every crash, off for
+ * every crash, or `alternate` (default): on for odd crashes, off for even ones, switched
+ * by `helm upgrade` before the crash, so both are measured side by side in one run; the
+ * table has one row per lane and setting.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
@@ -49,12 +49,18 @@ import {
   tagOf,
 } from '../../dev/kernel-client/user-workloads.ts';
 import { checkReadBack } from '../../dev/kernel-client/workload-analysis.ts';
-import type { RealNode } from '../../dev/node/node.ts';
+import { helmUpgrade, helmUserValues } from '../../dev/system/helm-install.ts';
 import { createRealNfsShare, readRealShareFile } from '../../dev/system/real-share.ts';
 import {
+  componentPodsByNode,
   managerPodsByNode,
+  RECONNECTOR_LABEL,
+  RELEASE,
+  type RealSystem,
   SHARES_NAMESPACE,
+  SYSTEM_NAMESPACE,
   startRealSystem,
+  waitForComponent,
   waitForManagers,
 } from '../../dev/system/real-system.ts';
 import { monotonicMs, sleep } from '../../lib/clock.ts';
@@ -100,7 +106,7 @@ function parse(argv: string[]) {
       lanes: { type: 'string', default: DEFAULT_LANES },
       'nfs-lease': { type: 'string', default: '10' },
       'nfs-grace': { type: 'string', default: '15' },
-      'flush-conntrack': { type: 'boolean', default: false },
+      reconnector: { type: 'string', default: 'alternate' },
     },
     strict: true,
     allowPositionals: false,
@@ -122,6 +128,9 @@ function parse(argv: string[]) {
       );
     return lane;
   });
+  const reconnector = values.reconnector as string;
+  if (!['on', 'off', 'alternate'].includes(reconnector))
+    throw new Error(`--reconnector=${reconnector}: must be on, off or alternate`);
   const leaseS = Number(values['nfs-lease']);
   const graceS = Number(values['nfs-grace']);
   // The server's own rule (server/nfs-ganesha/config.ts), said here before a cluster starts.
@@ -134,7 +143,7 @@ function parse(argv: string[]) {
   return {
     runs,
     lanes,
-    flushConntrack: values['flush-conntrack'] === true,
+    reconnector: reconnector as 'on' | 'off' | 'alternate',
     leaseS,
     graceS,
     budgetMs: budgetS * 1000,
@@ -143,25 +152,25 @@ function parse(argv: string[]) {
   };
 }
 
-/**
- * --flush-conntrack, a lever measured, not something leasehold does: deletes the client
- * node's TCP conntrack entries still translated to the old pod, so the client's next
- * segment is translated anew, to the replacement, whose kernel answers it with a reset.
- */
-async function flushConntrackTo(node: RealNode, podIp: string): Promise<string> {
-  const child = node.spawnInNetwork(['conntrack', '-D', '-p', 'tcp', '--reply-src', podIp], {
-    stdio: ['ignore', 'pipe', 'pipe'],
+/** Turns the chart's reconnector on or off (helm upgrade) and waits until it is so on every node. */
+async function setReconnector(sys: RealSystem, on: boolean): Promise<void> {
+  const release = {
+    kubeconfigPath: sys.cluster.kubeconfigPath,
+    release: RELEASE,
+    namespace: SYSTEM_NAMESPACE,
+  };
+  await helmUpgrade({
+    ...release,
+    base: await helmUserValues(release),
+    values: { 'reconnector.enabled': String(on) },
   });
-  let out = '';
-  child.stdout?.on('data', (d) => (out += d));
-  child.stderr?.on('data', (d) => (out += d));
-  const code = await new Promise<number | null>((resolve, reject) => {
-    child.on('error', reject);
-    child.on('exit', resolve);
-  });
-  // conntrack exits 1 when nothing matched: that is a result, not an error.
-  if (code !== 0 && code !== 1) throw new Error(`conntrack -D on ${node.name} exited ${code}: ${out.trim()}`);
-  return `conntrack -D --reply-src ${podIp} on ${node.name}: ${out.trim().split('\n').at(-1)}`;
+  const names = sys.nodes.map((n) => n.name);
+  if (on) return waitForComponent(sys.core, names, RECONNECTOR_LABEL, 'reconnector', 180_000);
+  const until = performance.now() + 120_000;
+  while ((await componentPodsByNode(sys.core, RECONNECTOR_LABEL)).size > 0) {
+    if (performance.now() > until) throw new Error('reconnector pods still there 120 s after turning it off');
+    await sleep(500);
+  }
 }
 
 async function main(): Promise<number> {
@@ -178,8 +187,15 @@ async function main(): Promise<number> {
     cluster: { attachDetachReconcileSyncPeriod: args.adcSync, nodeMonitorGracePeriod: args.grace },
     progress: say,
   });
-  const crashes: Array<{ run: number; node: string; servedS: number; libnfsS?: number; lanes: LaneCrash[] }> =
-    [];
+  const crashes: Array<{
+    run: number;
+    node: string;
+    reconnector: boolean;
+    servedS: number;
+    libnfsS?: number;
+    lanes: LaneCrash[];
+  }> = [];
+  let reconnectorOn = true; // the chart's default
   try {
     await createRealNfsShare(sys, SHARE, {
       nfs: {
@@ -192,6 +208,12 @@ async function main(): Promise<number> {
     const svc = await sys.core.readNamespacedService({ namespace: SHARES_NAMESPACE, name: SHARE });
     const source = `${svc.spec?.clusterIP}:/export`;
     for (let run = 1; run <= args.runs; run++) {
+      const wanted = args.reconnector === 'alternate' ? run % 2 === 1 : args.reconnector === 'on';
+      if (wanted !== reconnectorOn) {
+        await setReconnector(sys, wanted);
+        reconnectorOn = wanted;
+        say(`run ${run}: reconnector ${wanted ? 'on' : 'off'}`);
+      }
       const before = await waitServingPod(sys, SHARE, 180_000);
       const clientNode = sys.nodes.find((n) => n.name !== before.node);
       if (!clientNode) throw new Error('no node other than the serving one');
@@ -215,14 +237,6 @@ async function main(): Promise<number> {
         await sys.node(before.node).crash();
         const after = await waitServingPod(sys, SHARE, args.budgetMs, before.pod);
         const servedMs = crashMs + (after.servingWall - crashWall);
-        if (args.flushConntrack) {
-          const oldIp = before.object.status?.podIP;
-          if (!oldIp) throw new Error(`pod ${before.pod} has no IP to flush`);
-          // Twice: a retransmit between the flush and kube-proxy's update may make one anew.
-          say(`run ${run}: ${await flushConntrackTo(clientNode, oldIp)}`);
-          await sleep(1_000);
-          say(`run ${run}: ${await flushConntrackTo(clientNode, oldIp)}`);
-        }
         const until = performance.now() + args.budgetMs;
         const libnfsAck = () => libnfs.writer.events.find((e) => e.event === 'ack' && e.ms > servedMs);
         while (performance.now() < until && !(clients.every((kc) => allResumed(kc, servedMs)) && libnfsAck()))
@@ -254,13 +268,14 @@ async function main(): Promise<number> {
         const crash = {
           run,
           node: before.node,
+          reconnector: reconnectorOn,
           servedS: round((after.servingWall - crashWall) / 1000),
           libnfsS: sinceCrash(libnfsAck()?.ms),
           lanes,
         };
         crashes.push(crash);
         say(
-          `run ${run}: served +${crash.servedS} s; libnfs +${crash.libnfsS ?? 'never'} s; ${args.lanes.map((l, i) => `${l.name}: write +${lanes[i]?.writeS ?? 'never'} read +${lanes[i]?.readS ?? 'never'} create +${lanes[i]?.createS ?? 'never'} lock +${lanes[i]?.lockS ?? 'never'}${lanes[i]?.errors ? ` (${lanes[i]?.errors})` : ''}`).join('; ')}`,
+          `run ${run} (reconnector ${reconnectorOn ? 'on' : 'off'}): served +${crash.servedS} s; libnfs +${crash.libnfsS ?? 'never'} s; ${args.lanes.map((l, i) => `${l.name}: write +${lanes[i]?.writeS ?? 'never'} read +${lanes[i]?.readS ?? 'never'} create +${lanes[i]?.createS ?? 'never'} lock +${lanes[i]?.lockS ?? 'never'}${lanes[i]?.errors ? ` (${lanes[i]?.errors})` : ''}`).join('; ')}`,
         );
       } finally {
         for (const kc of clients) await kc.stop().catch((err) => say(`stopping ${kc.name}: ${String(err)}`));
@@ -278,29 +293,36 @@ async function main(): Promise<number> {
   } finally {
     await sys.stop();
   }
-  const rows = args.lanes.map((lane, i) => {
-    const of = (pick: (c: LaneCrash) => number | undefined) =>
-      summarize(
-        crashes
-          .map((c) => c.lanes[i])
-          .flatMap((c) => (c && pick(c) !== undefined ? [pick(c) as number] : [])),
-      );
-    const never = (pick: (c: LaneCrash) => number | undefined) =>
-      crashes.filter((c) => c.lanes[i] && pick(c.lanes[i] as LaneCrash) === undefined).length;
-    return {
-      lane: lane.name,
-      kernel: lane.kernel,
-      options: lane.options,
-      firstWriteS: of((c) => c.writeS),
-      firstReadS: of((c) => c.readS),
-      firstCreateS: of((c) => c.createS),
-      firstLockedIoS: of((c) => c.lockS),
-      writesNeverResumed: never((c) => c.writeS),
-      readsNeverResumed: never((c) => c.readS),
-      acked: crashes.reduce((n, c) => n + (c.lanes[i]?.acked ?? 0), 0),
-      lost: crashes.reduce((n, c) => n + (c.lanes[i]?.lost ?? 0), 0),
-      staleSeen: crashes.filter((c) => c.lanes[i]?.stale).length,
-    };
+  const modes = [true, false].filter((on) => crashes.some((c) => c.reconnector === on));
+  const rows = modes.flatMap((on) => {
+    const ofMode = crashes.filter((c) => c.reconnector === on);
+    return args.lanes.map((lane, i) => {
+      const of = (pick: (c: LaneCrash) => number | undefined) =>
+        summarize(
+          ofMode
+            .map((c) => c.lanes[i])
+            .flatMap((c) => (c && pick(c) !== undefined ? [pick(c) as number] : [])),
+        );
+      const never = (pick: (c: LaneCrash) => number | undefined) =>
+        ofMode.filter((c) => c.lanes[i] && pick(c.lanes[i] as LaneCrash) === undefined).length;
+      return {
+        lane: lane.name,
+        reconnector: on,
+        kernel: lane.kernel,
+        options: lane.options,
+        crashes: ofMode.length,
+        servedS: summarize(ofMode.map((c) => c.servedS)),
+        firstWriteS: of((c) => c.writeS),
+        firstReadS: of((c) => c.readS),
+        firstCreateS: of((c) => c.createS),
+        firstLockedIoS: of((c) => c.lockS),
+        writesNeverResumed: never((c) => c.writeS),
+        readsNeverResumed: never((c) => c.readS),
+        acked: ofMode.reduce((n, c) => n + (c.lanes[i]?.acked ?? 0), 0),
+        lost: ofMode.reduce((n, c) => n + (c.lanes[i]?.lost ?? 0), 0),
+        staleSeen: ofMode.filter((c) => c.lanes[i]?.stale).length,
+      };
+    });
   });
   const libnfs = summarize(crashes.flatMap((c) => (c.libnfsS === undefined ? [] : [c.libnfsS])));
   const f = (s: Summary) => (s.n === 0 ? 'none' : `p50 ${s.p50} / p95 ${s.p95} s (n ${s.n})`);
@@ -308,7 +330,7 @@ async function main(): Promise<number> {
     `crash to the first success after the replacement served (${crashes.length} crashes, ADC sync ${args.adcSync}, node-monitor grace ${args.grace}); served: ${f(summarize(crashes.map((c) => c.servedS)))}`,
     ...rows.map(
       (r) =>
-        `  ${r.lane.padEnd(18)} writes ${f(r.firstWriteS)}; O_DIRECT reads ${f(r.firstReadS)}; creates ${f(r.firstCreateS)}; locked fd ${f(r.firstLockedIoS)}; never resumed: writes ${r.writesNeverResumed}, reads ${r.readsNeverResumed}; ${r.lost} of ${r.acked} acked lost; ESTALE in ${r.staleSeen}`,
+        `  ${r.lane.padEnd(18)} reconnector ${r.reconnector ? 'on ' : 'off'} (${r.crashes} crashes, served ${f(r.servedS)}): writes ${f(r.firstWriteS)}; O_DIRECT reads ${f(r.firstReadS)}; creates ${f(r.firstCreateS)}; locked fd ${f(r.firstLockedIoS)}; never resumed: writes ${r.writesNeverResumed}, reads ${r.readsNeverResumed}; ${r.lost} of ${r.acked} acked lost; ESTALE in ${r.staleSeen}`,
     ),
     `  libnfs NFSv3       writes ${f(libnfs)}`,
   ].join('\n');
@@ -317,10 +339,10 @@ async function main(): Promise<number> {
   mkdirSync(dir, { recursive: true });
   const timings =
     args.leaseS === 10 && args.graceS === 15 ? '' : `-lease-${args.leaseS}s-grace-${args.graceS}s`;
-  const flush = args.flushConntrack ? '-flush-conntrack' : '';
+  const mode = `-reconnector-${args.reconnector}`;
   const file = join(
     dir,
-    `failover-real-nodes-kernel-clients-adc-${args.adcSync}-nmg-${args.grace}${timings}${flush}.json`,
+    `failover-real-nodes-kernel-clients-adc-${args.adcSync}-nmg-${args.grace}${timings}${mode}.json`,
   );
   writeFileSync(
     file,
@@ -328,7 +350,7 @@ async function main(): Promise<number> {
       {
         benchmark: 'kernel-client',
         date: new Date().toISOString(),
-        settings: `2 real nodes; share versions 3, 4.1, 4.2 (grace ${args.graceS} s, lease ${args.leaseS} s); per lane a UML kernel client on the surviving node through its kube-proxy: writer (4 KiB pwrite+fsync every 50 ms), O_DIRECT reader, fcntl lock holder, creator; libnfs NFSv3 writer beside; each crash healed by a reboot${args.flushConntrack ? "; after the replacement served (and 1 s later) the client node's conntrack entries to the old pod deleted (a lever, not leasehold's behaviour)" : ''}`,
+        settings: `2 real nodes; share versions 3, 4.1, 4.2 (grace ${args.graceS} s, lease ${args.leaseS} s); per lane a UML kernel client on the surviving node through its kube-proxy: writer (4 KiB pwrite+fsync every 50 ms), O_DIRECT reader, fcntl lock holder, creator; libnfs NFSv3 writer beside; each crash healed by a reboot; the chart's reconnector ${args.reconnector === 'alternate' ? 'on for odd crashes, off for even ones (helm upgrade before the crash)' : args.reconnector}`,
         machine: {
           cores: availableParallelism(),
           loadAtStart: loadStart,
