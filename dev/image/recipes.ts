@@ -132,6 +132,21 @@ export const leaseholdImage: ImageRecipe = {
   }),
 };
 
+/**
+ * The NFS image's Debian packages (the Dockerfile's apt-get): ganesha and its VFS FSAL,
+ * rpcbind (NFSv3), the metrics' private bus and its client, and what the reconnector
+ * runs from the same image (conntrack, iproute2's ss).
+ */
+const NFS_IMAGE_PACKAGES = [
+  'nfs-ganesha',
+  'nfs-ganesha-vfs',
+  'rpcbind',
+  'dbus-daemon',
+  'dbus-bin',
+  'conntrack',
+  'iproute2',
+];
+
 /** node:24-bookworm-slim (debian:bookworm-slim + Node) with Debian's NFS-Ganesha. */
 export const nfsGaneshaImage: ImageRecipe = {
   name: 'nfs-ganesha',
@@ -149,26 +164,10 @@ export const nfsGaneshaImage: ImageRecipe = {
   buildSources: ['lib', 'server'],
   nativeBuilds: ['bash server/nfs-ganesha/native/build.sh dist/server/nfs-ganesha'],
   appCopies: APP_COPIES,
-  aptPackages: [
-    'nfs-ganesha',
-    'nfs-ganesha-vfs',
-    'rpcbind',
-    'dbus-daemon',
-    'dbus-bin',
-    'conntrack',
-    'iproute2',
-  ],
+  aptPackages: NFS_IMAGE_PACKAGES,
   base: {
     variant: 'minbase',
-    packages: [
-      'nfs-ganesha',
-      'nfs-ganesha-vfs',
-      'rpcbind',
-      'dbus-daemon',
-      'dbus-bin',
-      'conntrack',
-      'iproute2',
-    ],
+    packages: NFS_IMAGE_PACKAGES,
     // /etc/mtab as debootstrap makes it (so debian:bookworm-slim has it; mmdebstrap does
     // not): ganesha's VFS FSAL finds the export's file system there. And the node
     // image's user (uid/gid 1000), as its Dockerfile adds it.

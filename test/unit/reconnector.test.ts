@@ -23,16 +23,20 @@ const KERNEL_CLIENT =
 const NODE_MOUNT_SYN =
   'tcp      6 114 SYN_SENT src=10.201.0.3 dst=10.0.0.152 sport=811 dport=20048 [UNREPLIED] src=10.244.1.3 dst=10.201.0.3 sport=20048 dport=615 mark=0 use=1';
 
+/** The entry KERNEL_CLIENT is, with `over` changed. */
+const entry = (over: Partial<ConntrackEntry>): ConntrackEntry => ({
+  state: 'ESTABLISHED',
+  src: '10.202.1.2',
+  sport: 42280,
+  dst: '10.0.0.152',
+  dport: 2049,
+  replySrc: '10.244.1.3',
+  replySport: 2049,
+  ...over,
+});
+
 test('parseConntrackLine reads both directions of a TCP entry and nothing else', () => {
-  assert.deepEqual(parseConntrackLine(KERNEL_CLIENT), {
-    state: 'ESTABLISHED',
-    src: '10.202.1.2',
-    sport: 42280,
-    dst: '10.0.0.152',
-    dport: 2049,
-    replySrc: '10.244.1.3',
-    replySport: 2049,
-  });
+  assert.deepEqual(parseConntrackLine(KERNEL_CLIENT), entry({}));
   assert.equal(parseConntrackLine(NODE_MOUNT_SYN)?.state, 'SYN_SENT');
   assert.equal(parseConntrackLine(NODE_MOUNT_SYN)?.replySrc, '10.244.1.3');
   assert.equal(
@@ -73,17 +77,6 @@ test('observeListed: only a change that drops an address while another is listed
   const back = observeListed(replaced.routing, ['10.244.1.3'], 4_000, 60_000);
   assert.deepEqual([...back.routing.gone.keys()], ['10.244.2.7']);
   assert.equal(back.routing.gone.has('10.244.1.3'), false);
-});
-
-const entry = (over: Partial<ConntrackEntry>): ConntrackEntry => ({
-  state: 'ESTABLISHED',
-  src: '10.202.1.2',
-  sport: 42280,
-  dst: '10.0.0.152',
-  dport: 2049,
-  replySrc: '10.244.1.3',
-  replySport: 2049,
-  ...over,
 });
 
 test('connectionsToEnd: the Service address, a Service port and a gone address, each ended the way its client can be', () => {
