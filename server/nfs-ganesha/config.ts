@@ -92,6 +92,8 @@ export interface NfsServerConfig {
    * ganesha, only its DBus thread (undefined: off).
    */
   busShim: string | undefined;
+  /** native/grace-kick.c: grace lifted within 250 ms of the last reclaim (undefined: off). */
+  graceKickShim: string | undefined;
   /** Whether the entrypoint may start rpcbind for NFSv3 (rpcbind.ts). */
   rpcbind: RpcbindMode;
   rpcbindBin: string;
@@ -131,6 +133,8 @@ export const DEFAULT_RECOVERY_SHIM = join(import.meta.dirname, 'recovery-tag.so'
 /** Where native/build.sh puts the stable-fsid shim: beside the compiled entrypoint. */
 export const DEFAULT_STABLE_FSID_SHIM = join(import.meta.dirname, 'stable-fsid.so');
 export const DEFAULT_BUS_SHIM = join(import.meta.dirname, 'bus-stay.so');
+/** Where native/build.sh puts the grace-kick shim: beside the compiled entrypoint. */
+export const DEFAULT_GRACE_KICK_SHIM = join(import.meta.dirname, 'grace-kick.so');
 /** ganesha's parser limits: Grace_Period 0..270, Lease_Lifetime 0..180 (whole seconds). */
 const GANESHA_MAX_GRACE_S = 270;
 const GANESHA_MAX_LEASE_S = 180;
@@ -218,6 +222,12 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     rule: 'must be an absolute path or none',
   });
   const busShim = busShimPath === 'none' ? undefined : busShimPath;
+  const graceKickPath = r.string('LEASEHOLD_NFS_GRACE_KICK_SHIM', {
+    fallback: DEFAULT_GRACE_KICK_SHIM,
+    pattern: /^(none|\/[A-Za-z0-9._+/-]+)$/,
+    rule: 'must be an absolute path or none',
+  });
+  const graceKickShim = graceKickPath === 'none' ? undefined : graceKickPath;
   const rpcbind = r.oneOf('LEASEHOLD_NFS_RPCBIND', RPCBIND_MODES, 'auto');
   const rpcbindBin = r.string('LEASEHOLD_NFS_RPCBIND_BIN', {
     fallback: 'rpcbind',
@@ -294,6 +304,7 @@ export function readNfsServerConfig(env: Env): NfsServerConfig {
     recoveryShim,
     stableFsidShim,
     busShim,
+    graceKickShim,
     rpcbind,
     rpcbindBin,
     startTimeoutMs,

@@ -62,10 +62,16 @@ export function startGanesha(
   const args = ['-F', '-f', prepared.configPath, '-L', 'STDOUT', '-p', prepared.pidPath];
   // The bus shim only where ganesha has our private bus (metrics on).
   const busShim = extras.env?.DBUS_SYSTEM_BUS_ADDRESS ? config.busShim : undefined;
-  const preload = [config.recoveryShim, config.stableFsidShim, busShim].filter((p) => p !== undefined);
+  const preload = [config.recoveryShim, config.stableFsidShim, busShim, config.graceKickShim].filter(
+    (p) => p !== undefined,
+  );
   const env = {
     ...process.env,
     ...(preload.length > 0 ? { LD_PRELOAD: preload.join(' ') } : {}),
+    // The grace-kick shim wakes ganesha's reaper for the grace period (plus a lease) after the start.
+    ...(config.graceKickShim
+      ? { LEASEHOLD_NFS_GRACE_KICK_SECONDS: String(config.gracePeriodS + config.leaseLifetimeS) }
+      : {}),
     ...(config.stableFsidShim
       ? {
           LEASEHOLD_NFS_STABLE_FSID: prepared.stableFsid.fsid,

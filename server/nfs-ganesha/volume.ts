@@ -67,6 +67,10 @@ export function prepareServer(
     throw new ServerStartError(
       `LEASEHOLD_NFS_BUS_SHIM=${config.busShim}: no such file (server/nfs-ganesha/native/build.sh builds it beside main.js; \`none\` runs ganesha without it, and the metrics' private bus ending then ends ganesha)`,
     );
+  if (config.graceKickShim !== undefined && !existsSync(config.graceKickShim))
+    throw new ServerStartError(
+      `LEASEHOLD_NFS_GRACE_KICK_SHIM=${config.graceKickShim}: no such file (server/nfs-ganesha/native/build.sh builds it beside main.js; \`none\` runs ganesha without it, and new opens and locks then wait for ganesha's reaper tick, up to Lease_Lifetime / 2 after every client reclaimed)`,
+    );
   if (config.recoveryShim !== undefined && !existsSync(config.recoveryShim))
     throw new ServerStartError(
       `LEASEHOLD_NFS_RECOVERY_SHIM=${config.recoveryShim}: no such file (server/nfs-ganesha/native/build.sh builds it beside main.js; \`none\` runs ganesha without it, and a client whose address changes across a failover then loses its opens and locks)`,

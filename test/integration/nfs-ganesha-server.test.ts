@@ -181,6 +181,39 @@ describe('nfs-ganesha server (real ganesha.nfsd, libnfs client)', () => {
     assertNoGaneshaLeft(second, runDir2);
   });
 
+  it('the grace-kick shim runs in ganesha and a SIGTERM right after serving still stops it cleanly, as without the shim', async () => {
+    // What the shim changes (grace lifted within 250 ms of the last reclaim) needs NFSv4.1
+    // clients that reclaim: the kernel-client e2e measures it. Here: that ganesha runs
+    // with it, and that its thread leaves signals to ganesha (a first version did not:
+    // the SIGTERM below killed ganesha, exit by signal, instead of its clean shutdown).
+    for (const shim of [undefined, 'none']) {
+      const { exportPath, runDir } = await volume(`grace-kick-${shim ?? 'on'}`);
+      const server = spawnNfsServer(
+        serverEnv(exportPath, runDir, await freePort(), shim ? { LEASEHOLD_NFS_GRACE_KICK_SHIM: shim } : {}),
+      );
+      await server.waitForLog('serving');
+      const pid = server.ganeshaPid();
+      assert.ok(pid !== undefined);
+      const environ = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+      const preload = environ.find((e) => e.startsWith('LD_PRELOAD=')) ?? '';
+      if (shim === 'none') assert.doesNotMatch(preload, /grace-kick/);
+      else {
+        assert.match(preload, /grace-kick\.so/);
+        assert.ok(
+          environ.includes('LEASEHOLD_NFS_GRACE_KICK_SECONDS=25'),
+          'the window: grace 15 s + lease 10 s',
+        );
+      }
+      const stop = await stopBySigterm(server);
+      assert.deepEqual(
+        [stop.code, stop.signal],
+        [0, null],
+        `shim ${shim ?? 'on'}: ${JSON.stringify(server.lines.at(-1))}`,
+      );
+      assertNoGaneshaLeft(server, runDir);
+    }
+  });
+
   it('the export root owner and mode let a non-root client write; a squashed root client becomes the anonymous ids', async () => {
     // Two fresh volumes: a second incarnation on the first would hold grace for its client.
     const port = await freePort();

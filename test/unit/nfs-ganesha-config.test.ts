@@ -10,6 +10,7 @@ import { describe, it } from 'node:test';
 import { ConfigError } from '../../lib/errors.ts';
 import {
   DEFAULT_BUS_SHIM,
+  DEFAULT_GRACE_KICK_SHIM,
   DEFAULT_RECOVERY_SHIM,
   DEFAULT_STABLE_FSID_SHIM,
   readNfsServerConfig,
@@ -59,6 +60,7 @@ describe('nfs-ganesha config', () => {
       recoveryShim: DEFAULT_RECOVERY_SHIM,
       stableFsidShim: DEFAULT_STABLE_FSID_SHIM,
       busShim: DEFAULT_BUS_SHIM,
+      graceKickShim: DEFAULT_GRACE_KICK_SHIM,
       rpcbind: 'auto',
       rpcbindBin: 'rpcbind',
       startTimeoutMs: 30_000,
@@ -70,6 +72,23 @@ describe('nfs-ganesha config', () => {
       dbusDaemonBin: 'dbus-daemon',
       dbusSendBin: 'dbus-send',
     });
+  });
+
+  it('the grace-kick shim: on by default, off with none, else an absolute path', () => {
+    const base = { LEASEHOLD_NFS_EXPORT_PATH: '/data' };
+    assert.equal(
+      readNfsServerConfig({ ...base, LEASEHOLD_NFS_GRACE_KICK_SHIM: 'none' }).graceKickShim,
+      undefined,
+    );
+    assert.equal(
+      readNfsServerConfig({ ...base, LEASEHOLD_NFS_GRACE_KICK_SHIM: '/opt/kick.so' }).graceKickShim,
+      '/opt/kick.so',
+    );
+    assert.ok(
+      problemsOf({ ...base, LEASEHOLD_NFS_GRACE_KICK_SHIM: 'kick.so' }).some((p) =>
+        p.startsWith('LEASEHOLD_NFS_GRACE_KICK_SHIM="kick.so": must be an absolute path or none'),
+      ),
+    );
   });
 
   it('the metrics port: off when unset, must not collide with the NFS, MOUNT or agent port', () => {
