@@ -75,6 +75,14 @@ const RESUME_WITHIN_MS = 120_000;
  * (its TCP timeout), so this bound fails when the reconnector does nothing.
  */
 const WRITES_AFTER_SERVED_MS = 2_500;
+/**
+ * How soon after its writes each client must create (and lock) a new file again: the
+ * replacement lifts its grace period once both clients reclaimed, within 250 ms with the
+ * grace-kick shim (measured 0.5 s after the writes); at ganesha's own reaper tick
+ * (Lease_Lifetime / 2 = 5 s) the creates came 6.5 s after the writes, so this fails
+ * without the shim.
+ */
+const CREATES_AFTER_WRITES_MS = 3_000;
 
 test('a node crash as the Linux kernel NFS client sees it: writes, reads, locks and creates resume, nothing lost', {
   timeout: 600_000,
@@ -153,6 +161,12 @@ test('a node crash as the Linux kernel NFS client sees it: writes, reads, locks 
     );
     const firstWrite = stallsOf(kc, servedMs).write.firstSuccessAfter?.atMs;
     assert.ok(firstWrite !== undefined, `${kc.name} wrote after the replacement served`);
+    const firstCreate = stallsOf(kc, servedMs).create.firstSuccessAfter?.atMs;
+    assert.ok(firstCreate !== undefined, `${kc.name} created a file after the replacement served`);
+    assert.ok(
+      firstCreate - firstWrite <= CREATES_AFTER_WRITES_MS,
+      `${kc.name} (Linux ${kc.kernel.release}) created ${((firstCreate - firstWrite) / 1000).toFixed(2)} s after its first write, more than ${CREATES_AFTER_WRITES_MS / 1000} s (grace not lifted early?)`,
+    );
     assert.ok(
       firstWrite - servedMs <= WRITES_AFTER_SERVED_MS,
       `${kc.name} (Linux ${kc.kernel.release}) wrote ${((firstWrite - servedMs) / 1000).toFixed(2)} s after the replacement served, more than ${WRITES_AFTER_SERVED_MS / 1000} s`,
