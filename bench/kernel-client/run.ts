@@ -196,6 +196,7 @@ async function main(): Promise<number> {
     lanes: LaneCrash[];
   }> = [];
   let reconnectorOn = true; // the chart's default
+  let aborted: string | undefined;
   try {
     await createRealNfsShare(sys, SHARE, {
       nfs: {
@@ -290,9 +291,14 @@ async function main(): Promise<number> {
       );
       await waitManagerRestarted(sys, before.node, restarts, 120_000);
     }
+  } catch (err) {
+    // The crashes measured so far are kept: the file says the run stopped and why.
+    aborted = `stopped after ${crashes.length} of ${args.runs} crashes: ${String((err as Error)?.message ?? err)}`;
+    say(aborted);
   } finally {
     await sys.stop();
   }
+  if (crashes.length === 0) return 1;
   const modes = [true, false].filter((on) => crashes.some((c) => c.reconnector === on));
   const rows = modes.flatMap((on) => {
     const ofMode = crashes.filter((c) => c.reconnector === on);
@@ -356,6 +362,7 @@ async function main(): Promise<number> {
           loadAtStart: loadStart,
           loadAtEnd: loadavg().map((x) => round(x)),
         },
+        ...(aborted ? { aborted } : {}),
         rows,
         libnfsV3FirstWriteS: libnfs,
         crashes,
@@ -366,7 +373,7 @@ async function main(): Promise<number> {
   );
   say(`wrote ${file}`);
   // A lost acknowledged write fails the run; a lane that never resumed is a figure.
-  return rows.some((r) => r.lost > 0) ? 1 : 0;
+  return rows.some((r) => r.lost > 0) || aborted ? 1 : 0;
 }
 
 process.exitCode = await main();
