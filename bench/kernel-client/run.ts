@@ -276,7 +276,7 @@ async function main(): Promise<number> {
         };
         crashes.push(crash);
         say(
-          `run ${run} (reconnector ${reconnectorOn ? 'on' : 'off'}): served +${crash.servedS} s; libnfs +${crash.libnfsS ?? 'never'} s; ${args.lanes.map((l, i) => `${l.name}: write +${lanes[i]?.writeS ?? 'never'} read +${lanes[i]?.readS ?? 'never'} create +${lanes[i]?.createS ?? 'never'} lock +${lanes[i]?.lockS ?? 'never'}${lanes[i]?.errors ? ` (${lanes[i]?.errors})` : ''}`).join('; ')}`,
+          `run ${run} (reconnector ${reconnectorOn ? 'on' : 'off'}): served +${crash.servedS} s; libnfs +${crash.libnfsS ?? 'never'} s; ${args.lanes.map((l, i) => `${l.name}: write +${lanes[i]?.writeS ?? 'never'} read +${lanes[i]?.readS ?? 'never'} create +${lanes[i]?.createS ?? 'never'} lock +${lanes[i]?.lockS ?? 'never'} lost ${lanes[i]?.lost ?? '?'} of ${lanes[i]?.acked ?? '?'}${lanes[i]?.errors ? ` (${lanes[i]?.errors})` : ''}`).join('; ')}`,
         );
       } finally {
         for (const kc of clients) await kc.stop().catch((err) => say(`stopping ${kc.name}: ${String(err)}`));
