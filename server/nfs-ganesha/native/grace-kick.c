@@ -14,8 +14,8 @@
  * the same way when the cluster's grace changes (reaper_wake() from a watch thread), so
  * the call is meant for other threads.
  *
- * What it does: a detached thread, started by this library's constructor when
- * LEASEHOLD_NFS_GRACE_KICK_SECONDS is a positive number, calls ganesha's exported
+ * What it does: a detached thread, started by this library's constructor in a process
+ * named ganesha.nfsd when LEASEHOLD_NFS_GRACE_KICK_SECONDS is a positive number, calls ganesha's exported
  * reaper_wake() every 250 ms for that many seconds after the start (the entrypoint sets
  * the grace period plus the lease), and not while ganesha's exported admin_shutdown is
  * set (a shutdown destroys the reaper). Each wake runs one reaper pass: the grace check
@@ -32,10 +32,12 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define KICK_EVERY_NS 250000000L
@@ -61,6 +63,10 @@ static void *kick(void *arg) {
 }
 
 __attribute__((constructor)) static void start_kicking(void) {
+  /* Only in ganesha.nfsd itself: LD_PRELOAD reaches whatever the entrypoint starts as
+   * ganesha (a wrapper such as nsenter in the tests, whose setns() into a mount namespace
+   * fails with EINVAL once the process has a second thread) and anything ganesha runs. */
+  if (strcmp(program_invocation_short_name, "ganesha.nfsd") != 0) return;
   const char *seconds = getenv("LEASEHOLD_NFS_GRACE_KICK_SECONDS");
   if (seconds == NULL) return;
   char *end;
